@@ -1,0 +1,234 @@
+/* pyengine — the public C API of the inference engine.
+ *
+ * Conventions (see STYLE.md):
+ * - Every fallible call returns int32_t: PE_OK (0) or a negative PE_ERR_* code, and writes its
+ *   results through out-parameters. pe_last_error() then describes the failure; it is
+ *   per-thread and valid until the next failing call on the same thread.
+ * - No C++ exception crosses this boundary.
+ * - Handles are opaque; each *_create has a matching *_free. Buffers passed in are owned by the
+ *   caller and only read during the call unless a comment says otherwise.
+ * - The part between cffi-begin and cffi-end is parsed by cffi's cdef (pyengine/_native.py):
+ *   keep it free of other preprocessor directives than integer #defines.
+ */
+#ifndef PYENGINE_H
+#define PYENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cffi-begin */
+#define PE_API_VERSION 1
+
+/* Status codes. */
+#define PE_OK 0
+#define PE_ERR_INVALID_ARGUMENT -1 /* a value the caller passed is wrong (message names it) */
+#define PE_ERR_NOT_FOUND -2        /* unknown tensor name, request id ... */
+#define PE_ERR_OUT_OF_MEMORY -3    /* an allocation or the memory plan failed */
+#define PE_ERR_UNSUPPORTED -4      /* valid but not supported by this build or backend */
+#define PE_ERR_STATE -5            /* call not allowed in the object's current state */
+#define PE_ERR_INTERNAL -6         /* a bug: please report the message */
+
+/* Element types (values match pe::DType). */
+#define PE_DTYPE_F32 0
+#define PE_DTYPE_F16 1
+#define PE_DTYPE_BF16 2
+#define PE_DTYPE_FP8_E4M3 3
+#define PE_DTYPE_I8 4
+#define PE_DTYPE_I32 5
+
+/* Layer kinds of pe_model_config.layer_types. */
+#define PE_LAYER_LINEAR_ATTENTION 0
+#define PE_LAYER_FULL_ATTENTION 1
+
+/* Event kinds and finish reasons of pe_event. */
+#define PE_EVENT_TOKEN 1    /* one new token (with logprobs when asked) */
+#define PE_EVENT_FINISHED 2 /* the request ended; finish_reason says why */
+#define PE_FINISH_NONE 0
+#define PE_FINISH_STOP 1      /* eos or a stop token id */
+#define PE_FINISH_LENGTH 2    /* max_tokens or the context length */
+#define PE_FINISH_CANCELLED 3 /* pe_engine_cancel */
+#define PE_FINISH_ERROR 4     /* error_message in the event says why */
+
+#define PE_MAX_TOP_LOGPROBS 20
+#define PE_ERROR_MESSAGE_SIZE 256
+
+/* Library version and build. */
+int32_t pe_api_version(void);
+/* Static string such as "cpu" or "cpu,cuda(75;90)". */
+const char* pe_build_info(void);
+/* Message of the last failing call on this thread ("" if none). Owned by the library. */
+const char* pe_last_error(void);
+
+/* ---- Model: configuration and weights ------------------------------------------------------ */
+
+/* The text-model fields of a Qwen3.5 config.json (either layout; Python reads the file).
+ * layer_types points to num_hidden_layers PE_LAYER_* values; it is copied by pe_model_create. */
+typedef struct pe_model_config {
+  int32_t vocab_size;
+  int32_t hidden_size;
+  int32_t num_hidden_layers;
+  int32_t intermediate_size;
+  int32_t num_attention_heads;
+  int32_t num_key_value_heads;
+  int32_t head_dim;
+  int32_t linear_num_key_heads;
+  int32_t linear_num_value_heads;
+  int32_t linear_key_head_dim;
+  int32_t linear_value_head_dim;
+  int32_t linear_conv_kernel_dim;
+  float rms_norm_eps;
+  float rope_theta;
+  float partial_rotary_factor;
+  int32_t tie_word_embeddings;
+  int32_t mtp_num_hidden_layers;
+  int32_t max_position_embeddings;
+  const int32_t* layer_types;
+} pe_model_config;
+
+typedef struct pe_model pe_model;
+
+/* Creates an empty model for cfg on `device` ("cpu"; "cuda" when built with CUDA).
+ * Errors: INVALID_ARGUMENT naming the config field; UNSUPPORTED for a device not built. */
+int32_t pe_model_create(const pe_model_config* cfg, const char* device, pe_model** out_model);
+
+/* Hands one checkpoint tensor to the model, which copies it (data may be unmapped after the
+ * call). `name` is the checkpoint name without the "model." / "model.language_model." prefix,
+ * e.g. "layers.0.linear_attn.in_proj_qkv.weight", "embed_tokens.weight", "lm_head.weight",
+ * "mtp.fc.weight"; FP8 block scales come as "<weight name>_scale_inv".
+ * Errors: NOT_FOUND for a name the model does not have; INVALID_ARGUMENT for a wrong shape or
+ * dtype (the message names the tensor, the expected and the given value). */
+int32_t pe_model_set_tensor(pe_model* model, const char* name, int32_t dtype, int32_t ndim,
+                            const int64_t* shape, const void* data);
+
+/* Checks that every tensor is present (the message names the first missing one), then prepares
+ * the weights for the backend. After it, no more pe_model_set_tensor. */
+int32_t pe_model_finalize(pe_model* model);
+
+/* Frees the model. Engines using it must be freed first. NULL is allowed. */
+void pe_model_free(pe_model* model);
+
+/* Runs tokens[0..n) as one fresh sequence (no cache kept) and writes the logits of every
+ * position to out_logits [n, vocab_size] fp32 (caller-owned). Thread-safe with respect to
+ * engines of the same model (it uses its own state). */
+int32_t pe_model_prompt_logits(pe_model* model, const int32_t* tokens, int64_t n,
+                               float* out_logits);
+
+/* ---- Engine: continuous batching over a model ---------------------------------------------- */
+
+typedef struct pe_engine_params {
+  int32_t max_batch;             /* concurrent sequences (honoured exactly or create fails) */
+  int32_t max_model_len;         /* context length per sequence (prompt + output) */
+  int32_t chunked_prefill_size;  /* prefill tokens per request per step */
+  int32_t max_num_batched_tokens;/* token budget of one step (0: max_batch + chunked_prefill_size) */
+  int32_t cooperative_prefill;   /* 1: admit waiting requests at every chunk boundary */
+  int32_t prefix_cache;          /* 1: reuse KV blocks and GDN snapshots across requests */
+  int32_t kv_page_size;          /* tokens per KV page (a prefix-cache block) */
+  int32_t snapshot_interval_pages;/* GDN snapshot every N pages of a prompt (and at its end) */
+  int64_t kv_cache_bytes;        /* memory budget for KV pages + GDN slots (0: default) */
+  float gpu_mem_ratio;           /* share of free device memory to use (CUDA) */
+  int32_t num_threads;           /* CPU worker threads (0: all cores) */
+  int32_t eos_token_ids[8];      /* ids that end a request unless ignore_eos (-1: unused) */
+} pe_engine_params;
+
+/* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,
+ * prefix_cache 1, kv_page_size 16, snapshot_interval_pages 16, gpu_mem_ratio 0.9, no eos. */
+pe_engine_params pe_engine_default_params(void);
+
+typedef struct pe_memory_plan {
+  int64_t kv_page_size;               /* tokens per page */
+  int64_t kv_page_bytes;              /* bytes per page over all attention layers */
+  int64_t kv_pages;                   /* pages in the pool */
+  int64_t gdn_slot_bytes;             /* bytes of one GDN state slot (conv + recurrent, all layers) */
+  int64_t gdn_slots;                  /* slots for running sequences (== max_batch) */
+  int64_t snapshot_slots;             /* extra slots for prefix-cache snapshots */
+  int64_t context_tokens_per_session; /* tokens each of max_batch sessions can hold at once */
+  int64_t sessions_at_full_context;   /* sessions that fit with max_model_len each */
+  int64_t budget_bytes;               /* the budget the plan was made from */
+  int64_t used_bytes;                 /* pages + slots + snapshots */
+} pe_memory_plan;
+
+typedef struct pe_engine pe_engine;
+
+/* Plans memory, allocates the pools and starts the engine thread. The model must outlive it.
+ * Errors: OUT_OF_MEMORY when max_batch / max_model_len cannot fit (the message gives the
+ * numbers); INVALID_ARGUMENT naming a bad field. */
+int32_t pe_engine_create(pe_model* model, const pe_engine_params* params, pe_engine** out_engine);
+
+/* Stops the thread (requests in flight end with PE_FINISH_CANCELLED) and frees everything. */
+void pe_engine_free(pe_engine* engine);
+
+typedef struct pe_sampling_params {
+  float temperature;        /* 0: greedy */
+  float top_p;              /* (0, 1] */
+  float min_p;              /* [0, 1] */
+  int32_t top_k;            /* 0: off */
+  uint64_t seed;            /* counter-based RNG seed */
+  float presence_penalty;
+  float frequency_penalty;
+  float repetition_penalty; /* 1: off */
+  int32_t max_tokens;       /* >= 1 */
+  int32_t ignore_eos;
+  const int32_t* stop_token_ids; /* copied at add */
+  int32_t n_stop_token_ids;
+  int32_t logprobs;         /* -1: none; n >= 0: token logprob and top-n (n <= 20) */
+} pe_sampling_params;
+
+/* Queues a request and returns at once with its id (ids start at 1). Thread-safe.
+ * Errors: INVALID_ARGUMENT for an empty prompt, a token id outside the vocabulary, a prompt
+ * longer than max_model_len - 1, or a bad sampling value (the message names it). */
+int32_t pe_engine_add_request(pe_engine* engine, const int32_t* tokens, int64_t n_tokens,
+                              const pe_sampling_params* sampling, uint64_t* out_request_id);
+
+/* Asks the engine to drop a request at the next chunk or step boundary; its FINISHED event
+ * follows with PE_FINISH_CANCELLED. Unknown or finished ids are ignored (PE_OK). Thread-safe. */
+int32_t pe_engine_cancel(pe_engine* engine, uint64_t request_id);
+
+typedef struct pe_event {
+  uint64_t request_id;
+  int32_t kind;                 /* PE_EVENT_* */
+  int32_t token;                /* PE_EVENT_TOKEN: the new token id */
+  float logprob;                /* when logprobs >= 0 */
+  int32_t n_top;
+  int32_t top_ids[20];
+  float top_logprobs[20];
+  int32_t finish_reason;        /* PE_EVENT_FINISHED */
+  int64_t step;                 /* engine step that produced it */
+  double time;                  /* monotonic seconds */
+  int64_t prompt_tokens;        /* FINISHED: prompt length */
+  int64_t cached_tokens;        /* FINISHED: prompt tokens served from the prefix cache */
+  char error_message[256];      /* PE_FINISH_ERROR */
+} pe_event;
+
+/* Moves up to max_events pending events into `out`, waiting up to timeout_ms for the first
+ * (0: do not wait). *n_out = number written. Thread-safe; events of one request stay ordered. */
+int32_t pe_engine_poll(pe_engine* engine, pe_event* out, int32_t max_events, int32_t timeout_ms,
+                       int32_t* n_out);
+
+typedef struct pe_engine_stats {
+  int32_t running;
+  int32_t waiting;
+  int64_t steps;
+  int64_t kv_pages_total;
+  int64_t kv_pages_free;          /* not held by running requests (cached pages count as free) */
+  int64_t kv_pages_cached;        /* pages held only by the prefix cache */
+  int64_t gdn_slots_total;
+  int64_t gdn_slots_free;
+  int64_t snapshot_slots_total;
+  int64_t snapshot_slots_used;
+  int64_t prefix_cache_hit_tokens;/* total prompt tokens served from the cache */
+  int64_t prompt_tokens;          /* total prompt tokens computed */
+  int64_t generated_tokens;
+} pe_engine_stats;
+
+int32_t pe_engine_get_stats(pe_engine* engine, pe_engine_stats* out);
+int32_t pe_engine_get_plan(pe_engine* engine, pe_memory_plan* out);
+/* cffi-end */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PYENGINE_H */

@@ -1,0 +1,78 @@
+// extern "C" shims of the model half of pyengine.h.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/api_common.h"
+#include "api/handles.h"
+#include "model/qwen35.h"
+#include "pyengine.h"
+
+using pe::fail;
+
+extern "C" {
+
+int32_t pe_model_create(const pe_model_config* cfg, const char* device, pe_model** out_model) {
+  return pe::api::guarded([&] {
+    if (!cfg || !out_model) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_create: null argument");
+    std::string dev = device ? device : "cpu";
+    if (dev != "cpu") fail(PE_ERR_UNSUPPORTED, "device '", dev, "' is not available in this build (", pe_build_info(), ")");
+    auto m = std::make_unique<pe_model>();
+    m->model = std::make_unique<pe::Qwen35Model>(pe::ModelConfig::from_c(*cfg));
+    *out_model = m.release();
+  });
+}
+
+int32_t pe_model_set_tensor(pe_model* model, const char* name, int32_t dtype, int32_t ndim, const int64_t* shape,
+                            const void* data) {
+  return pe::api::guarded([&] {
+    if (!model || !name || !data || (ndim > 0 && !shape)) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_set_tensor: null argument");
+    if (model->finalized) fail(PE_ERR_STATE, "tensor ", name, ": the model is already finalized");
+    if (!pe::dtype_valid(dtype)) fail(PE_ERR_INVALID_ARGUMENT, "tensor ", name, ": unknown dtype code ", dtype);
+    if (ndim < 0 || ndim > 8) fail(PE_ERR_INVALID_ARGUMENT, "tensor ", name, ": bad rank ", ndim);
+    std::vector<int64_t> dims(shape, shape + ndim);
+    model->model->weights().set(name, static_cast<pe::DType>(dtype), dims, data);
+  });
+}
+
+int32_t pe_model_finalize(pe_model* model) {
+  return pe::api::guarded([&] {
+    if (!model) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_finalize: null model");
+    if (model->finalized) return;
+    model->model->finalize();
+    model->finalized = true;
+  });
+}
+
+void pe_model_free(pe_model* model) { delete model; }
+
+int32_t pe_model_prompt_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits) {
+  return pe::api::guarded([&] {
+    if (!model || !tokens || !out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_prompt_logits: null argument");
+    if (!model->finalized) fail(PE_ERR_STATE, "pe_model_prompt_logits: the model is not finalized");
+    if (n < 1) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_prompt_logits: empty prompt");
+    const pe::ModelConfig& cfg = model->model->config();
+    // A private state for one sequence: pages for n tokens and one GDN slot.
+    const int64_t page = 64;
+    const int64_t n_pages = (n + page - 1) / page;
+    pe::KvPool kv(cfg, n_pages, page);
+    pe::GdnPool gdn(cfg, 1, 0);
+    std::vector<int32_t> table;
+    for (int64_t i = 0; i < n_pages; ++i) table.push_back(kv.alloc());
+    pe::Batch b;
+    b.tokens.assign(tokens, tokens + n);
+    pe::SeqChunk s;
+    s.n_past = 0;
+    s.n_new = n;
+    s.gdn_slot = gdn.alloc_running();
+    s.page_table = table.data();
+    s.logits = pe::LogitsMode::All;
+    b.seqs.push_back(s);
+    pe::ForwardResult res;
+    model->model->forward(b, kv, gdn, res);
+    std::memcpy(out_logits, res.logits.data(), sizeof(float) * n * cfg.vocab);
+  });
+}
+
+}

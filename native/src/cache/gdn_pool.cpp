@@ -1,0 +1,66 @@
+#include "cache/gdn_pool.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace pe {
+
+GdnPool::GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot)
+    : n_running_(n_running), n_snapshot_(n_snapshot) {
+  conv_floats_ = (cfg.conv_kernel - 1) * cfg.conv_dim();
+  rec_floats_ = cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim;
+  slot_floats_ = cfg.n_gdn_layers() * (conv_floats_ + rec_floats_);
+  const int64_t n = n_running + n_snapshot;
+  data_.assign(static_cast<size_t>(n * slot_floats_), 0.0f);
+  in_use_.assign(n, false);
+  for (int64_t s = n_running - 1; s >= 0; --s) free_running_.push_back(static_cast<int32_t>(s));
+  for (int64_t s = n - 1; s >= n_running; --s) free_snapshot_.push_back(static_cast<int32_t>(s));
+}
+
+int64_t GdnPool::slot_bytes(const ModelConfig& cfg) {
+  int64_t conv = (cfg.conv_kernel - 1) * cfg.conv_dim();
+  int64_t rec = cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim;
+  return cfg.n_gdn_layers() * (conv + rec) * int64_t(sizeof(float));
+}
+
+float* GdnPool::conv_state(int32_t slot, int64_t l) {
+  return data_.data() + slot * slot_floats_ + l * (conv_floats_ + rec_floats_);
+}
+
+float* GdnPool::recurrent_state(int32_t slot, int64_t l) { return conv_state(slot, l) + conv_floats_; }
+
+int32_t GdnPool::alloc_running() {
+  if (free_running_.empty()) return -1;
+  int32_t s = free_running_.back();
+  free_running_.pop_back();
+  in_use_[s] = true;
+  zero(s);
+  return s;
+}
+
+int32_t GdnPool::alloc_snapshot() {
+  if (free_snapshot_.empty()) return -1;
+  int32_t s = free_snapshot_.back();
+  free_snapshot_.pop_back();
+  in_use_[s] = true;
+  return s;
+}
+
+void GdnPool::release(int32_t s) {
+  if (s < 0 || s >= n_running_ + n_snapshot_ || !in_use_[s]) fail(PE_ERR_INTERNAL, "gdn slot ", s, " released twice");
+  in_use_[s] = false;
+  (s < n_running_ ? free_running_ : free_snapshot_).push_back(s);
+}
+
+void GdnPool::zero(int32_t s) {
+  std::fill_n(data_.data() + s * slot_floats_, slot_floats_, 0.0f);
+}
+
+void GdnPool::copy(int32_t dst, int32_t src) {
+  std::memcpy(data_.data() + dst * slot_floats_, data_.data() + src * slot_floats_,
+              sizeof(float) * slot_floats_);
+}
+
+}  // namespace pe

@@ -1,0 +1,41 @@
+// GDN state slots: per slot and per GDN layer the conv state [K-1, conv_dim] and the recurrent
+// state S [Hv, dk, dv], fp32, contiguous per slot so a snapshot is one memcpy.
+// Slots [0, n_running) serve running sequences; slots [n_running, n_running + n_snapshot) hold
+// prefix-cache snapshots. Both ranges have their own free list.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace pe {
+
+class GdnPool {
+ public:
+  GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot);
+
+  static int64_t slot_bytes(const ModelConfig& cfg);
+
+  float* conv_state(int32_t slot, int64_t gdn_layer);
+  float* recurrent_state(int32_t slot, int64_t gdn_layer);
+
+  int32_t alloc_running();   // zeroed slot, or -1
+  int32_t alloc_snapshot();  // slot (contents undefined), or -1
+  void release(int32_t slot);
+  void zero(int32_t slot);
+  void copy(int32_t dst, int32_t src);
+
+  int64_t n_running() const { return n_running_; }
+  int64_t n_snapshot() const { return n_snapshot_; }
+  int64_t n_running_free() const { return static_cast<int64_t>(free_running_.size()); }
+  int64_t n_snapshot_free() const { return static_cast<int64_t>(free_snapshot_.size()); }
+
+ private:
+  int64_t n_running_, n_snapshot_;
+  int64_t conv_floats_, rec_floats_, slot_floats_;
+  std::vector<float> data_;
+  std::vector<int32_t> free_running_, free_snapshot_;
+  std::vector<bool> in_use_;
+};
+
+}  // namespace pe

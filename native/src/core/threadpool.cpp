@@ -1,0 +1,181 @@
+// The global pool behind parallel_for: n_threads - 1 workers plus the calling thread.
+//
+// A job is published by bumping `generation_`; every worker takes part in every job (it grabs
+// chunks from an atomic counter until none is left) and then decrements `pending_`, so the caller
+// knows that nobody touches the job (and the caller's fn) after it returns. Workers spin for a
+// short while before sleeping on a condition variable: decode issues hundreds of small jobs per
+// token, and a futex wake-up per job would cost more than the work.
+#include "core/threadpool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PE_CPU_RELAX() _mm_pause()
+#else
+#define PE_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace pe {
+namespace {
+
+thread_local bool t_inside_job = false;  // set on workers and on a caller while it runs a job
+
+int default_threads() {
+  if (const char* env = std::getenv("PYENGINE_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+class Pool {
+ public:
+  Pool() { start(default_threads()); }
+  ~Pool() { stop(); }
+
+  int size() const { return n_threads_; }
+
+  void resize(int n) {
+    std::lock_guard<std::mutex> submit(submit_mu_);
+    stop();
+    start(n < 1 ? default_threads() : n);
+  }
+
+  void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+    if (n <= 0) return;
+    grain = std::max<int64_t>(grain, 1);
+    const int64_t max_chunks = (n + grain - 1) / grain;
+    if (max_chunks <= 1 || n_threads_ <= 1 || t_inside_job) return fn(0, n);
+    std::unique_lock<std::mutex> submit(submit_mu_, std::try_to_lock);
+    if (!submit.owns_lock()) return fn(0, n);  // busy with another thread's job: run inline
+
+    // A few chunks per thread balance uneven work (causal attention) at little cost.
+    const int64_t n_chunks = std::min<int64_t>(max_chunks, int64_t{4} * n_threads_);
+    fn_ = &fn;
+    n_ = n;
+    n_chunks_ = n_chunks;
+    next_chunk_.store(0, std::memory_order_relaxed);
+    error_ = nullptr;
+    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    if (sleeping_.load(std::memory_order_acquire) > 0) cv_work_.notify_all();
+
+    t_inside_job = true;
+    work();
+    t_inside_job = false;
+
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin < 20000) {
+        PE_CPU_RELAX();
+      } else {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+      }
+    }
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void start(int n) {
+    n_threads_ = std::max(1, n);
+    quit_.store(false);
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      quit_.store(true);
+    }
+    cv_work_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  // Runs chunks of the current job until none is left.
+  void work() {
+    for (;;) {
+      const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+      if (c >= n_chunks_) return;
+      const int64_t begin = n_ * c / n_chunks_, end = n_ * (c + 1) / n_chunks_;
+      try {
+        (*fn_)(begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+  }
+
+  void worker_loop() {
+    t_inside_job = true;  // anything a worker runs is inside a job: nested calls run inline
+    uint64_t seen = generation_.load(std::memory_order_acquire);
+    for (;;) {
+      int spin = 0;
+      while (generation_.load(std::memory_order_acquire) == seen && !quit_.load()) {
+        if (++spin < 20000) {
+          PE_CPU_RELAX();
+          continue;
+        }
+        std::unique_lock<std::mutex> lk(mu_);
+        sleeping_.fetch_add(1);
+        cv_work_.wait(lk, [&] {
+          return generation_.load(std::memory_order_acquire) != seen || quit_.load();
+        });
+        sleeping_.fetch_sub(1);
+        break;
+      }
+      if (quit_.load()) return;
+      seen = generation_.load(std::memory_order_acquire);
+      work();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lk(mu_);
+        cv_done_.notify_one();
+      }
+    }
+  }
+
+  int n_threads_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex submit_mu_;  // one job at a time
+  std::mutex mu_;         // guards sleeping/waking and error_
+  std::condition_variable cv_work_, cv_done_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleeping_{0};
+  std::atomic<bool> quit_{false};
+  std::atomic<int64_t> next_chunk_{0};
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0, n_chunks_ = 0;
+  std::exception_ptr error_;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+}  // namespace
+
+void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_grain) {
+  pool().run(n, fn, min_grain);
+}
+
+int num_threads() { return pool().size(); }
+
+void set_num_threads(int n) { pool().resize(n); }
+
+}  // namespace pe

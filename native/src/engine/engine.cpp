@@ -1,0 +1,323 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "cache/planner.h"
+#include "core/error.h"
+#include "core/threadpool.h"
+#include "kernels/sampling.h"
+
+namespace pe {
+
+static double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+static void check_params(const pe_engine_params& p) {
+  if (p.max_batch < 1) fail(PE_ERR_INVALID_ARGUMENT, "max_batch must be >= 1, got ", p.max_batch);
+  if (p.max_model_len < 2) fail(PE_ERR_INVALID_ARGUMENT, "max_model_len must be >= 2, got ", p.max_model_len);
+  if (p.chunked_prefill_size < 1)
+    fail(PE_ERR_INVALID_ARGUMENT, "chunked_prefill_size must be >= 1, got ", p.chunked_prefill_size);
+  if (p.max_num_batched_tokens < 0)
+    fail(PE_ERR_INVALID_ARGUMENT, "max_num_batched_tokens must be >= 0, got ", p.max_num_batched_tokens);
+  if (p.kv_page_size < 1 || p.kv_page_size > 4096)
+    fail(PE_ERR_INVALID_ARGUMENT, "kv_page_size must be in [1, 4096], got ", p.kv_page_size);
+  if (p.snapshot_interval_pages < 1)
+    fail(PE_ERR_INVALID_ARGUMENT, "snapshot_interval_pages must be >= 1, got ", p.snapshot_interval_pages);
+  if (p.kv_cache_bytes < 0) fail(PE_ERR_INVALID_ARGUMENT, "kv_cache_bytes must be >= 0, got ", p.kv_cache_bytes);
+  if (!(p.gpu_mem_ratio > 0.0f && p.gpu_mem_ratio <= 1.0f))
+    fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
+}
+
+Engine::Engine(Qwen35Model& model, const pe_engine_params& params) : model_(model), params_(params) {
+  check_params(params_);
+  if (params_.num_threads > 0) set_num_threads(params_.num_threads);
+  const ModelConfig& cfg = model_.config();
+  if (params_.max_model_len > cfg.max_positions && cfg.max_positions > 0)
+    fail(PE_ERR_INVALID_ARGUMENT, "max_model_len ", params_.max_model_len, " exceeds the model's max_position_embeddings ",
+         cfg.max_positions);
+  PlanRequest pr;
+  pr.max_batch = params_.max_batch;
+  pr.max_model_len = params_.max_model_len;
+  pr.page_size = params_.kv_page_size;
+  pr.prefix_cache = params_.prefix_cache != 0;
+  pr.budget_bytes = params_.kv_cache_bytes ? params_.kv_cache_bytes : default_cpu_budget(cfg, pr);
+  plan_ = plan_memory(cfg, pr);
+  std::fprintf(stderr, "pyengine: %s\n", describe_plan(plan_).c_str());
+
+  kv_ = std::make_unique<KvPool>(cfg, plan_.kv_pages, plan_.kv_page_size);
+  gdn_ = std::make_unique<GdnPool>(cfg, plan_.gdn_slots, plan_.snapshot_slots);
+  if (params_.prefix_cache && plan_.snapshot_slots > 0)
+    cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
+  SchedulerParams sp;
+  sp.max_batch = params_.max_batch;
+  sp.chunked_prefill_size = params_.chunked_prefill_size;
+  sp.max_num_batched_tokens = params_.max_num_batched_tokens
+                                  ? params_.max_num_batched_tokens
+                                  : params_.chunked_prefill_size + params_.max_batch;
+  sp.cooperative_prefill = params_.cooperative_prefill != 0;
+  sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get());
+  for (int32_t id : params_.eos_token_ids)
+    if (id >= 0) eos_.push_back(id);
+  scratch_.resize(cfg.vocab * 2);
+  scratch_idx_.resize(cfg.vocab);
+  publish_stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> g(in_mu_);
+    stop_ = true;
+  }
+  in_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+uint64_t Engine::add_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp) {
+  const ModelConfig& cfg = model_.config();
+  if (n < 1 || !tokens) fail(PE_ERR_INVALID_ARGUMENT, "prompt is empty");
+  if (n > params_.max_model_len - 1)
+    fail(PE_ERR_INVALID_ARGUMENT, "prompt has ", n, " tokens; max_model_len ", params_.max_model_len,
+         " leaves room for at most ", params_.max_model_len - 1);
+  for (int64_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg.vocab)
+      fail(PE_ERR_INVALID_ARGUMENT, "prompt token ", i, " has id ", tokens[i], " outside the vocabulary [0, ", cfg.vocab, ")");
+  if (!(sp.temperature >= 0.0f) || !std::isfinite(sp.temperature))
+    fail(PE_ERR_INVALID_ARGUMENT, "temperature must be a finite number >= 0, got ", sp.temperature);
+  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) fail(PE_ERR_INVALID_ARGUMENT, "top_p must be in (0, 1], got ", sp.top_p);
+  if (!(sp.min_p >= 0.0f && sp.min_p <= 1.0f)) fail(PE_ERR_INVALID_ARGUMENT, "min_p must be in [0, 1], got ", sp.min_p);
+  if (sp.top_k < 0) fail(PE_ERR_INVALID_ARGUMENT, "top_k must be >= 0, got ", sp.top_k);
+  if (sp.max_tokens < 1) fail(PE_ERR_INVALID_ARGUMENT, "max_tokens must be >= 1, got ", sp.max_tokens);
+  if (!(sp.repetition_penalty > 0.0f) || !std::isfinite(sp.repetition_penalty))
+    fail(PE_ERR_INVALID_ARGUMENT, "repetition_penalty must be > 0, got ", sp.repetition_penalty);
+  if (!std::isfinite(sp.presence_penalty) || !std::isfinite(sp.frequency_penalty))
+    fail(PE_ERR_INVALID_ARGUMENT, "presence_penalty and frequency_penalty must be finite");
+  if (sp.logprobs < -1 || sp.logprobs > PE_MAX_TOP_LOGPROBS)
+    fail(PE_ERR_INVALID_ARGUMENT, "logprobs must be in [-1, ", PE_MAX_TOP_LOGPROBS, "], got ", sp.logprobs);
+  if (sp.n_stop_token_ids < 0 || (sp.n_stop_token_ids > 0 && !sp.stop_token_ids))
+    fail(PE_ERR_INVALID_ARGUMENT, "stop_token_ids: bad count ", sp.n_stop_token_ids);
+
+  auto r = std::make_unique<Request>();
+  r->id = next_id_++;
+  r->tokens.assign(tokens, tokens + n);
+  r->n_prompt = n;
+  r->sampling.temperature = sp.temperature;
+  r->sampling.top_p = sp.top_p;
+  r->sampling.top_k = sp.top_k;
+  r->sampling.min_p = sp.min_p;
+  r->sampling.seed = sp.seed;
+  r->sampling.presence_penalty = sp.presence_penalty;
+  r->sampling.frequency_penalty = sp.frequency_penalty;
+  r->sampling.repetition_penalty = sp.repetition_penalty;
+  r->max_tokens = sp.max_tokens;
+  r->ignore_eos = sp.ignore_eos != 0;
+  r->stop_ids.assign(sp.stop_token_ids, sp.stop_token_ids + sp.n_stop_token_ids);
+  r->logprobs = sp.logprobs;
+  uint64_t id = r->id;
+  {
+    std::lock_guard<std::mutex> g(in_mu_);
+    inbox_.push_back(std::move(r));
+  }
+  in_cv_.notify_all();
+  return id;
+}
+
+void Engine::cancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> g(in_mu_);
+    cancels_.push_back(id);
+  }
+  in_cv_.notify_all();
+}
+
+// Events of a step are held until the step's stats are published, so a caller that sees a
+// request's FINISHED event also sees its pages and slot back in stats().
+void Engine::push_event(const pe_event& ev) { pending_.push_back(ev); }
+
+void Engine::flush_events() {
+  if (pending_.empty()) return;
+  {
+    std::lock_guard<std::mutex> g(out_mu_);
+    for (const pe_event& ev : pending_) events_.push_back(ev);
+  }
+  pending_.clear();
+  out_cv_.notify_all();
+}
+
+int32_t Engine::poll(pe_event* out, int32_t max_events, int32_t timeout_ms) {
+  std::unique_lock<std::mutex> lk(out_mu_);
+  if (events_.empty() && timeout_ms > 0)
+    out_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), [&] { return !events_.empty(); });
+  int32_t n = 0;
+  while (n < max_events && !events_.empty()) {
+    out[n++] = events_.front();
+    events_.pop_front();
+  }
+  return n;
+}
+
+void Engine::finish(Request* r, int32_t reason, const char* message) {
+  pe_event ev{};
+  ev.request_id = r->id;
+  ev.kind = PE_EVENT_FINISHED;
+  ev.finish_reason = reason;
+  ev.step = steps_;
+  ev.time = now_seconds();
+  ev.prompt_tokens = r->n_prompt;
+  ev.cached_tokens = r->n_cached;
+  if (message) std::snprintf(ev.error_message, sizeof(ev.error_message), "%s", message);
+  sched_->remove(r);
+  push_event(ev);
+}
+
+void Engine::drain_inbox() {
+  std::vector<std::unique_ptr<Request>> adds;
+  std::vector<uint64_t> cancels;
+  {
+    std::lock_guard<std::mutex> g(in_mu_);
+    while (!inbox_.empty()) {
+      adds.push_back(std::move(inbox_.front()));
+      inbox_.pop_front();
+    }
+    cancels.swap(cancels_);
+  }
+  for (auto& r : adds) sched_->add(std::move(r));
+  for (uint64_t id : cancels)
+    if (Request* r = sched_->find(id)) finish(r, PE_FINISH_CANCELLED);
+}
+
+void Engine::sample_and_emit(Request& r, const float* logits, int64_t step, std::vector<Request*>& finished) {
+  const int64_t V = model_.config().vocab;
+  float* work = scratch_.data();
+  float* probs = scratch_.data() + V;
+  std::memcpy(work, logits, sizeof(float) * V);
+  cpu::apply_penalties(work, V, r.sampling, r.tokens.data(), r.n_prompt, r.tokens.data() + r.n_prompt,
+                       r.n_generated());
+  const float u = uniform_at(r.sampling.seed, static_cast<uint64_t>(r.n_generated()));
+  const int32_t tok = cpu::sample(work, V, r.sampling, u, probs, scratch_idx_.data());
+
+  pe_event ev{};
+  ev.request_id = r.id;
+  ev.kind = PE_EVENT_TOKEN;
+  ev.token = tok;
+  ev.step = step;
+  ev.time = now_seconds();
+  if (r.logprobs >= 0) {
+    // Logprobs of the model's own distribution (raw logits: before penalties and temperature).
+    ev.n_top = r.logprobs;
+    cpu::logprobs(logits, V, tok, r.logprobs, &ev.logprob, ev.top_ids, ev.top_logprobs);
+  }
+  push_event(ev);
+  r.tokens.push_back(tok);
+  ++generated_tokens_;
+
+  const bool is_eos = std::find(eos_.begin(), eos_.end(), tok) != eos_.end();
+  const bool is_stop = std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end();
+  if ((is_eos && !r.ignore_eos) || is_stop || r.n_generated() >= r.max_tokens ||
+      static_cast<int64_t>(r.tokens.size()) >= params_.max_model_len)
+    finished.push_back(&r);
+}
+
+void Engine::run_step() {
+  std::vector<ScheduledChunk> chunks = sched_->schedule();
+  if (chunks.empty()) {
+    // Nothing can run and nothing running will free memory: the head request can never fit.
+    const auto& w = sched_->waiting();
+    const auto& run = sched_->running();
+    Request* r = !run.empty() ? run.front().get() : !w.empty() ? w.front().get() : nullptr;
+    if (r) finish(r, PE_FINISH_ERROR, "request cannot be scheduled: not enough KV pages or GDN slots");
+    return;
+  }
+  Batch batch;
+  for (const ScheduledChunk& c : chunks) {
+    Request& r = *c.req;
+    SeqChunk s;
+    s.n_past = r.n_computed;
+    s.n_new = c.n_tokens;
+    s.gdn_slot = r.gdn_slot;
+    s.page_table = r.pages.data();
+    s.logits = r.n_computed + c.n_tokens == static_cast<int64_t>(r.tokens.size()) ? LogitsMode::Last : LogitsMode::None;
+    for (const SnapshotPoint& p : c.snapshots) s.snapshots.emplace_back(p.offset, p.slot);
+    batch.tokens.insert(batch.tokens.end(), r.tokens.begin() + r.n_computed,
+                        r.tokens.begin() + r.n_computed + c.n_tokens);
+    batch.seqs.push_back(std::move(s));
+  }
+  try {
+    model_.forward(batch, *kv_, *gdn_, result_);
+  } catch (const std::exception& e) {
+    sched_->abandon(chunks);
+    for (const ScheduledChunk& c : chunks) finish(c.req, PE_FINISH_ERROR, e.what());
+    return;
+  }
+  for (const ScheduledChunk& c : chunks)
+    prompt_tokens_ += std::max<int64_t>(0, std::min(c.req->n_prompt, c.req->n_computed + c.n_tokens) - c.req->n_computed);
+  sched_->commit(chunks);
+  const int64_t step = steps_++;
+  const int64_t V = model_.config().vocab;
+  std::vector<Request*> finished;
+  for (size_t i = 0; i < chunks.size(); ++i)
+    if (batch.seqs[i].logits == LogitsMode::Last)
+      sample_and_emit(*chunks[i].req, result_.logits.data() + result_.logit_row_begin[i] * V, step, finished);
+  for (Request* r : finished) {
+    const bool length = r->n_generated() >= r->max_tokens || static_cast<int64_t>(r->tokens.size()) >= params_.max_model_len;
+    const int32_t last = r->tokens.back();
+    const bool stopped = std::find(r->stop_ids.begin(), r->stop_ids.end(), last) != r->stop_ids.end() ||
+                         (!r->ignore_eos && std::find(eos_.begin(), eos_.end(), last) != eos_.end());
+    finish(r, stopped || !length ? PE_FINISH_STOP : PE_FINISH_LENGTH);
+  }
+}
+
+void Engine::publish_stats() {
+  pe_engine_stats s{};
+  s.running = static_cast<int32_t>(sched_->n_running());
+  s.waiting = static_cast<int32_t>(sched_->n_waiting());
+  s.steps = steps_;
+  s.kv_pages_total = kv_->n_pages();
+  s.kv_pages_cached = cache_ ? cache_->n_pages_held() : 0;
+  s.kv_pages_free = kv_->n_free() + s.kv_pages_cached;
+  s.gdn_slots_total = gdn_->n_running();
+  s.gdn_slots_free = gdn_->n_running_free();
+  s.snapshot_slots_total = gdn_->n_snapshot();
+  s.snapshot_slots_used = gdn_->n_snapshot() - gdn_->n_snapshot_free();
+  s.prefix_cache_hit_tokens = cache_ ? cache_->hit_tokens() : 0;
+  s.prompt_tokens = prompt_tokens_;
+  s.generated_tokens = generated_tokens_;
+  std::lock_guard<std::mutex> g(stats_mu_);
+  stats_ = s;
+}
+
+pe_engine_stats Engine::stats() {
+  std::lock_guard<std::mutex> g(stats_mu_);
+  pe_engine_stats s = stats_;
+  return s;
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(in_mu_);
+      in_cv_.wait(lk, [&] {
+        return stop_ || !inbox_.empty() || !cancels_.empty() || sched_->n_running() > 0 || sched_->n_waiting() > 0;
+      });
+      if (stop_) break;
+    }
+    drain_inbox();
+    if (sched_->n_running() > 0 || sched_->n_waiting() > 0) run_step();
+    publish_stats();
+    flush_events();
+  }
+  // Shutdown: every request still known ends as cancelled.
+  drain_inbox();
+  while (!sched_->running().empty()) finish(sched_->running().front().get(), PE_FINISH_CANCELLED);
+  while (!sched_->waiting().empty()) finish(sched_->waiting().front().get(), PE_FINISH_CANCELLED);
+  publish_stats();
+  flush_events();
+}
+
+}  // namespace pe

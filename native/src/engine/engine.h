@@ -1,0 +1,75 @@
+// The engine: a thread that loops schedule -> forward -> sample -> events over a model, with a
+// thread-safe inbox (add, cancel) and outbox (events) for the C API.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cache/gdn_pool.h"
+#include "cache/kv_pool.h"
+#include "cache/prefix_cache.h"
+#include "engine/scheduler.h"
+#include "model/qwen35.h"
+#include "pyengine.h"
+
+namespace pe {
+
+class Engine {
+ public:
+  Engine(Qwen35Model& model, const pe_engine_params& params);
+  ~Engine();
+
+  uint64_t add_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp);
+  void cancel(uint64_t id);
+  int32_t poll(pe_event* out, int32_t max_events, int32_t timeout_ms);
+  pe_engine_stats stats();
+  const pe_memory_plan& plan() const { return plan_; }
+
+ private:
+  void loop();
+  void drain_inbox();
+  void run_step();
+  void sample_and_emit(Request& r, const float* logits, int64_t step, std::vector<Request*>& finished);
+  void finish(Request* r, int32_t reason, const char* message = nullptr);
+  void push_event(const pe_event& ev);
+  void flush_events();
+  void publish_stats();
+
+  Qwen35Model& model_;
+  pe_engine_params params_;
+  pe_memory_plan plan_{};
+  std::unique_ptr<KvPool> kv_;
+  std::unique_ptr<GdnPool> gdn_;
+  std::unique_ptr<PrefixCache> cache_;
+  std::unique_ptr<Scheduler> sched_;
+  std::vector<int32_t> eos_;
+
+  std::mutex in_mu_;
+  std::condition_variable in_cv_;
+  std::deque<std::unique_ptr<Request>> inbox_;
+  std::vector<uint64_t> cancels_;
+  std::atomic<uint64_t> next_id_{1};
+  bool stop_ = false;
+
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;
+  std::deque<pe_event> events_;
+  std::vector<pe_event> pending_;  // engine thread only
+
+  std::mutex stats_mu_;
+  pe_engine_stats stats_{};
+
+  int64_t steps_ = 0;
+  int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  ForwardResult result_;
+  std::vector<float> scratch_;
+  std::vector<int32_t> scratch_idx_;
+  std::thread thread_;
+};
+
+}  // namespace pe

@@ -1,0 +1,183 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "cache/prefix_cache.h"
+#include "core/error.h"
+
+namespace pe {
+
+Scheduler::Scheduler(const SchedulerParams& p, KvPool& kv, GdnPool& gdn, PrefixCache* cache)
+    : p_(p), kv_(kv), gdn_(gdn), cache_(cache) {}
+
+void Scheduler::add(std::unique_ptr<Request> r) { waiting_.push_back(std::move(r)); }
+
+Request* Scheduler::find(uint64_t id) {
+  for (auto& r : running_)
+    if (r->id == id) return r.get();
+  for (auto& r : waiting_)
+    if (r->id == id) return r.get();
+  return nullptr;
+}
+
+void Scheduler::release(Request& r) {
+  for (int32_t page : r.pages) kv_.unref(page);
+  r.pages.clear();
+  if (r.gdn_slot >= 0) gdn_.release(r.gdn_slot);
+  r.gdn_slot = -1;
+}
+
+std::unique_ptr<Request> Scheduler::remove(Request* r) {
+  std::unique_ptr<Request> out;
+  auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == r; });
+  if (it != running_.end()) {
+    out = std::move(*it);
+    running_.erase(it);
+  } else {
+    auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](auto& p) { return p.get() == r; });
+    if (w == waiting_.end()) fail(PE_ERR_INTERNAL, "request ", r->id, " not in the scheduler");
+    out = std::move(*w);
+    waiting_.erase(w);
+  }
+  if (cache_) cache_->on_finished(*out);
+  release(*out);
+  return out;
+}
+
+bool Scheduler::ensure_pages(Request& r, int64_t n_tokens) {
+  const int64_t need = (r.n_computed + n_tokens + kv_.page_size() - 1) / kv_.page_size();
+  while (static_cast<int64_t>(r.pages.size()) < need) {
+    int32_t page = kv_.alloc();
+    if (page < 0 && cache_) {
+      cache_->evict_pages(need - static_cast<int64_t>(r.pages.size()));
+      page = kv_.alloc();
+    }
+    if (page < 0) return false;
+    r.pages.push_back(page);
+  }
+  return true;
+}
+
+void Scheduler::preempt(Request* victim) {
+  auto it = std::find_if(running_.begin(), running_.end(), [&](auto& p) { return p.get() == victim; });
+  std::unique_ptr<Request> r = std::move(*it);
+  running_.erase(it);
+  release(*r);
+  r->n_blocks_offered = 0;
+  r->n_computed = 0;  // recomputed from its tokens (prompt + generated) when admitted again
+  waiting_.push_front(std::move(r));
+  ++preemptions_;
+}
+
+Request* Scheduler::newest_after(const Request* r) {
+  Request* victim = nullptr;
+  for (auto& q : running_)
+    if (q->admitted_order > r->admitted_order && (!victim || q->admitted_order > victim->admitted_order))
+      victim = q.get();
+  return victim;
+}
+
+bool Scheduler::admit_front() {
+  if (waiting_.empty() || static_cast<int64_t>(running_.size()) >= p_.max_batch) return false;
+  Request& r = *waiting_.front();
+  int32_t slot = gdn_.alloc_running();
+  if (slot < 0) return false;
+  r.gdn_slot = slot;
+  if (cache_) cache_->attach(r);
+  r.admitted_order = ++admitted_;
+  running_.push_back(std::move(waiting_.front()));
+  waiting_.pop_front();
+  return true;
+}
+
+std::vector<ScheduledChunk> Scheduler::schedule() {
+  std::vector<ScheduledChunk> out;
+  int64_t budget = p_.max_num_batched_tokens;
+
+  // Blocking mode: a prefill in progress owns the step.
+  if (!p_.cooperative_prefill) {
+    for (auto& r : running_)
+      if (r->n_remaining() > 1 && r->n_computed > 0) {
+        int64_t n = std::min({r->n_remaining(), p_.chunked_prefill_size, budget});
+        if (ensure_pages(*r, n)) out.push_back({r.get(), n, {}});
+        if (cache_ && !out.empty()) out[0].snapshots = cache_->plan_snapshots(*r, n);
+        return out;
+      }
+  }
+
+  // 1. Decode tokens of running requests whose prompt is done (oldest first).
+  std::sort(running_.begin(), running_.end(),
+            [](auto& a, auto& b) { return a->admitted_order < b->admitted_order; });
+  // Pages for a decode token come from newer requests first (preempted), never from older ones.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i].get();
+    if (r->n_remaining() != 1 || r->n_computed == 0) {
+      ++i;
+      continue;
+    }
+    bool ok = ensure_pages(*r, 1);
+    while (!ok) {
+      Request* victim = newest_after(r);
+      if (!victim) break;
+      preempt(victim);
+      ok = ensure_pages(*r, 1);
+    }
+    if (!ok) {
+      if (running_.size() > 1) preempt(r);  // running_[i] is now the next request
+      else ++i;
+      continue;
+    }
+    out.push_back({r, 1, {}});
+    --budget;
+    ++i;
+  }
+
+  // 2. Admit waiting requests in arrival order while a slot is free.
+  if (p_.cooperative_prefill || out.empty()) {
+    bool prefill_running = false;
+    for (auto& r : running_) prefill_running |= r->n_remaining() > 1;
+    while (budget > 0 && (p_.cooperative_prefill || !prefill_running) && admit_front()) {
+      if (!p_.cooperative_prefill) prefill_running = running_.back()->n_remaining() > 1;
+    }
+  }
+
+  // 3. Prefill chunks, shortest remaining first.
+  std::vector<Request*> prefills;
+  for (auto& r : running_)
+    if (r->n_remaining() > 1 || (r->n_remaining() == 1 && r->n_computed == 0)) prefills.push_back(r.get());
+  std::stable_sort(prefills.begin(), prefills.end(),
+                   [](Request* a, Request* b) { return a->n_remaining() < b->n_remaining(); });
+  for (Request* r : prefills) {
+    if (budget <= 0) break;
+    if (!p_.cooperative_prefill && !out.empty()) break;
+    bool scheduled = std::any_of(out.begin(), out.end(), [&](auto& c) { return c.req == r; });
+    if (scheduled) continue;
+    int64_t n = std::min({r->n_remaining(), p_.chunked_prefill_size, budget});
+    if (!ensure_pages(*r, n)) {
+      // Keep what fits; a chunk of zero pages waits for pages to free up.
+      int64_t fits = static_cast<int64_t>(r->pages.size()) * kv_.page_size() - r->n_computed;
+      n = std::min(n, fits);
+      if (n <= 0) continue;
+    }
+    out.push_back({r, n, {}});
+    budget -= n;
+  }
+  if (cache_)
+    for (ScheduledChunk& c : out) c.snapshots = cache_->plan_snapshots(*c.req, c.n_tokens);
+  return out;
+}
+
+void Scheduler::abandon(const std::vector<ScheduledChunk>& chunks) {
+  for (const ScheduledChunk& c : chunks)
+    for (const SnapshotPoint& s : c.snapshots) cache_->release_snapshot(s.slot);
+}
+
+void Scheduler::commit(const std::vector<ScheduledChunk>& chunks) {
+  for (const ScheduledChunk& c : chunks) {
+    const int64_t start = c.req->n_computed;
+    c.req->n_computed += c.n_tokens;
+    if (cache_) cache_->on_computed(*c.req, c.snapshots, start);
+  }
+}
+
+}  // namespace pe

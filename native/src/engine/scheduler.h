@@ -1,0 +1,74 @@
+// Token-budget scheduler: one mechanism, no phases.
+//
+// Each step takes one decode token of every running request whose prompt is done, then fills
+// the rest of the token budget with prefill chunks (at most chunked_prefill_size tokens per
+// request), shortest remaining prefill first, admitting waiting requests in arrival order while
+// a GDN slot and KV pages are free. With cooperative_prefill off, a request in the middle of its
+// prefill has the step to itself until its prompt is done (the old blocking behaviour, kept for
+// A/B measurement). When KV pages run out, the newest running request is preempted: its pages
+// and slot are freed and it waits again to recompute (its generated tokens are kept).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "cache/gdn_pool.h"
+#include "cache/kv_pool.h"
+#include "cache/prefix_cache.h"
+#include "engine/request.h"
+
+namespace pe {
+
+struct SchedulerParams {
+  int64_t max_batch = 8;
+  int64_t chunked_prefill_size = 512;
+  int64_t max_num_batched_tokens = 520;
+  bool cooperative_prefill = true;
+};
+
+struct ScheduledChunk {
+  Request* req;
+  int64_t n_tokens;  // tokens[n_computed, n_computed + n_tokens) run this step
+  std::vector<SnapshotPoint> snapshots;  // GDN state copies to take inside the chunk
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerParams& p, KvPool& kv, GdnPool& gdn, PrefixCache* cache);
+
+  void add(std::unique_ptr<Request> r);
+  // Plans one step: allocates slots and pages for the chunks it returns.
+  std::vector<ScheduledChunk> schedule();
+  // After the forward: the chunks' tokens are now computed (and offered to the prefix cache).
+  void commit(const std::vector<ScheduledChunk>& chunks);
+  // Returns the snapshot slots of chunks that will not run (the step failed).
+  void abandon(const std::vector<ScheduledChunk>& chunks);
+  // Removes a request (finished or cancelled), releases its slot and pages.
+  std::unique_ptr<Request> remove(Request* r);
+  Request* find(uint64_t id);
+
+  int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  const std::vector<std::unique_ptr<Request>>& running() const { return running_; }
+  const std::deque<std::unique_ptr<Request>>& waiting() const { return waiting_; }
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  bool admit_front();
+  bool ensure_pages(Request& r, int64_t n_tokens);
+  void preempt(Request* victim);
+  Request* newest_after(const Request* r);
+  void release(Request& r);
+
+  SchedulerParams p_;
+  KvPool& kv_;
+  GdnPool& gdn_;
+  PrefixCache* cache_;
+  std::deque<std::unique_ptr<Request>> waiting_;
+  std::vector<std::unique_ptr<Request>> running_;
+  int64_t admitted_ = 0;
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace pe

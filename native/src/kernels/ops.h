@@ -1,0 +1,118 @@
+// CPU reference ops of the Qwen3.5 hybrid forward.
+//
+// Every op works on raw pointers to row-major fp32 activations (the CPU backend computes in fp32:
+// it is the reference for every other backend). Weights may be stored smaller (WeightView).
+// Ops are multithreaded through core/threadpool.h where the work is large enough; none allocates
+// on the heap per call except where noted. x and out may alias only where a comment says so.
+// Each op lives in its own file under kernels/cpu/ and has a C-level test against a naive
+// reference in native/tests/test_ops_*.cpp.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pe {
+
+// A 2-D weight matrix [rows = out_features, cols = in_features], row-major.
+// FP8_E4M3 weights carry block scales: W[i,j] = fp8(W[i,j]) * block_scale[(i/block)*n_col_blocks + j/block]
+// with n_col_blocks = ceil(cols / block) (the checkpoints' weight_scale_inv, converted to fp32).
+struct WeightView {
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;
+  const float* block_scale = nullptr;  // FP8 only
+  int64_t block = 128;
+};
+
+namespace cpu {
+
+// out[n, table.cols] = table[ids[i], :] converted to fp32. Ids are checked by the caller.
+void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out);
+
+// RMSNorm over rows of `dim`: y = x * rsqrt(mean(x^2) + eps) * (offset ? (1 + w) : w).
+// x and out may alias. Used per token (dim = H) and per head (dim = head_dim).
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, bool offset,
+              float* out);
+
+// Gated RMSNorm of the GDN output: y = x * rsqrt(mean(x^2) + eps) * w * silu(z), rows of `dim`.
+// x and out may alias.
+void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
+                    float eps, float* out);
+
+// out[n, w.rows] = x[n, w.cols] * W^T, fp32 accumulation; W converted inside the kernel
+// (F32, F16, BF16, FP8_E4M3 with block scales). x and out must not alias.
+void linear(const float* x, int64_t n, const WeightView& w, float* out);
+
+// Partial NeoX RoPE in place on x[n_tokens, n_heads, head_dim] (row stride `token_stride`
+// floats between tokens, heads contiguous). Only the first rot_dim dims rotate:
+// for i < rot_dim/2: angle = pos * theta^(-2i/rot_dim),
+// y[i] = x[i] cos - x[i + rot_dim/2] sin, y[i + rot_dim/2] = x[i + rot_dim/2] cos + x[i] sin.
+void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,
+               int64_t rot_dim, const int32_t* pos, float theta);
+
+// Paged KV cache of one attention layer: page p holds page_size tokens, each
+// [n_kv_heads, head_dim] for K and for V, stored as `dtype` (F32 today; quantized dtypes later).
+// Token t of a sequence lives in page page_table[t / page_size], row t % page_size.
+struct PagedKV {
+  DType dtype = DType::F32;
+  void* k = nullptr;  // [n_pages, page_size, n_kv_heads, head_dim]
+  void* v = nullptr;
+  int64_t page_size = 0, n_kv_heads = 0, head_dim = 0;
+};
+
+// Writes k, v [n, n_kv_heads, head_dim] for token positions start_pos .. start_pos + n - 1.
+void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, int64_t n,
+              const float* k, const float* v);
+
+// Causal GQA attention of n_q new queries q[n_q, n_heads, head_dim] at positions
+// q_start_pos .. q_start_pos + n_q - 1 over the sequence's cached keys 0 .. q_start_pos + n_q - 1
+// (already written with kv_write). Query head h uses KV head h / (n_heads / n_kv_heads).
+// softmax(scale * q.k) in fp32. If gate is not null ([n_q, n_heads, head_dim], same layout as
+// out) the output is multiplied by sigmoid(gate). out [n_q, n_heads, head_dim].
+void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                     const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
+                     float* out);
+
+// Causal depthwise conv1d + SiLU over n rows of C channels with a kernel of width K.
+// u [n, C] (row stride u_stride), w [C, K], state [K-1, C] (oldest row first) holds the raw inputs
+// before u[0] (zeros for a new sequence) and is updated to the last K-1 raw rows.
+// out[t, c] = silu(sum_j w[c, j] * x[t - (K-1) + j, c]) where x = [state; u]. out [n, C] dense.
+// Works for n == 1 (decode step) and n > 1 (prefill).
+void conv1d_causal(const float* u, int64_t n, int64_t u_stride, int64_t C, const float* w, int64_t K,
+                   float* state, float* out);
+
+// In place: x[n_rows, dim] -> x / sqrt(sum(x^2) + eps) * scale.
+void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale);
+
+// GDN gates per token t and value head h: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias).
+// a, b [n, n_heads] (row stride ab_stride); outputs g, beta [n, n_heads] dense.
+void gdn_gates(const float* a, const float* b, int64_t ab_stride, int64_t n, int64_t n_heads,
+               const float* A_log, const float* dt_bias, float* g, float* beta);
+
+// Gated delta rule over n tokens of one sequence, state S [Hv, dk, dv] fp32 in/out.
+// q, k [n, Hk, dk] (row stride qk_stride floats; q already l2-normed and scaled, k l2-normed),
+// v [n, Hv, dv] (row stride v_stride), g, beta [n, Hv]; value head h uses key head h / (Hv / Hk).
+// Per token: S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q. out [n, Hv, dv] dense.
+struct GdnArgs {
+  const float* q; const float* k; int64_t qk_stride;
+  const float* v; int64_t v_stride;
+  const float* g; const float* beta;
+  int64_t n, Hk, Hv, dk, dv;
+  float* state;
+  float* out;
+};
+// Token by token (decode, and the reference).
+void gdn_recurrent(const GdnArgs& a);
+// Chunked form (chunk tokens per block, 64 by default; equal to gdn_recurrent in exact arithmetic).
+void gdn_chunked(const GdnArgs& a, int64_t chunk = 64);
+
+// SwiGLU: gate_up [n, 2I] (gate in the first I columns, up in the next I) -> out [n, I] =
+// silu(gate) * up.
+void swiglu(const float* gate_up, int64_t n, int64_t I, float* out);
+
+// out[i] = a[i] + b[i] (residual add); out may alias a.
+void add(const float* a, const float* b, int64_t n, float* out);
+
+}  // namespace cpu
+}  // namespace pe

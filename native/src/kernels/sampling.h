@@ -1,0 +1,43 @@
+// Sampling and logprobs on fp32 logits of one sequence (CPU reference).
+//
+// Randomness is counter based: the caller draws u = uniform_at(seed, index) for the index of the
+// token being sampled, so the same seed gives the same tokens whatever the batch or step layout.
+#pragma once
+#include <cstdint>
+
+namespace pe {
+
+struct SamplingConfig {
+  float temperature = 0.0f;   // 0: greedy (argmax, lowest id on ties)
+  int32_t top_k = 0;          // 0: off
+  float top_p = 1.0f;         // 1: off
+  float min_p = 0.0f;         // 0: off (keep tokens with p >= min_p * p_max)
+  float presence_penalty = 0.0f;    // on generated tokens (OpenAI semantics)
+  float frequency_penalty = 0.0f;   // on generated tokens, times their count
+  float repetition_penalty = 1.0f;  // on prompt + generated tokens (HF/vLLM semantics)
+  uint64_t seed = 0;
+};
+
+// A uniform float in [0, 1) from (seed, counter): splitmix64-style hash, stateless.
+float uniform_at(uint64_t seed, uint64_t counter);
+
+namespace cpu {
+
+// In place on logits[V]: repetition penalty over tokens in prompt_ids or out_ids
+// (logit > 0 ? logit / rp : logit * rp), then presence and frequency penalties over out_ids.
+void apply_penalties(float* logits, int64_t V, const SamplingConfig& p, const int32_t* prompt_ids,
+                     int64_t n_prompt, const int32_t* out_ids, int64_t n_out);
+
+// Picks a token from logits[V] (not modified): greedy when temperature == 0, otherwise
+// softmax(logits / T), then top-k, then top-p (smallest set with mass >= top_p), then min-p,
+// renormalized, and inverse-CDF with u in [0, 1). scratch: V floats, scratch_idx: V ints.
+int32_t sample(const float* logits, int64_t V, const SamplingConfig& p, float u, float* scratch,
+               int32_t* scratch_idx);
+
+// log_softmax(logits)[token] -> *token_logprob, and the n_top most likely (ids, logprobs),
+// descending, ties by lower id. n_top may be 0.
+void logprobs(const float* logits, int64_t V, int32_t token, int32_t n_top, float* token_logprob,
+              int32_t* top_ids, float* top_logprobs);
+
+}  // namespace cpu
+}  // namespace pe

@@ -1,0 +1,238 @@
+#include "model/qwen35.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace pe {
+
+struct Qwen35Model::LayerViews {
+  bool full = false;
+  const float* input_norm = nullptr;
+  const float* post_norm = nullptr;
+  WeightView gate, up, down;
+  // attention
+  WeightView q, k, v, o;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  // GDN
+  WeightView qkv, z, b, a, out;
+  const float* conv = nullptr;  // [conv_dim, K]
+  const float* dt_bias = nullptr;
+  const float* A_log = nullptr;
+  const float* norm = nullptr;
+};
+
+// Activation buffers, grown to the largest batch seen (no allocation per step once warm).
+struct Qwen35Model::Workspace {
+  std::vector<float> x, h, mix, t0, t1, t2, t3, t4, t5;
+  std::vector<int32_t> pos;
+  static float* get(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    return v.data();
+  }
+};
+
+Qwen35Model::Qwen35Model(const ModelConfig& cfg) : cfg_(cfg), weights_(cfg_), ws_(new Workspace) {}
+Qwen35Model::~Qwen35Model() = default;
+
+void Qwen35Model::finalize() {
+  weights_.finalize();
+  layers_.clear();
+  for (int64_t i = 0; i < cfg_.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    LayerViews L;
+    L.full = cfg_.is_full_attention[i];
+    L.input_norm = weights_.vec(p + "input_layernorm.weight");
+    L.post_norm = weights_.vec(p + "post_attention_layernorm.weight");
+    L.gate = weights_.matrix(p + "mlp.gate_proj.weight");
+    L.up = weights_.matrix(p + "mlp.up_proj.weight");
+    L.down = weights_.matrix(p + "mlp.down_proj.weight");
+    if (L.full) {
+      const std::string a = p + "self_attn.";
+      L.q = weights_.matrix(a + "q_proj.weight");
+      L.k = weights_.matrix(a + "k_proj.weight");
+      L.v = weights_.matrix(a + "v_proj.weight");
+      L.o = weights_.matrix(a + "o_proj.weight");
+      L.q_norm = weights_.vec(a + "q_norm.weight");
+      L.k_norm = weights_.vec(a + "k_norm.weight");
+    } else {
+      const std::string g = p + "linear_attn.";
+      L.qkv = weights_.matrix(g + "in_proj_qkv.weight");
+      L.z = weights_.matrix(g + "in_proj_z.weight");
+      L.b = weights_.matrix(g + "in_proj_b.weight");
+      L.a = weights_.matrix(g + "in_proj_a.weight");
+      L.out = weights_.matrix(g + "out_proj.weight");
+      L.conv = weights_.vec(g + "conv1d.weight");
+      L.dt_bias = weights_.vec(g + "dt_bias");
+      L.A_log = weights_.vec(g + "A_log");
+      L.norm = weights_.vec(g + "norm.weight");
+    }
+    layers_.push_back(L);
+  }
+}
+
+void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, GdnPool& gdn,
+                            const float* x, float* out, Workspace& ws) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t C = c.conv_dim(), Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
+  float* u = Workspace::get(ws.t0, T * C);       // in_proj_qkv, raw (pre-conv)
+  float* y = Workspace::get(ws.t1, T * C);       // after conv + SiLU: q | k | v
+  float* z = Workspace::get(ws.t2, T * Hv * dv);
+  float* ab = Workspace::get(ws.t3, T * Hv * 4);  // a | b | g | beta, each [T, Hv]
+  float* a = ab;
+  float* bb = ab + T * Hv;
+  float* g = ab + 2 * T * Hv;
+  float* beta = ab + 3 * T * Hv;
+  float* o = Workspace::get(ws.t4, T * Hv * dv);
+  cpu::linear(x, T, L.qkv, u);
+  cpu::linear(x, T, L.z, z);
+  cpu::linear(x, T, L.a, a);
+  cpu::linear(x, T, L.b, bb);
+  cpu::gdn_gates(a, bb, Hv, T, Hv, L.A_log, L.dt_bias, g, beta);
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  int64_t r0 = 0;
+  const int64_t conv_floats = (c.conv_kernel - 1) * C, rec_floats = Hv * dk * dv;
+  for (const SeqChunk& s : b.seqs) {
+    // Split the chunk at snapshot points; each piece continues from the state the last left.
+    int64_t done = 0;
+    auto run_piece = [&](int64_t n) {
+      if (n <= 0) return;
+      const int64_t p0 = r0 + done;
+      cpu::conv1d_causal(u + p0 * C, n, C, C, L.conv, c.conv_kernel, gdn.conv_state(s.gdn_slot, gi), y + p0 * C);
+      for (int64_t t = p0; t < p0 + n; ++t) {
+        cpu::l2_norm(y + t * C, Hk, dk, 1e-6f, q_scale);
+        cpu::l2_norm(y + t * C + Hk * dk, Hk, dk, 1e-6f, 1.0f);
+      }
+      cpu::GdnArgs args{y + p0 * C,  y + p0 * C + Hk * dk, C,  y + p0 * C + 2 * Hk * dk, C,
+                        g + p0 * Hv, beta + p0 * Hv,        n,  Hk, Hv, dk, dv,
+                        gdn.recurrent_state(s.gdn_slot, gi), o + p0 * Hv * dv};
+      if (n > 1)
+        cpu::gdn_chunked(args);
+      else
+        cpu::gdn_recurrent(args);
+      done += n;
+    };
+    for (const auto& [offset, slot] : s.snapshots) {
+      run_piece(offset - done);
+      std::memcpy(gdn.conv_state(slot, gi), gdn.conv_state(s.gdn_slot, gi), sizeof(float) * conv_floats);
+      std::memcpy(gdn.recurrent_state(slot, gi), gdn.recurrent_state(s.gdn_slot, gi), sizeof(float) * rec_floats);
+    }
+    run_piece(s.n_new - done);
+    r0 += s.n_new;
+  }
+  cpu::rms_norm_gated(o, z, L.norm, T * Hv, dv, c.eps, o);
+  cpu::linear(o, T, L.out, out);
+}
+
+void Qwen35Model::mixer_attention(const LayerViews& L, int64_t ai, const Batch& b, KvPool& kv,
+                                  const float* x, float* out, Workspace& ws) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t Hq = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
+  float* qg = Workspace::get(ws.t0, T * Hq * 2 * D);
+  float* q = Workspace::get(ws.t1, T * Hq * D);
+  float* gate = Workspace::get(ws.t2, T * Hq * D);
+  float* kb = Workspace::get(ws.t3, T * Hkv * D * 2);
+  float* vb = kb + T * Hkv * D;
+  float* o = Workspace::get(ws.t4, T * Hq * D);
+  cpu::linear(x, T, L.q, qg);
+  cpu::linear(x, T, L.k, kb);
+  cpu::linear(x, T, L.v, vb);
+  // q_proj rows per head: D query rows then D gate rows.
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < Hq; ++h) {
+      std::memcpy(q + (t * Hq + h) * D, qg + (t * Hq + h) * 2 * D, sizeof(float) * D);
+      std::memcpy(gate + (t * Hq + h) * D, qg + (t * Hq + h) * 2 * D + D, sizeof(float) * D);
+    }
+  cpu::rms_norm(q, L.q_norm, T * Hq, D, c.eps, true, q);
+  cpu::rms_norm(kb, L.k_norm, T * Hkv, D, c.eps, true, kb);
+  int32_t* pos = ws.pos.data();
+  cpu::rope_neox(q, T, Hq * D, Hq, D, c.rot_dim, pos, c.rope_theta);
+  cpu::rope_neox(kb, T, Hkv * D, Hkv, D, c.rot_dim, pos, c.rope_theta);
+  cpu::PagedKV layer = kv.layer(ai);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  int64_t r0 = 0;
+  for (const SeqChunk& s : b.seqs) {
+    cpu::kv_write(layer, s.page_table, s.n_past, s.n_new, kb + r0 * Hkv * D, vb + r0 * Hkv * D);
+    cpu::attention_paged(q + r0 * Hq * D, s.n_new, s.n_past, Hq, layer, s.page_table, scale,
+                         gate + r0 * Hq * D, o + r0 * Hq * D);
+    r0 += s.n_new;
+  }
+  cpu::linear(o, T, L.o, out);
+}
+
+void Qwen35Model::mlp(const LayerViews& L, int64_t n, const float* x, float* out, Workspace& ws) {
+  const int64_t I = cfg_.intermediate;
+  float* gu = Workspace::get(ws.t0, n * 2 * I);
+  float* gate = Workspace::get(ws.t1, n * I);
+  float* up = Workspace::get(ws.t2, n * I);
+  cpu::linear(x, n, L.gate, gate);
+  cpu::linear(x, n, L.up, up);
+  for (int64_t t = 0; t < n; ++t) {
+    std::memcpy(gu + t * 2 * I, gate + t * I, sizeof(float) * I);
+    std::memcpy(gu + t * 2 * I + I, up + t * I, sizeof(float) * I);
+  }
+  float* act = Workspace::get(ws.t3, n * I);
+  cpu::swiglu(gu, n, I, act);
+  cpu::linear(act, n, L.down, out);
+}
+
+void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& res) {
+  std::lock_guard<std::mutex> lock(forward_mu_);
+  const ModelConfig& c = cfg_;
+  Workspace& ws = *ws_;
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t H = c.hidden;
+  int64_t total = 0;
+  ws.pos.resize(T);
+  for (const SeqChunk& s : b.seqs) {
+    for (int64_t i = 0; i < s.n_new; ++i) ws.pos[total + i] = static_cast<int32_t>(s.n_past + i);
+    total += s.n_new;
+  }
+  if (total != T) fail(PE_ERR_INTERNAL, "batch has ", T, " tokens but its chunks cover ", total);
+  for (int32_t t : b.tokens)
+    if (t < 0 || t >= c.vocab) fail(PE_ERR_INVALID_ARGUMENT, "token id ", t, " outside the vocabulary");
+
+  float* x = Workspace::get(ws.x, T * H);
+  float* h = Workspace::get(ws.h, T * H);
+  float* mix = Workspace::get(ws.mix, T * H);
+  cpu::embedding(weights_.matrix("embed_tokens.weight"), b.tokens.data(), T, x);
+  int64_t gi = 0, ai = 0;
+  for (const LayerViews& L : layers_) {
+    cpu::rms_norm(x, L.input_norm, T, H, c.eps, true, h);
+    if (L.full)
+      mixer_attention(L, ai++, b, kv, h, mix, ws);
+    else
+      mixer_gdn(L, gi++, b, gdn, h, mix, ws);
+    cpu::add(x, mix, T * H, x);
+    cpu::rms_norm(x, L.post_norm, T, H, c.eps, true, h);
+    mlp(L, T, h, mix, ws);
+    cpu::add(x, mix, T * H, x);
+  }
+  res.hidden.resize(T * H);
+  cpu::rms_norm(x, weights_.vec("norm.weight"), T, H, c.eps, true, res.hidden.data());
+
+  // Gather the rows that need logits, then one lm_head matmul over them.
+  res.logit_row_begin.clear();
+  int64_t n_rows = 0, r0 = 0;
+  float* sel = Workspace::get(ws.t5, T * H);
+  for (const SeqChunk& s : b.seqs) {
+    res.logit_row_begin.push_back(n_rows);
+    int64_t first = s.logits == LogitsMode::All ? 0 : s.logits == LogitsMode::Last ? s.n_new - 1 : s.n_new;
+    for (int64_t i = first; i < s.n_new; ++i, ++n_rows)
+      std::memcpy(sel + n_rows * H, res.hidden.data() + (r0 + i) * H, sizeof(float) * H);
+    r0 += s.n_new;
+  }
+  res.logits.resize(n_rows * c.vocab);
+  if (n_rows > 0) {
+    WeightView head = c.tied_embeddings ? weights_.matrix("embed_tokens.weight") : weights_.matrix("lm_head.weight");
+    cpu::linear(sel, n_rows, head, res.logits.data());
+  }
+}
+
+}  // namespace pe

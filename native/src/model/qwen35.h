@@ -1,0 +1,75 @@
+// The Qwen3.5 hybrid model (Gated DeltaNet + gated full attention) on the CPU backend.
+//
+// One forward runs a batch of sequence chunks side by side: prefill chunks, single decode tokens
+// and 1 + k speculative tokens are all "n_new tokens after n_past cached ones". Token rows of all
+// chunks are stacked so every linear layer runs once per batch; only the mixers (attention over
+// the paged KV, GDN over the slot state) loop over sequences. The final normed hidden states of
+// every row are kept for an MTP head or a draft model.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "cache/gdn_pool.h"
+#include "cache/kv_pool.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace pe {
+
+enum class LogitsMode : int32_t { None = 0, Last = 1, All = 2 };
+
+struct SeqChunk {
+  int64_t n_past = 0;               // tokens already in the sequence's KV / GDN state
+  int64_t n_new = 0;                // tokens of this chunk (rows in Batch::tokens, in order)
+  int32_t gdn_slot = -1;            // GdnPool slot holding the sequence's state
+  const int32_t* page_table = nullptr;  // KV pages covering n_past + n_new tokens
+  LogitsMode logits = LogitsMode::Last;
+  // GDN state copies: after `offset` tokens of this chunk, every GDN layer's conv and recurrent
+  // state is copied into snapshot slot `slot` (prefix-cache snapshots at block boundaries).
+  std::vector<std::pair<int64_t, int32_t>> snapshots;
+};
+
+struct Batch {
+  std::vector<int32_t> tokens;  // all chunks' tokens, chunk after chunk
+  std::vector<SeqChunk> seqs;
+};
+
+struct ForwardResult {
+  std::vector<float> logits;            // [n_logit_rows, vocab], chunks in batch order
+  std::vector<int64_t> logit_row_begin; // per chunk: first row in logits (its rows are consecutive)
+  std::vector<float> hidden;            // [n_tokens, hidden]: final-normed hidden states
+};
+
+class Qwen35Model {
+ public:
+  explicit Qwen35Model(const ModelConfig& cfg);
+  ~Qwen35Model();
+  const ModelConfig& config() const { return cfg_; }
+  WeightStore& weights() { return weights_; }
+  const WeightStore& weights() const { return weights_; }
+  void finalize();  // after all tensors are set: validates and prepares layer views
+
+  // Runs one batch; updates the KV pages and GDN slots of every chunk. Calls are serialized
+  // (one workspace): prompt_logits on a user thread may run beside an engine thread.
+  void forward(const Batch& batch, KvPool& kv, GdnPool& gdn, ForwardResult& out);
+
+ private:
+  struct Workspace;
+  struct LayerViews;
+  void mixer_gdn(const LayerViews& L, int64_t gdn_index, const Batch& b, GdnPool& gdn, const float* x,
+                 float* out, Workspace& ws);
+  void mixer_attention(const LayerViews& L, int64_t attn_index, const Batch& b, KvPool& kv,
+                       const float* x, float* out, Workspace& ws);
+  void mlp(const LayerViews& L, int64_t n, const float* x, float* out, Workspace& ws);
+
+  ModelConfig cfg_;
+  WeightStore weights_;
+  std::vector<LayerViews> layers_;
+  std::unique_ptr<Workspace> ws_;
+  std::mutex forward_mu_;
+};
+
+}  // namespace pe

@@ -1,0 +1,59 @@
+// The weight table of one model: which tensors a config needs, their shapes and allowed dtypes,
+// and the tensors as handed over by the loader (copied, in their checkpoint dtype).
+//
+// Design: validation lives here, next to the shapes, so every loader (Python safetensors, the
+// dummy generator, a future TP shard) gets the same errors naming the tensor.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+
+namespace pe {
+
+enum class TensorKind {
+  Matrix,  // linear weight [out, in]: F32/F16/BF16, or FP8_E4M3 with a "<name>_scale_inv" sibling
+  Vector,  // norms, biases, gates, conv: any float type, converted to fp32 at finalize
+};
+
+struct Tensor {
+  TensorKind kind = TensorKind::Vector;
+  bool required = true;
+  bool present = false;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  // expected shape (the checkpoint's, e.g. conv1d [C, 1, K])
+  std::vector<uint8_t> bytes;  // as given
+  std::vector<float> f32;      // Vector tensors after finalize; FP8 block scales as fp32
+  bool has_scale = false;      // Matrix FP8: block scales in f32
+  int64_t numel() const;
+};
+
+class WeightStore {
+ public:
+  explicit WeightStore(const ModelConfig& cfg);
+
+  // Copies one tensor; throws pe::Error (NOT_FOUND / INVALID_ARGUMENT) naming it.
+  void set(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data);
+  // Checks completeness, converts Vector tensors and scales to fp32. Throws naming what is missing.
+  void finalize();
+
+  bool has(const std::string& name) const;
+  const Tensor& get(const std::string& name) const;
+  WeightView matrix(const std::string& name) const;        // view over a Matrix tensor
+  const float* vec(const std::string& name) const;         // fp32 data of a Vector tensor
+  bool has_mtp() const { return has_mtp_; }
+  int64_t bytes_total() const;
+
+ private:
+  void expect(const std::string& name, TensorKind kind, std::vector<int64_t> shape, bool required = true);
+  void expect_layer(const std::string& prefix, bool full, bool required);
+  std::map<std::string, Tensor> tensors_;
+  bool has_mtp_ = false;
+  const ModelConfig& cfg_;
+};
+
+}  // namespace pe

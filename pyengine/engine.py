@@ -1,0 +1,179 @@
+"""The native engine handle and the dispatcher thread that routes its events to streams."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from dataclasses import dataclass
+
+from ._native import native
+from .model_loader import NativeModel
+from .sampling_params import SamplingParams
+
+_POLL_BATCH = 256
+_POLL_TIMEOUT_MS = 50
+
+FINISH_REASONS = {0: None, 1: "stop", 2: "length", 3: "cancelled", 4: "error"}
+
+
+@dataclass
+class EngineArgs:
+    max_batch: int = 8
+    max_model_len: int = 8192
+    chunked_prefill_size: int = 512
+    max_num_batched_tokens: int = 0
+    cooperative_prefill: bool = True
+    prefix_cache: bool = True
+    kv_page_size: int = 16
+    snapshot_interval_pages: int = 16
+    kv_cache_bytes: int | None = None
+    gpu_mem_ratio: float = 0.9
+    num_threads: int = 0
+
+
+@dataclass
+class RawEvent:
+    """One event of pe_event, in Python types."""
+
+    token: int | None
+    logprob: float | None
+    top: list[tuple[int, float]] | None
+    finish_reason: str | None
+    finished: bool
+    step: int
+    time: float
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    error: str | None = None
+
+
+class NativeEngine:
+    """Owns a pe_engine; one dispatcher thread polls it and feeds per-request queues."""
+
+    def __init__(self, model: NativeModel, args: EngineArgs, eos_token_ids: list[int]):
+        n = native()
+        self._n = n
+        self._model = model  # the engine must not outlive its model
+        p = n.lib.pe_engine_default_params()
+        for field in (
+            "max_batch", "max_model_len", "chunked_prefill_size", "max_num_batched_tokens",
+            "kv_page_size", "snapshot_interval_pages", "num_threads",
+        ):  # fmt: skip
+            setattr(p, field, int(getattr(args, field)))
+        p.cooperative_prefill = int(bool(args.cooperative_prefill))
+        p.prefix_cache = int(bool(args.prefix_cache))
+        p.kv_cache_bytes = int(args.kv_cache_bytes or 0)
+        p.gpu_mem_ratio = float(args.gpu_mem_ratio)
+        for i in range(8):
+            p.eos_token_ids[i] = eos_token_ids[i] if i < len(eos_token_ids) else -1
+        out = n.ffi.new("pe_engine**")
+        n.check(n.lib.pe_engine_create(model.handle, n.ffi.new("pe_engine_params*", p), out), "engine")
+        self.handle = out[0]
+        self._queues: dict[int, queue.SimpleQueue] = {}
+        self._queues_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._events = n.ffi.new("pe_event[]", _POLL_BATCH)
+        self._count = n.ffi.new("int32_t*")
+        self._thread = threading.Thread(target=self._dispatch, name="pyengine-dispatch", daemon=True)
+        self._thread.start()
+
+    def add_request(self, token_ids: list[int], sp: SamplingParams, seed: int) -> tuple[int, queue.SimpleQueue]:
+        n = self._n
+        if self._closed.is_set():
+            raise RuntimeError("the engine is closed")
+        c = n.ffi.new("pe_sampling_params*")
+        c.temperature = sp.temperature
+        c.top_p = sp.top_p
+        c.min_p = sp.min_p
+        c.top_k = sp.top_k
+        c.seed = seed
+        c.presence_penalty = sp.presence_penalty
+        c.frequency_penalty = sp.frequency_penalty
+        c.repetition_penalty = sp.repetition_penalty
+        c.max_tokens = sp.max_tokens
+        c.ignore_eos = int(sp.ignore_eos)
+        stop_ids = n.ffi.new("int32_t[]", list(sp.stop_token_ids or [])) if sp.stop_token_ids else n.ffi.NULL
+        c.stop_token_ids = stop_ids
+        c.n_stop_token_ids = len(sp.stop_token_ids or [])
+        c.logprobs = -1 if sp.logprobs is None else sp.logprobs
+        ids = n.ffi.new("int32_t[]", token_ids)
+        rid = n.ffi.new("uint64_t*")
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        # Hold the lock across the add so the dispatcher cannot see an event before the queue.
+        with self._queues_lock:
+            n.check(n.lib.pe_engine_add_request(self.handle, ids, len(token_ids), c, rid), "add_request")
+            self._queues[rid[0]] = q
+        return rid[0], q
+
+    def cancel(self, request_id: int) -> None:
+        if not self._closed.is_set():
+            self._n.check(self._n.lib.pe_engine_cancel(self.handle, request_id), "cancel")
+
+    def stats(self) -> dict:
+        n = self._n
+        s = n.ffi.new("pe_engine_stats*")
+        n.check(n.lib.pe_engine_get_stats(self.handle, s), "stats")
+        out = {name: int(getattr(s, name)) for name in dir(s)}
+        out["plan"] = self.plan()
+        return out
+
+    def plan(self) -> dict:
+        n = self._n
+        p = n.ffi.new("pe_memory_plan*")
+        n.check(n.lib.pe_engine_get_plan(self.handle, p), "plan")
+        return {name: int(getattr(p, name)) for name in dir(p)}
+
+    def _dispatch(self) -> None:
+        n = self._n
+        while not self._closed.is_set():
+            status = n.lib.pe_engine_poll(self.handle, self._events, _POLL_BATCH, _POLL_TIMEOUT_MS, self._count)
+            if status != 0:
+                continue
+            for i in range(self._count[0]):
+                self._route(self._events[i])
+
+    def _route(self, ev) -> None:
+        n = self._n
+        finished = ev.kind == 2
+        if finished:
+            raw = RawEvent(
+                token=None, logprob=None, top=None, finish_reason=FINISH_REASONS.get(ev.finish_reason, "error"),
+                finished=True, step=ev.step, time=ev.time, prompt_tokens=ev.prompt_tokens,
+                cached_tokens=ev.cached_tokens,
+                error=n.ffi.string(ev.error_message).decode("utf-8", "replace") or None,
+            )  # fmt: skip
+        else:
+            top = [(ev.top_ids[j], ev.top_logprobs[j]) for j in range(ev.n_top)]
+            raw = RawEvent(
+                token=ev.token, logprob=ev.logprob, top=top, finish_reason=None, finished=False,
+                step=ev.step, time=ev.time,
+            )  # fmt: skip
+        with self._queues_lock:
+            q = self._queues.get(ev.request_id)
+            if finished:
+                self._queues.pop(ev.request_id, None)
+        if q is not None:
+            q.put(raw)
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        # Freeing the engine ends every request as cancelled; deliver those events first.
+        n = self._n
+        with self._queues_lock:
+            pending = list(self._queues)
+        for rid in pending:
+            n.lib.pe_engine_cancel(self.handle, rid)
+        self._closed.set()
+        self._thread.join()
+        n.lib.pe_engine_free(self.handle)
+        with self._queues_lock:
+            queues, self._queues = self._queues, {}
+        for q in queues.values():
+            q.put(RawEvent(None, None, None, "cancelled", True, -1, 0.0))
+        self.handle = n.ffi.NULL
+
+
+def default_seed() -> int:
+    return int.from_bytes(os.urandom(8), "little")

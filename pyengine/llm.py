@@ -1,0 +1,131 @@
+"""The scripting API: LLM(model).generate / chat / submit / prompt_logits / stats."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from .chat_template import ChatTemplate, ChatTemplateError
+from .config import ModelConfig
+from .engine import EngineArgs, NativeEngine, default_seed
+from .model_loader import NativeModel
+from .sampling_params import SamplingParams
+from .stream import RequestOutput, RequestStream
+from .tokenizer import Tokenizer
+
+_DEFAULT_MAX_MODEL_LEN = 8192
+
+
+def default_model_path() -> str | None:
+    """The model shipped inside the package, when this build has one."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_model")
+    return path if os.path.exists(os.path.join(path, "config.json")) else None
+
+
+class LLM:
+    def __init__(self, model: str | os.PathLike | None = None, device: str = "cpu", **engine_args):
+        if model is None:
+            model = default_model_path()
+            if model is None:
+                raise ValueError("no model given and this pyengine build has no embedded default model")
+        self.model_path = os.path.abspath(os.fspath(model))
+        if not os.path.isdir(self.model_path):
+            raise ValueError(f"model path {self.model_path} is not a directory")
+        if device == "auto":
+            device = "cpu"
+        self.device = device
+        self.config = ModelConfig.from_dir(self.model_path)
+        self.model_name = os.path.basename(self.model_path.rstrip(os.sep))
+        self.tokenizer = Tokenizer(self.model_path, self.config.eos_token_ids)
+        try:
+            self._template: ChatTemplate | None = ChatTemplate.from_dir(self.model_path)
+        except ChatTemplateError:
+            self._template = None  # a base model: chat() explains, generate() still works
+        unknown = set(engine_args) - set(EngineArgs.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
+        if engine_args.get("max_model_len") is None:
+            engine_args["max_model_len"] = min(_DEFAULT_MAX_MODEL_LEN, self.config.max_position_embeddings)
+        self.engine_args = EngineArgs(**engine_args)
+        self.max_model_len = self.engine_args.max_model_len
+        self._model = NativeModel(self.model_path, self.config, device)
+        self._engine = NativeEngine(self._model, self.engine_args, list(self.tokenizer.eos_token_ids))
+
+    # ---- prompts ----
+    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                            tools=None, **template_kwargs) -> str:  # fmt: skip
+        if self._template is None:
+            raise ChatTemplateError(f"{self.model_path} has no chat template")
+        return self._template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                                     **template_kwargs)  # fmt: skip
+
+    def _prompt_ids(self, prompt: str | None, prompt_token_ids: Sequence[int] | None) -> list[int]:
+        if (prompt is None) == (prompt_token_ids is None):
+            raise ValueError("give exactly one of prompt and prompt_token_ids")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+            return self.tokenizer.encode(prompt)
+        ids = list(prompt_token_ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise ValueError("prompt_token_ids must be a list of ints")
+        return ids
+
+    # ---- requests ----
+    def submit(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
+               sampling_params: SamplingParams | None = None) -> RequestStream:  # fmt: skip
+        sp = sampling_params or SamplingParams()
+        ids = self._prompt_ids(prompt, prompt_token_ids)
+        if not ids:
+            raise ValueError("the prompt is empty")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens; max_model_len {self.max_model_len} leaves room "
+                f"for at most {self.max_model_len - 1}"
+            )
+        seed = default_seed() if sp.seed is None else sp.seed
+        rid, events = self._engine.add_request(ids, sp, seed)
+        return RequestStream(self._engine, self.tokenizer, rid, events, prompt, ids, sp)
+
+    def generate(self, prompts: str | Sequence[str] | None = None,
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 prompt_token_ids: Sequence[Sequence[int]] | None = None) -> list[RequestOutput]:  # fmt: skip
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        items = [(p, None) for p in prompts] if prompts is not None else [(None, ids) for ids in prompt_token_ids or []]
+        if prompts is not None and prompt_token_ids is not None:
+            raise ValueError("give prompts or prompt_token_ids, not both")
+        params = sampling_params if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(items)
+        if len(params) != len(items):
+            raise ValueError("sampling_params must be one SamplingParams or one per prompt")
+        streams = [self.submit(p, ids, sp) for (p, ids), sp in zip(items, params)]
+        return [s.result() for s in streams]
+
+    def chat(self, messages: Sequence[dict], sampling_params: SamplingParams | None = None,
+             chat_template_kwargs: dict | None = None, tools=None) -> list[RequestOutput]:  # fmt: skip
+        prompt = self.apply_chat_template(messages, True, tools, **(chat_template_kwargs or {}))
+        return [self.submit(prompt=prompt, sampling_params=sampling_params).result()]
+
+    def prompt_logits(self, token_ids: Sequence[int]):
+        """float32 numpy [n_tokens, vocab]: the logits of every position of one fresh sequence."""
+        return self._model.prompt_logits(list(token_ids))
+
+    def stats(self) -> dict:
+        return self._engine.stats()
+
+    def close(self) -> None:
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

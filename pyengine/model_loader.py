@@ -1,0 +1,73 @@
+"""Builds a native model from a checkpoint directory: config, then every tensor, then finalize.
+
+Errors name the file and the tensor: the native side names the tensor and the problem, this
+side adds the file it came from.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._native import native
+from .checkpoint import CheckpointReader
+from .config import ModelConfig
+from .errors import CheckpointError
+
+
+class NativeModel:
+    """Owns a pe_model handle."""
+
+    def __init__(self, model_dir: str, config: ModelConfig, device: str = "cpu"):
+        n = native()
+        self._n = n
+        self.config = config
+        self._layer_types = n.ffi.new("int32_t[]", config.layer_type_codes)
+        c = n.ffi.new("pe_model_config*")
+        for field in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
+            "num_attention_heads", "num_key_value_heads", "head_dim", "linear_num_key_heads",
+            "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+            "linear_conv_kernel_dim", "rms_norm_eps", "rope_theta", "partial_rotary_factor",
+            "mtp_num_hidden_layers", "max_position_embeddings",
+        ):  # fmt: skip
+            setattr(c, field, getattr(config, field))
+        c.tie_word_embeddings = int(config.tie_word_embeddings)
+        c.layer_types = self._layer_types
+        out = n.ffi.new("pe_model**")
+        try:
+            n.check(n.lib.pe_model_create(c, device.encode(), out), "model")
+        except ValueError as e:
+            raise CheckpointError(f"{os.path.join(model_dir, 'config.json')}: {e}") from None
+        self.handle = n.ffi.gc(out[0], n.lib.pe_model_free)
+        self._load(model_dir)
+
+    def _load(self, model_dir: str) -> None:
+        n = self._n
+        with CheckpointReader(model_dir) as reader:
+            for t in reader:
+                shape = n.ffi.new("int64_t[]", list(t.shape))
+                status = n.lib.pe_model_set_tensor(
+                    self.handle, t.name.encode(), t.dtype, len(t.shape), shape,
+                    n.ffi.from_buffer(t.data),
+                )  # fmt: skip
+                if status != 0:
+                    raise CheckpointError(f"{os.path.join(model_dir, t.file_name)}: {n.last_error()}")
+        if n.lib.pe_model_finalize(self.handle) != 0:
+            raise CheckpointError(f"{model_dir}: {n.last_error()}")
+
+    def prompt_logits(self, token_ids):
+        import numpy as np
+
+        n = self._n
+        ids = np.ascontiguousarray(token_ids, dtype=np.int32)
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError("prompt_logits: token_ids must be a non-empty list of ints")
+        out = np.empty((ids.size, self.config.vocab_size), dtype=np.float32)
+        n.check(
+            n.lib.pe_model_prompt_logits(
+                self.handle, n.ffi.cast("int32_t*", n.ffi.from_buffer(ids)), ids.size,
+                n.ffi.cast("float*", n.ffi.from_buffer(out)),
+            ),
+            "prompt_logits",
+        )  # fmt: skip
+        return out

@@ -1,0 +1,205 @@
+"""`pyengine serve`: the OpenAI-compatible server under gunicorn.
+
+gunicorn runs in-process through its Python API (a BaseApplication subclass, no shell-out).
+Design decision: the app is loaded in each worker after the fork (no preload), so every worker
+process owns one engine and no CUDA context or engine thread crosses a fork. The default is one
+worker (`gthread` class) with enough threads for `max_batch` concurrent streams plus service
+requests; more workers mean more engines, each with its own memory.
+
+The CLI (pyengine/cli.py) calls `add_serve_arguments(parser)` and `run(args)`, or `main(argv)`.
+"""
+import argparse
+import logging
+import os
+import sys
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+_ON_OFF = ("on", "off")
+_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """'4096', '512M', '20G', '1.5g' -> bytes (binary units)."""
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = _SUFFIXES.get(s[-1:], 1)
+    number = s[:-1] if s[-1:] in _SUFFIXES else s
+    try:
+        value = int(float(number) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 4096, 512M, 20G)")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1]: {text!r}")
+    return value
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Engine flags shared by serve (and usable by generate/bench); names follow DESIGN.md."""
+    g = parser.add_argument_group("engine")
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    g.add_argument("--max_batch", type=_positive_int, default=8,
+                   help="concurrent sequences the engine runs (default: 8)")
+    g.add_argument("--max_model_len", type=_positive_int, default=8192,
+                   help="context length in tokens, prompt + output (default: 8192)")
+    g.add_argument("--chunked_prefill_size", type=_positive_int, default=512,
+                   help="prefill chunk size in tokens (default: 512)")
+    g.add_argument("--cooperative_prefill", choices=_ON_OFF, default="on",
+                   help="serve waiting requests between prefill chunks (default: on)")
+    g.add_argument("--prefix_cache", choices=_ON_OFF, default="on",
+                   help="reuse KV blocks and GDN snapshots of shared prefixes (default: on)")
+    g.add_argument("--kv_cache_bytes", type=byte_size, default=None,
+                   help="bytes for the KV cache, e.g. 8G (default: planned from free memory)")
+    g.add_argument("--gpu_mem_ratio", type=_ratio, default=0.9,
+                   help="fraction of free GPU memory the engine may plan with (default: 0.9)")
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    return {"device": args.device, "max_batch": args.max_batch,
+            "max_model_len": args.max_model_len,
+            "chunked_prefill_size": args.chunked_prefill_size,
+            "cooperative_prefill": args.cooperative_prefill == "on",
+            "prefix_cache": args.prefix_cache == "on",
+            "kv_cache_bytes": args.kv_cache_bytes, "gpu_mem_ratio": args.gpu_mem_ratio}
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from webapp.app import DEFAULT_MAX_BODY_BYTES
+    parser.add_argument("model", nargs="?", default=None,
+                        help="model directory (config.json, safetensors, tokenizer)")
+    g = parser.add_argument_group("server")
+    g.add_argument("--host", default=DEFAULT_HOST, help=f"address (default: {DEFAULT_HOST})")
+    g.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
+    g.add_argument("--api_key", default=os.environ.get("PYENGINE_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1 (or $PYENGINE_API_KEY)")
+    g.add_argument("--served_model_name", default=None,
+                   help="model id clients send (default: the model directory's name)")
+    g.add_argument("--max_body_bytes", type=byte_size, default=DEFAULT_MAX_BODY_BYTES,
+                   help=f"largest request body (default: {DEFAULT_MAX_BODY_BYTES})")
+    g.add_argument("--workers", type=_positive_int, default=1,
+                   help="worker processes, each with its own engine (default: 1)")
+    g.add_argument("--threads", type=_positive_int, default=None,
+                   help="request threads per worker (default: 2 x max_batch + 4)")
+    g.add_argument("--timeout", type=_positive_int, default=120,
+                   help="seconds a silent worker may take before gunicorn restarts it")
+    g.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"))
+    g.add_argument("--access_log", choices=_ON_OFF, default="on",
+                   help="log one line per request to stderr (default: on)")
+    add_engine_arguments(parser)
+
+
+def _check_model_path(model: str | None) -> str | None:
+    """A clear message before any worker starts, instead of a traceback inside one."""
+    if model is None:  # until the embedded default model ships (a later issue)
+        return "no model given: run `pyengine serve MODEL_DIR` (there is no default model yet)"
+    if not os.path.isdir(model):
+        return f"model directory not found: {model}"
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        return f"not a model directory (no config.json): {model}"
+    return None
+
+
+def gunicorn_options(args: argparse.Namespace) -> dict:
+    threads = args.threads or 2 * args.max_batch + 4
+    return {
+        "bind": f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}",
+        "workers": args.workers, "worker_class": "gthread", "threads": threads,
+        "timeout": args.timeout, "graceful_timeout": 10, "keepalive": 5,
+        "loglevel": args.log_level, "errorlog": "-",
+        "accesslog": "-" if args.access_log == "on" else None,
+        "preload_app": False, "worker_exit": _worker_exit,
+        # The body limit is enforced by the app (413 in OpenAI format); lift gunicorn's own
+        # header limits a little so long Authorization headers are fine.
+        "limit_request_field_size": 16384,
+        # gunicorn >= 24 opens a control socket at a fixed per-user path; several servers
+        # (tests, one per model) would fight over it, and nothing here uses it.
+        "control_socket_disable": True,
+    }
+
+
+def make_app(args: argparse.Namespace):
+    """Runs in each worker: the app answers /health at once and loads the engine behind it."""
+    from webapp.app import create_app
+
+    def build_llm():
+        from pyengine import LLM
+        return LLM(args.model, **engine_kwargs(args))
+
+    def load_failed(exc: BaseException) -> None:
+        # Exit code 3 is gunicorn's WORKER_BOOT_ERROR: the arbiter stops instead of
+        # restarting a worker that would fail the same way.
+        logging.getLogger("webapp").error("model failed to load; stopping the server")
+        sys.stderr.flush()
+        os._exit(3)
+
+    name = args.served_model_name or (os.path.basename(os.path.normpath(args.model))
+                                      if args.model else None)
+    return create_app(llm_factory=build_llm, served_model_name=name, api_key=args.api_key,
+                      max_body_bytes=args.max_body_bytes, on_load_error=load_failed)
+
+
+def _worker_exit(server, worker) -> None:
+    app = getattr(worker, "wsgi", None)
+    server_state = getattr(app, "extensions", {}).get("pyengine")
+    if server_state is not None:
+        server_state.engine.close()
+
+
+def _application_class():
+    from gunicorn.app.base import BaseApplication
+
+    class ServeApplication(BaseApplication):
+        def __init__(self, args: argparse.Namespace):
+            self.args = args
+            super().__init__()
+
+        def load_config(self):
+            for key, value in gunicorn_options(self.args).items():
+                if value is not None and key in self.cfg.settings:
+                    self.cfg.set(key, value)
+
+        def load(self):
+            return make_app(self.args)
+
+    return ServeApplication
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _check_model_path(args.model)
+    if problem:
+        print(f"pyengine serve: error: {problem}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+    _application_class()(args).run()  # returns only when the arbiter stops
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pyengine serve",
+                                     description="OpenAI-compatible server and web chat")
+    add_serve_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Per-request streams: raw engine events -> token ids, text deltas, stop strings, logprobs."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from .engine import RawEvent
+from .sampling_params import SamplingParams
+from .stop_strings import StopStringMatcher
+from .tokenizer import Tokenizer
+
+
+@dataclass
+class StreamEvent:
+    token_ids: list[int]
+    text: str
+    logprobs: list[dict] | None
+    finished: bool
+    finish_reason: str | None
+    step: int
+    time: float
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: int
+    prompt: str | None
+    prompt_token_ids: list[int]
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    logprobs: list[dict] | None = None
+    cached_tokens: int = 0
+    error: str | None = None
+
+
+class RequestStream:
+    """Iterate to receive StreamEvents; the last one has finished=True. cancel() is thread-safe."""
+
+    def __init__(self, engine, tokenizer: Tokenizer | None, request_id: int, events: queue.SimpleQueue,
+                 prompt: str | None, prompt_token_ids: list[int], sp: SamplingParams):  # fmt: skip
+        self._engine = engine
+        self._tokenizer = tokenizer
+        self.request_id = request_id
+        self.prompt = prompt
+        self.prompt_token_ids = prompt_token_ids
+        self.sampling_params = sp
+        self._events = events
+        self._detok = tokenizer.detokenizer(sp.skip_special_tokens, prompt_token_ids) if tokenizer else None
+        self._stops = StopStringMatcher(sp.stop, sp.include_stop_str_in_output) if sp.stop else None
+        self._cancel_lock = threading.Lock()
+        self._cancelled = False
+        self._stopped_by_string = False
+        self._done = False
+        self._n_tokens = 0
+
+    def cancel(self) -> None:
+        with self._cancel_lock:
+            if self._cancelled or self._done:
+                return
+            self._cancelled = True
+        self._engine.cancel(self.request_id)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> StreamEvent:
+        if self._done:
+            raise StopIteration
+        raws = [self._events.get()]
+        while not raws[-1].finished:  # merge whatever else is already there
+            try:
+                raws.append(self._events.get_nowait())
+            except queue.Empty:
+                break
+        return self._merge(raws)
+
+    def _merge(self, raws: list[RawEvent]) -> StreamEvent:
+        tokens = [r.token for r in raws if r.token is not None]
+        if self._stopped_by_string:
+            tokens = []  # the engine is finishing a request whose text already ended
+        last = raws[-1]
+        text = self._detok.add(tokens) if self._detok and tokens else ""
+        finished, reason = last.finished, last.finish_reason
+        if finished and self._detok and not self._stopped_by_string:
+            text += self._detok.flush()
+        if self._stops and not self._stopped_by_string:
+            text, matched = self._stops.feed(text)
+            if matched is not None:
+                self._stopped_by_string = True
+                if not finished:
+                    self.cancel()
+                finished, reason = True, "stop"
+            elif finished:
+                text += self._stops.flush()
+        elif self._stopped_by_string:
+            text = ""
+        if self._stopped_by_string and last.finished is False:
+            # Stop string: report the end now; the engine's cancelled event is drained quietly.
+            finished, reason = True, "stop"
+        logprobs = None
+        if self.sampling_params.logprobs is not None and tokens:
+            logprobs = [self._logprob_entry(r) for r in raws if r.token is not None]
+        self._n_tokens += len(tokens)
+        if finished:
+            self._done = True
+        return StreamEvent(
+            token_ids=tokens, text=text, logprobs=logprobs, finished=finished,
+            finish_reason=reason, step=last.step, time=last.time,
+            prompt_tokens=len(self.prompt_token_ids), cached_tokens=last.cached_tokens,
+            completion_tokens=self._n_tokens, error=last.error,
+        )  # fmt: skip
+
+    def _logprob_entry(self, r: RawEvent) -> dict:
+        tok = self._tokenizer
+        name = (lambda i: tok.decode([i], skip_special_tokens=False)) if tok else (lambda i: None)
+        return {
+            "token_id": r.token,
+            "token": name(r.token),
+            "logprob": r.logprob,
+            "top": [(i, name(i), lp) for i, lp in (r.top or [])],
+        }
+
+    def result(self) -> RequestOutput:
+        """Consumes the stream and returns the whole output."""
+        out = RequestOutput(self.request_id, self.prompt, self.prompt_token_ids)
+        logprobs: list[dict] = []
+        for ev in self:
+            out.text += ev.text
+            out.token_ids += ev.token_ids
+            if ev.logprobs:
+                logprobs += ev.logprobs
+            if ev.finished:
+                out.finish_reason = ev.finish_reason
+                out.cached_tokens = ev.cached_tokens
+                out.error = ev.error
+        out.logprobs = logprobs if self.sampling_params.logprobs is not None else None
+        return out

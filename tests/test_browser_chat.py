@@ -1,0 +1,117 @@
+"""The chat page in headless Debian Chromium against a real server: a streamed answer, then
+stop during a long generation. Screenshots go to tests/artifacts/.
+
+Needs the Debian packages chromium and chromium-driver (see .ci/apt-packages.txt) and the
+Python package selenium; without the browser the test is skipped and says why.
+"""
+import shutil
+import time
+
+import pytest
+
+from server_process import ARTIFACTS, plain_server
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="headless browser test needs Debian's chromium and chromium-driver "
+           "(apt-get install -y chromium chromium-driver)")
+
+
+@pytest.fixture(scope="module")
+def server():
+    return plain_server()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic", "--window-size=420,900"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def set_field(driver, field_id: str, value: str) -> None:
+    el = driver.find_element("id", field_id)
+    el.clear()
+    el.send_keys(value)
+
+
+def ask(driver, text: str):
+    box = driver.find_element("id", "prompt")
+    box.send_keys(text)
+    driver.find_element("id", "send").click()
+    answers = driver.find_elements("css selector", ".msg.assistant")
+    return answers[-1]
+
+
+def answer_text(answer) -> str:
+    return answer.find_element("css selector", ".content").text
+
+
+def test_chat_page_streams_an_answer_and_stops(browser, server):
+    browser.get(server.url + "/")
+    wait_for(lambda: "Model:" in browser.find_element("id", "model-status").text, 30,
+             "the page to load the model name")
+    # Accessibility basics: every setting has a label, the conversation is a live region.
+    log = browser.find_element("id", "conversation")
+    assert log.get_attribute("aria-live") == "polite" and log.get_attribute("role") == "log"
+    for field_id in ("system-prompt", "temperature", "max-tokens", "thinking", "prompt"):
+        assert browser.find_elements("css selector", f"label[for='{field_id}']"), field_id
+
+    browser.find_element("css selector", "#settings summary").click()
+    set_field(browser, "temperature", "0")
+    set_field(browser, "max-tokens", "40")
+    thinking = browser.find_element("id", "thinking")
+    if thinking.is_selected():
+        thinking.click()  # thinking off: the answer is content, not reasoning
+
+    answer = ask(browser, "Hello! Who are you?")
+    wait_for(lambda: answer_text(answer), 30, "streamed text to appear")
+    wait_for(lambda: answer.get_attribute("data-state") == "done", 60, "the answer to finish")
+    assert answer_text(answer)
+    stats = answer.find_element("css selector", ".stats").text
+    assert "tokens/s" in stats and "first token after" in stats
+    assert stats.split(" tokens")[0].strip().isdigit()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "browser_chat_answer.png"))
+
+    # A long generation (up to the context limit), stopped by the user half-way.
+    set_field(browser, "max-tokens", "3000")
+    base = server.wait_idle()
+    answer = ask(browser, "Now tell me a very long story.")
+    assert browser.find_element("id", "stop").is_enabled()
+    wait_for(lambda: len(answer_text(answer)) > 40, 60, "a long answer to start streaming")
+    assert server.stats()["running"] == 1
+    browser.find_element("id", "stop").click()
+    wait_for(lambda: answer.get_attribute("data-state") == "stopped", 10, "the stop to land")
+    stopped_text = answer_text(answer)
+    assert stopped_text.endswith("[stopped]")
+    after = server.wait_idle(timeout_s=10)  # the server cancelled the request
+    assert after["kv_pages_free"] == base["kv_pages_free"]
+    assert after["generated_tokens"] - base["generated_tokens"] < 2000
+    time.sleep(0.5)
+    assert answer_text(answer) == stopped_text  # nothing arrives after stop
+    assert browser.find_element("id", "send").is_enabled()
+    assert not browser.find_element("id", "stop").is_enabled()
+    browser.save_screenshot(str(ARTIFACTS / "browser_chat_stopped.png"))

@@ -1,0 +1,110 @@
+"""Shapes of OpenAI responses and stream chunks, built from engine events.
+
+Engine logprob entries are {"token_id", "token", "logprob", "top": [(id, token, logprob), ...]};
+the chat API wants {"token", "logprob", "bytes", "top_logprobs": [...]}, the legacy completions
+API wants parallel arrays plus text offsets. Logprobs of -inf (a token the filters removed) are
+written as -9999.0 because JSON has no infinity.
+"""
+import math
+import time
+import uuid
+
+from pyengine.reasoning import ReasoningParser
+
+LOGPROB_FLOOR = -9999.0
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def _logprob(value) -> float:
+    value = float(value)
+    return value if math.isfinite(value) and value > LOGPROB_FLOOR else LOGPROB_FLOOR
+
+
+def _token_entry(token: str, logprob) -> dict:
+    return {"token": token, "logprob": _logprob(logprob), "bytes": list(token.encode("utf-8"))}
+
+
+def chat_logprobs(entries, top_n: int) -> list[dict]:
+    out = []
+    for e in entries or ():
+        item = _token_entry(e["token"], e["logprob"])
+        item["top_logprobs"] = [_token_entry(tok, lp) for _, tok, lp in (e.get("top") or ())[:top_n]]
+        out.append(item)
+    return out
+
+
+def completion_logprobs(entries, top_n: int, text_offset: int) -> tuple[dict, int]:
+    tokens, token_logprobs, tops, offsets = [], [], [], []
+    for e in entries or ():
+        tokens.append(e["token"])
+        token_logprobs.append(_logprob(e["logprob"]))
+        tops.append({tok: _logprob(lp) for _, tok, lp in (e.get("top") or ())[:top_n]})
+        offsets.append(text_offset)
+        text_offset += len(e["token"])
+    return ({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops,
+             "text_offset": offsets}, text_offset)
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def error_chunk(message: str) -> dict:
+    return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+
+
+class ChoiceState:
+    """What one choice has produced so far (text, reasoning, logprobs, counts)."""
+
+    def __init__(self, starts_in_reasoning: bool = False, split_reasoning: bool = True):
+        self.parser = ReasoningParser(starts_in_reasoning) if split_reasoning else None
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.logprobs: list = []
+        self.completion_tokens = 0
+        self.cached_tokens = 0
+        self.finish_reason = None
+        self.error = None
+        self.text_offset = 0
+
+    def add(self, ev) -> tuple[str, str]:
+        """Take one event; return the (reasoning, content) text it adds."""
+        text = ev.text or ""
+        if self.parser is None:
+            reasoning, content = "", text
+        else:
+            reasoning, content = self.parser.feed(text)
+            if ev.finished:
+                r2, c2 = self.parser.finish()
+                reasoning, content = reasoning + r2, content + c2
+        self.reasoning.append(reasoning)
+        self.content.append(content)
+        self.completion_tokens += len(ev.token_ids or ())
+        if ev.logprobs:
+            self.logprobs.extend(ev.logprobs)
+        if ev.finished:
+            self.finish_reason = ev.finish_reason
+            self.error = ev.error if ev.finish_reason == "error" else None
+            self.completion_tokens = ev.completion_tokens or self.completion_tokens
+            self.cached_tokens = ev.cached_tokens or 0
+        return reasoning, content
+
+    def reasoning_text(self) -> str | None:
+        if self.parser is None or not self.parser.saw_reasoning:
+            return None
+        return "".join(self.reasoning)
+
+
+class ResponseMeta:
+    def __init__(self, prefix: str, model: str):
+        self.id = new_id(prefix)
+        self.created = int(time.time())
+        self.model = model
+
+    def head(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}

@@ -1,0 +1,262 @@
+"""POST /v1/chat/completions and /v1/completions, streaming (SSE) and not.
+
+Each handler checks the whole request before it submits anything, so a bad request never
+touches the engine; after submission every exit path goes through `Generation`, which cancels
+whatever is unfinished.
+"""
+import json
+
+from flask import Blueprint, Response, jsonify, request
+
+from pyengine.reasoning import prompt_opens_reasoning
+from webapp.app import state
+from webapp.disconnect import socket_from_environ
+from webapp.errors import APIError, bad_request
+from webapp.generation import Generation
+from webapp.openai_format import (ChoiceState, ResponseMeta, chat_logprobs, completion_logprobs,
+                                  error_chunk, usage)
+from webapp.params import (MAX_N, get_dict, get_list, get_str, json_body, make_sampling_params,
+                           parse_sampling, resolve_max_tokens)
+
+api = Blueprint("openai", __name__)
+
+_ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+def _sampling_params_cls():
+    from pyengine import SamplingParams
+    return SamplingParams
+
+
+def _check_model(body: dict) -> str:
+    name = state().model_name
+    asked = get_str(body, "model", name)
+    if asked != name:
+        raise APIError(404, f"The model '{asked}' does not exist; this server serves '{name}'",
+                       param="model", code="model_not_found")
+    return name
+
+
+def _normalize_messages(messages) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array", param="messages")
+    out = []
+    for k, msg in enumerate(messages):
+        where = f"messages[{k}]"
+        if not isinstance(msg, dict):
+            raise bad_request(f"{where} must be an object", param="messages")
+        role = msg.get("role")
+        if role not in _ROLES:
+            raise bad_request(f"{where}.role must be one of {sorted(_ROLES)}, got {role!r}",
+                              param="messages")
+        content = msg.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text" \
+                        or not isinstance(part.get("text"), str):
+                    raise bad_request(f"{where}.content: only text parts are supported",
+                                      param="messages")
+                parts.append(part["text"])
+            content = "".join(parts)
+        elif content is not None and not isinstance(content, str):
+            raise bad_request(f"{where}.content must be a string or an array of text parts",
+                              param="messages")
+        out.append({**msg, "role": "system" if role == "developer" else role,
+                    "content": content or ""})
+    return out
+
+
+def _template_inputs(body: dict) -> tuple[list | None, dict]:
+    tools = get_list(body, "tools")
+    tool_choice = body.get("tool_choice")
+    if tool_choice not in (None, "auto", "none"):
+        raise bad_request("'tool_choice' supports only 'auto' and 'none'", param="tool_choice")
+    if tool_choice == "none":
+        tools = None
+    fmt = get_dict(body, "response_format")
+    if fmt is not None and fmt.get("type", "text") != "text":
+        raise bad_request("'response_format' supports only type 'text'", param="response_format")
+    kwargs = dict(get_dict(body, "chat_template_kwargs", {}))
+    effort = get_str(body, "reasoning_effort")
+    if effort is not None:
+        kwargs.setdefault("reasoning_effort", effort)
+    return tools, kwargs
+
+
+def _start(prompts: list[list[int]], sreq, prompt_param: str) -> Generation:
+    st = state()
+    llm = st.engine.get()
+    sampling_cls = _sampling_params_cls()
+    params = []
+    for ids in prompts:
+        max_tokens = resolve_max_tokens(sreq, len(ids), llm.max_model_len, prompt_param)
+        params.append([make_sampling_params(sampling_cls, sreq, max_tokens, j)
+                       for j in range(sreq.n)])
+    gen = Generation(llm, st.metrics, st.watcher, socket_from_environ(request.environ))
+    for ids, per_prompt in zip(prompts, params):
+        for p in per_prompt:
+            gen.submit(ids, p)
+    return gen
+
+
+def _sse(gen: Generation, chunks) -> Response:
+    def body():
+        try:
+            for chunk in chunks:
+                yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+        finally:
+            chunks.close()
+    resp = Response(body(), mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    resp.call_on_close(gen.cancel)  # also covers a body that was never started
+    return resp
+
+
+@api.post("/v1/chat/completions")
+def chat_completions():
+    body = json_body()
+    model = _check_model(body)
+    messages = _normalize_messages(body.get("messages"))
+    tools, template_kwargs = _template_inputs(body)
+    sreq = parse_sampling(body, chat=True)
+    llm = state().engine.get()
+    try:
+        prompt = llm.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
+                                         **template_kwargs)
+    except (ValueError, TypeError) as exc:
+        raise bad_request(f"Could not apply the chat template: {exc}", param="messages")
+    ids = llm.tokenizer.encode(prompt)
+    gen = _start([ids], sreq, "messages")
+    in_reasoning = prompt_opens_reasoning(prompt)
+    choices = [ChoiceState(in_reasoning) for _ in range(sreq.n)]
+    meta = ResponseMeta("chatcmpl", model)
+    if sreq.stream:
+        return _sse(gen, _chat_chunks(gen, meta, choices, len(ids), sreq))
+    for index, ev in gen.events():
+        choices[index].add(ev)
+    _raise_if_failed(choices)
+    out = []
+    for i, c in enumerate(choices):
+        message = {"role": "assistant", "content": "".join(c.content)}
+        reasoning = c.reasoning_text()
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        lp = {"content": chat_logprobs(c.logprobs, sreq.logprobs)} \
+            if sreq.logprobs is not None else None
+        out.append({"index": i, "message": message, "logprobs": lp,
+                    "finish_reason": c.finish_reason})
+    return jsonify(**meta.head("chat.completion"), choices=out,
+                   usage=_usage(choices, [len(ids)]))
+
+
+def _chat_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_len: int, sreq):
+    head = meta.head("chat.completion.chunk")
+    extra = {"usage": None} if sreq.include_usage else {}
+
+    def chunk(index, delta, logprobs=None, finish_reason=None):
+        return {**head, "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
+                                     "finish_reason": finish_reason}], **extra}
+
+    for i in range(len(choices)):
+        yield chunk(i, {"role": "assistant", "content": ""})
+    for index, ev in gen.events():
+        reasoning, content = choices[index].add(ev)
+        if ev.finish_reason == "error":
+            yield error_chunk(ev.error or "the engine failed this request")
+            continue
+        delta = {}
+        if reasoning:
+            delta["reasoning_content"] = reasoning
+        if content:
+            delta["content"] = content
+        lp = {"content": chat_logprobs(ev.logprobs, sreq.logprobs)} if ev.logprobs else None
+        if delta or lp or ev.finished:
+            yield chunk(index, delta, lp, ev.finish_reason if ev.finished else None)
+    if sreq.include_usage:
+        yield {**head, "choices": [], "usage": _usage(choices, [prompt_len])}
+
+
+@api.post("/v1/completions")
+def completions():
+    body = json_body()
+    model = _check_model(body)
+    for name in ("echo", "suffix"):
+        if body.get(name):
+            raise bad_request(f"'{name}' is not supported", param=name)
+    sreq = parse_sampling(body, chat=False)
+    prompts = _tokenize_prompts(body.get("prompt"), state().engine.get().tokenizer)
+    if len(prompts) * sreq.n > MAX_N:
+        raise bad_request(f"{len(prompts)} prompts x n={sreq.n} is more than {MAX_N} "
+                          "completions in one request", param="prompt")
+    gen = _start(prompts, sreq, "prompt")
+    choices = [ChoiceState(split_reasoning=False) for _ in range(len(prompts) * sreq.n)]
+    meta = ResponseMeta("cmpl", model)
+    prompt_lens = [len(p) for p in prompts]
+    if sreq.stream:
+        return _sse(gen, _completion_chunks(gen, meta, choices, prompt_lens, sreq))
+    for index, ev in gen.events():
+        choices[index].add(ev)
+    _raise_if_failed(choices)
+    out = []
+    for i, c in enumerate(choices):
+        lp = completion_logprobs(c.logprobs, sreq.logprobs, 0)[0] \
+            if sreq.logprobs is not None else None
+        out.append({"index": i, "text": "".join(c.content), "logprobs": lp,
+                    "finish_reason": c.finish_reason})
+    return jsonify(**meta.head("text_completion"), choices=out,
+                   usage=_usage(choices, prompt_lens))
+
+
+def _completion_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_lens, sreq):
+    head = meta.head("text_completion")
+    extra = {"usage": None} if sreq.include_usage else {}
+    for index, ev in gen.events():
+        state_ = choices[index]
+        _, text = state_.add(ev)
+        if ev.finish_reason == "error":
+            yield error_chunk(ev.error or "the engine failed this request")
+            continue
+        lp = None
+        if ev.logprobs and sreq.logprobs is not None:
+            lp, state_.text_offset = completion_logprobs(ev.logprobs, sreq.logprobs,
+                                                         state_.text_offset)
+        if text or lp or ev.finished:
+            yield {**head, "choices": [{"index": index, "text": text, "logprobs": lp,
+                                        "finish_reason": ev.finish_reason if ev.finished
+                                        else None}], **extra}
+    if sreq.include_usage:
+        yield {**head, "choices": [], "usage": _usage(choices, prompt_lens)}
+
+
+def _tokenize_prompts(prompt, tokenizer) -> list[list[int]]:
+    def is_ids(x):
+        return isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool)
+                                                 and t >= 0 for t in x)
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif is_ids(prompt):
+        return [prompt]
+    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        prompts = prompt
+    elif isinstance(prompt, list) and prompt and all(is_ids(p) for p in prompt):
+        return prompt
+    else:
+        raise bad_request("'prompt' must be a string, an array of strings, an array of token "
+                          "ids or an array of such arrays (non-empty)", param="prompt")
+    ids = [tokenizer.encode(p) for p in prompts]
+    if any(not x for x in ids):
+        raise bad_request("'prompt' must not be empty", param="prompt")
+    return ids
+
+
+def _raise_if_failed(choices) -> None:
+    for c in choices:
+        if c.finish_reason == "error":
+            raise APIError(500, f"The engine failed this request: {c.error}")
+
+
+def _usage(choices, prompt_lens) -> dict:
+    return usage(sum(prompt_lens), sum(c.completion_tokens for c in choices),
+                 max((c.cached_tokens for c in choices), default=0))
