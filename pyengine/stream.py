@@ -25,6 +25,7 @@ class StreamEvent:
     cached_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    token_steps: list[int] = field(default_factory=list)  # engine step of each token
 
 
 @dataclass
@@ -115,6 +116,7 @@ class RequestStream:
             finish_reason=reason, step=last.step, time=last.time,
             prompt_tokens=len(self.prompt_token_ids), cached_tokens=last.cached_tokens,
             completion_tokens=self._n_tokens, error=last.error,
+            token_steps=[r.step for r in raws if r.token is not None][: len(tokens)],
         )  # fmt: skip
 
     def _logprob_entry(self, r: RawEvent) -> dict:

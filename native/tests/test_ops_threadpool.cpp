@@ -50,7 +50,7 @@ TEST(grain_limits_chunking) {
         }
       },
       40);
-  CHECK(calls.load() <= 2);  // ceil(100 / 40) = 3 chunks at most, but equal split gives 2 of 50
+  CHECK(calls.load() <= 2);  // at most floor(100 / 40) = 2 chunks
   CHECK(min_len.load() >= 40);
 }
 

@@ -53,7 +53,7 @@ class Pool {
   void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
     if (n <= 0) return;
     grain = std::max<int64_t>(grain, 1);
-    const int64_t max_chunks = (n + grain - 1) / grain;
+    const int64_t max_chunks = n / grain;  // every chunk gets at least `grain` indices
     if (max_chunks <= 1 || n_threads_ <= 1 || t_inside_job) return fn(0, n);
     std::unique_lock<std::mutex> submit(submit_mu_, std::try_to_lock);
     if (!submit.owns_lock()) return fn(0, n);  // busy with another thread's job: run inline
@@ -92,7 +92,10 @@ class Pool {
   void start(int n) {
     n_threads_ = std::max(1, n);
     quit_.store(false);
-    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+    // The generation is read here, not in the new thread: a job published before the thread
+    // starts running must still count it among the participants.
+    const uint64_t gen = generation_.load();
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, gen] { worker_loop(gen); });
   }
 
   void stop() {
@@ -120,9 +123,8 @@ class Pool {
     }
   }
 
-  void worker_loop() {
+  void worker_loop(uint64_t seen) {
     t_inside_job = true;  // anything a worker runs is inside a job: nested calls run inline
-    uint64_t seen = generation_.load(std::memory_order_acquire);
     for (;;) {
       int spin = 0;
       while (generation_.load(std::memory_order_acquire) == seen && !quit_.load()) {

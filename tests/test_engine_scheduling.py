@@ -1,0 +1,153 @@
+"""Continuous batching behaviour of the engine, measured in engine steps (ev.step), not seconds."""
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from pyengine import LLM, SamplingParams
+from pyengine.errors import CapacityError
+
+CKPT = os.path.join(os.path.dirname(__file__), "data", "ckpt_text_bf16")
+VOCAB = 500  # below the special tokens
+
+
+def ids(n, seed):
+    r = random.Random(seed)
+    return [r.randrange(VOCAB) for _ in range(n)]
+
+
+def greedy(n, **kw):
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, **kw)
+
+
+def wait_steps(llm, at_least):
+    while llm.stats()["steps"] < at_least:
+        time.sleep(0.0005)
+
+
+def first_token_step(stream):
+    for ev in stream:
+        if ev.token_ids:
+            return ev.step
+    raise AssertionError("stream ended without a token")
+
+
+def collect(stream):
+    steps, tokens, last = [], [], None
+    for ev in stream:
+        steps += ev.token_steps
+        tokens += ev.token_ids
+        last = ev
+    return steps, tokens, last
+
+
+LONG = 2400  # 150 chunks of 16
+
+
+@pytest.mark.parametrize("cooperative", [True, False])
+def test_short_request_during_long_prefill(cooperative):
+    with LLM(CKPT, max_batch=4, max_model_len=4096, chunked_prefill_size=16,
+             cooperative_prefill=cooperative) as llm:  # fmt: skip
+        long = llm.submit(prompt_token_ids=ids(LONG, 1), sampling_params=greedy(2))
+        wait_steps(llm, 3)
+        short = llm.submit(prompt_token_ids=ids(10, 2), sampling_params=greedy(2))
+        submitted = llm.stats()["steps"]
+        short_first = first_token_step(short)
+        long_first = first_token_step(long)
+        if cooperative:
+            assert short_first <= submitted + 2
+            assert short_first < long_first  # it did not wait for the long prefill
+        else:
+            assert short_first > long_first - 1  # blocked until the long prefill ended
+            assert long_first - submitted > 10
+
+
+def test_running_request_decodes_every_step_during_long_prefill():
+    with LLM(CKPT, max_batch=4, max_model_len=4096, chunked_prefill_size=16) as llm:
+        short = llm.submit(prompt_token_ids=ids(8, 3), sampling_params=greedy(400))
+        wait_steps(llm, 3)
+        long = llm.submit(prompt_token_ids=ids(LONG, 4), sampling_params=greedy(1))
+        long_first = first_token_step(long)
+        steps, tokens, last = collect(short)
+        during = [s for s in steps if s <= long_first]
+        assert len(during) > 100  # the long prefill took > 100 steps ...
+        assert during == list(range(during[0], during[0] + len(during)))  # ... a token each step
+
+
+def test_cancel_during_long_prefill_frees_everything_and_keeps_cached_blocks():
+    with LLM(CKPT, max_batch=2, max_model_len=4096, chunked_prefill_size=16) as llm:
+        base = llm.stats()
+        prompt = ids(LONG, 5)
+        s = llm.submit(prompt_token_ids=prompt, sampling_params=greedy(4))
+        wait_steps(llm, 20)
+        cancelled_at = llm.stats()["steps"]
+        s.cancel()
+        steps, tokens, last = collect(s)
+        assert last.finish_reason == "cancelled" and tokens == []
+        assert last.step <= cancelled_at + 1
+        after = llm.stats()
+        prompt_tokens_after = after["prompt_tokens"]
+        time.sleep(0.05)
+        assert llm.stats()["prompt_tokens"] == prompt_tokens_after  # no chunk ran after it
+        assert prompt_tokens_after < LONG
+        for key in ("kv_pages_free", "gdn_slots_free", "running", "waiting"):
+            assert after[key] == base[key], key
+        again = llm.generate(prompt_token_ids=[prompt], sampling_params=greedy(4))[0]
+        assert llm.stats()["prefix_cache_hit_tokens"] > 0
+    with LLM(CKPT, max_batch=2, max_model_len=4096, chunked_prefill_size=16, prefix_cache=False) as ref:
+        assert again.token_ids == ref.generate(prompt_token_ids=[prompt], sampling_params=greedy(4))[0].token_ids
+
+
+def test_max_batch_requests_run_in_the_same_steps():
+    with LLM(CKPT, max_batch=3, max_model_len=256, chunked_prefill_size=64) as llm:
+        streams = [llm.submit(prompt_token_ids=ids(20, 10 + i), sampling_params=greedy(30)) for i in range(3)]
+        step_sets = [set(collect(s)[0]) for s in streams]
+        common = step_sets[0] & step_sets[1] & step_sets[2]
+        assert len(common) >= 25
+        assert llm.stats()["plan"]["gdn_slots"] == 3
+
+
+def test_impossible_configuration_fails_with_numbers(capfd):
+    with pytest.raises(CapacityError, match=r"max_batch 64 .*max_model_len 4096.*needs at least \d+ bytes"):
+        LLM(CKPT, max_batch=64, max_model_len=4096, kv_cache_bytes=1_000_000)
+    with LLM(CKPT, max_batch=2, max_model_len=512) as llm:
+        plan = llm.stats()["plan"]
+    err = capfd.readouterr().err
+    assert "memory plan" in err and f"{plan['kv_pages']} KV pages" in err
+    assert plan["context_tokens_per_session"] == 512 and plan["sessions_at_full_context"] >= 2
+
+
+def test_greedy_output_is_the_same_alone_and_batched():
+    prompts = [ids(n, 20 + n) for n in (5, 37, 90, 150)]
+    with LLM(CKPT, max_batch=1, max_model_len=512, prefix_cache=False) as llm:
+        alone = [llm.generate(prompt_token_ids=[p], sampling_params=greedy(16))[0].token_ids for p in prompts]
+    with LLM(CKPT, max_batch=4, max_model_len=512, chunked_prefill_size=32) as llm:
+        batched = [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=greedy(16))]
+    assert alone == batched
+
+
+def test_many_requests_with_random_cancels_all_end_and_pools_return():
+    rng = random.Random(7)
+    with LLM(CKPT, max_batch=6, max_model_len=512, chunked_prefill_size=32) as llm:
+        base = llm.stats()
+        streams = []
+        for i in range(200):
+            sp = SamplingParams(max_tokens=rng.randint(1, 24), temperature=rng.choice([0.0, 0.8]), seed=i)
+            streams.append(llm.submit(prompt_token_ids=ids(rng.randint(1, 200), 100 + i), sampling_params=sp))
+        to_cancel = rng.sample(streams, 60)
+        threading.Thread(target=lambda: [s.cancel() or time.sleep(0.001) for s in to_cancel]).start()
+        reasons = []
+        for s in streams:
+            steps, tokens, last = collect(s)
+            assert last is not None and last.finished
+            assert last.finish_reason in ("length", "stop", "cancelled")
+            assert len(tokens) <= s.sampling_params.max_tokens
+            reasons.append(last.finish_reason)
+        assert reasons.count("cancelled") >= 1 and reasons.count("length") >= 1
+        time.sleep(0.05)
+        after = llm.stats()
+        for key in ("kv_pages_free", "gdn_slots_free", "running", "waiting"):
+            assert after[key] == base[key], key
