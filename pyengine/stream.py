@@ -26,6 +26,7 @@ class StreamEvent:
     completion_tokens: int = 0
     error: str | None = None
     token_steps: list[int] = field(default_factory=list)  # engine step of each token
+    token_times: list[float] = field(default_factory=list)  # monotonic time of each token
 
 
 @dataclass
@@ -117,6 +118,7 @@ class RequestStream:
             prompt_tokens=len(self.prompt_token_ids), cached_tokens=last.cached_tokens,
             completion_tokens=self._n_tokens, error=last.error,
             token_steps=[r.step for r in raws if r.token is not None][: len(tokens)],
+            token_times=[r.time for r in raws if r.token is not None][: len(tokens)],
         )  # fmt: skip
 
     def _logprob_entry(self, r: RawEvent) -> dict:

@@ -34,6 +34,13 @@ def find_checkpoint() -> Path | None:
     return None
 
 
+def _serve_command() -> list[str]:
+    """`python -m pyengine serve` once the CLI exists; the serve module itself until then."""
+    if (REPO / "pyengine" / "__main__.py").is_file():
+        return ["pyengine", "serve"]
+    return ["pyengine.serve"]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,7 +54,7 @@ class ServerProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.log_path = ARTIFACTS / f"server_{name}.log"
-        cmd = [sys.executable, "-m", "pyengine", "serve", *args, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", *_serve_command(), *args, "--port", str(self.port)]
         if api_key:
             cmd += ["--api_key", api_key]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(

@@ -86,6 +86,8 @@ def test_chat_page_streams_an_answer_and_stops(browser, server):
     if thinking.is_selected():
         thinking.click()  # thinking off: the answer is content, not reasoning
 
+    browser.find_element("css selector", "#settings summary").click()  # close settings again
+
     answer = ask(browser, "Hello! Who are you?")
     wait_for(lambda: answer_text(answer), 30, "streamed text to appear")
     wait_for(lambda: answer.get_attribute("data-state") == "done", 60, "the answer to finish")
@@ -97,7 +99,9 @@ def test_chat_page_streams_an_answer_and_stops(browser, server):
     browser.save_screenshot(str(ARTIFACTS / "browser_chat_answer.png"))
 
     # A long generation (up to the context limit), stopped by the user half-way.
+    browser.find_element("css selector", "#settings summary").click()
     set_field(browser, "max-tokens", "3000")
+    browser.find_element("css selector", "#settings summary").click()
     base = server.wait_idle()
     answer = ask(browser, "Now tell me a very long story.")
     assert browser.find_element("id", "stop").is_enabled()
@@ -114,4 +118,5 @@ def test_chat_page_streams_an_answer_and_stops(browser, server):
     assert answer_text(answer) == stopped_text  # nothing arrives after stop
     assert browser.find_element("id", "send").is_enabled()
     assert not browser.find_element("id", "stop").is_enabled()
+    browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", answer)
     browser.save_screenshot(str(ARTIFACTS / "browser_chat_stopped.png"))

@@ -27,9 +27,11 @@ def cancelled_count(server) -> float:
     return 0.0
 
 
-def read_events(resp, n: int) -> list[dict]:
+def read_events(lines, n: int) -> list[dict]:
+    """The next n SSE data events from resp.iter_lines() (kept open by the caller: dropping
+    that iterator makes urllib3 close the connection)."""
     events = []
-    for line in resp.iter_lines():
+    for line in lines:
         if line.startswith(b"data: {"):
             events.append(json.loads(line[6:]))
             if len(events) == n:
@@ -52,7 +54,8 @@ def test_dropping_a_stream_cancels_the_request(server):
     resp = requests.post(server.url + "/v1/chat/completions", stream=True, timeout=30,
                          json={"messages": CHAT, "stream": True, **LONG})
     assert resp.status_code == 200
-    events = read_events(resp, 6)
+    lines = resp.iter_lines()
+    events = read_events(lines, 6)
     assert all(e["choices"][0]["finish_reason"] is None for e in events)
     busy = server.stats()
     assert busy["running"] + busy["waiting"] == 1
@@ -68,7 +71,8 @@ def test_dropping_an_n2_completion_stream_cancels_both(server):
     resp = requests.post(server.url + "/v1/completions", stream=True, timeout=30,
                          json={"prompt": "Once upon a time", "stream": True, "n": 2, "seed": 5,
                                **LONG})
-    read_events(resp, 8)
+    lines = resp.iter_lines()
+    read_events(lines, 8)
     assert server.stats()["running"] + server.stats()["waiting"] == 2
     resp.close()
     assert_back_to_baseline(server, base)

@@ -26,9 +26,16 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
 
 
+EXTENSIONS = ("ignore_eos", "skip_special_tokens", "stop_token_ids", "top_k", "min_p",
+              "repetition_penalty")
+
+
 def complete(client, prompt, **kw):
+    """client.completions.create with temperature 0 by default and the non-OpenAI fields
+    (ignore_eos, top_k, ...) moved into extra_body."""
     kw.setdefault("temperature", 0)
-    return client.completions.create(model=MODEL, prompt=prompt, **kw)
+    extra = {**kw.pop("extra_body", {}), **{k: kw.pop(k) for k in EXTENSIONS if k in kw}}
+    return client.completions.create(model=MODEL, prompt=prompt, extra_body=extra, **kw)
 
 
 def test_models_lists_the_served_name(client):
@@ -185,27 +192,23 @@ def test_seed_reproducible_at_temperature_above_zero(client):
 
 
 def test_sampling_extensions_are_honoured(client):
-    base = complete(client, "def add(a, b):", max_tokens=10, logprobs=0, ignore_eos=True)
+    as_ids = {"return_tokens_as_token_ids": True}
+    base = complete(client, "def add(a, b):", max_tokens=10, logprobs=0, ignore_eos=True,
+                    extra_body=as_ids)
     assert base.choices[0].finish_reason == "length"
-    # Stop on the 5th generated token's id: the output ends right before it.
-    tokens = base.choices[0].logprobs.tokens
-    r = client.completions.create(model=MODEL, prompt="def add(a, b):", max_tokens=10,
-                                  temperature=0, logprobs=0,
-                                  extra_body={"stop_token_ids": [_token_id(client, tokens[4])]})
+    ids = [int(t.removeprefix("token_id:")) for t in base.choices[0].logprobs.tokens]
+    assert len(ids) == 10
+    # Stop on the id of the 5th generated token: the output ends where that id first appears
+    # (stop_token_ids are not part of the output, as EOS).
+    r = complete(client, "def add(a, b):", max_tokens=10, logprobs=0, stop_token_ids=[ids[4]],
+                 extra_body=as_ids)
     assert r.choices[0].finish_reason == "stop"
-    assert len(r.choices[0].logprobs.tokens) <= 5
-    r = client.completions.create(
-        model=MODEL, prompt="def add(a, b):", max_tokens=10, temperature=0.7, top_p=0.9,
-        presence_penalty=0.5, frequency_penalty=0.5, seed=1,
-        extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.2, "ignore_eos": True})
+    got = [int(t.removeprefix("token_id:")) for t in r.choices[0].logprobs.tokens]
+    assert got in (ids[:ids.index(ids[4])], ids[:ids.index(ids[4]) + 1])
+    r = complete(client, "def add(a, b):", max_tokens=10, temperature=0.7, top_p=0.9,
+                 presence_penalty=0.5, frequency_penalty=0.5, seed=1, top_k=20, min_p=0.05,
+                 repetition_penalty=1.2, ignore_eos=True)
     assert r.usage.completion_tokens == 10
-
-
-def _token_id(client, token_text: str) -> int:
-    from pyengine.tokenizer import Tokenizer
-    ids = Tokenizer(find_checkpoint()).encode(token_text)
-    assert len(ids) == 1, (token_text, ids)
-    return ids[0]
 
 
 def test_service_endpoints(server, client):

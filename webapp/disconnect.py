@@ -13,6 +13,7 @@ request would look gone; HTTP clients do not do that.
 import errno
 import itertools
 import logging
+import select
 import socket
 import threading
 import time
@@ -25,11 +26,18 @@ _GONE_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN, errno.EBADF, errn
 
 def client_is_gone(sock: socket.socket) -> bool:
     try:
+        # poll first: on a socket with a timeout, recv() would wait for that timeout.
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if not poller.poll(0):
+            return False
         data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except (BlockingIOError, InterruptedError):
         return False  # nothing to read: the client is waiting for our answer
     except OSError as exc:
         return exc.errno in _GONE_ERRNOS
+    except ValueError:  # a closed socket (fileno -1)
+        return True
     return data == b""
 
 

@@ -27,6 +27,9 @@ _GAUGES = {
     "kv_pages_free": ("kv_pages_free", "KV cache pages not held by any request or cache"),
     "gdn_slots_total": ("gdn_slots_total", "GDN recurrent-state slots in the pool"),
     "gdn_slots_free": ("gdn_slots_free", "GDN recurrent-state slots not in use"),
+    "kv_pages_cached": ("kv_pages_cached", "Free KV pages still holding prefix-cache blocks"),
+    "snapshot_slots_total": ("snapshot_slots_total", "GDN snapshot slots for the prefix cache"),
+    "snapshot_slots_used": ("snapshot_slots_used", "GDN snapshot slots holding a snapshot"),
 }
 _COUNTERS = {
     "steps": ("engine_steps", "Engine steps (forward passes) run"),

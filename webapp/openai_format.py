@@ -27,21 +27,30 @@ def _token_entry(token: str, logprob) -> dict:
     return {"token": token, "logprob": _logprob(logprob), "bytes": list(token.encode("utf-8"))}
 
 
-def chat_logprobs(entries, top_n: int) -> list[dict]:
+def _name(token_id: int, token: str, as_ids: bool) -> str:
+    # vLLM's `return_tokens_as_token_ids`: byte-level pieces that are not valid UTF-8 on their
+    # own all print as U+FFFD, so a client that needs exact tokens asks for their ids.
+    return f"token_id:{token_id}" if as_ids else token
+
+
+def chat_logprobs(entries, top_n: int, as_ids: bool = False) -> list[dict]:
     out = []
     for e in entries or ():
-        item = _token_entry(e["token"], e["logprob"])
-        item["top_logprobs"] = [_token_entry(tok, lp) for _, tok, lp in (e.get("top") or ())[:top_n]]
+        item = _token_entry(_name(e["token_id"], e["token"], as_ids), e["logprob"])
+        item["top_logprobs"] = [_token_entry(_name(i, tok, as_ids), lp)
+                                for i, tok, lp in (e.get("top") or ())[:top_n]]
         out.append(item)
     return out
 
 
-def completion_logprobs(entries, top_n: int, text_offset: int) -> tuple[dict, int]:
+def completion_logprobs(entries, top_n: int, text_offset: int,
+                        as_ids: bool = False) -> tuple[dict, int]:
     tokens, token_logprobs, tops, offsets = [], [], [], []
     for e in entries or ():
-        tokens.append(e["token"])
+        tokens.append(_name(e["token_id"], e["token"], as_ids))
         token_logprobs.append(_logprob(e["logprob"]))
-        tops.append({tok: _logprob(lp) for _, tok, lp in (e.get("top") or ())[:top_n]})
+        tops.append({_name(i, tok, as_ids): _logprob(lp)
+                     for i, tok, lp in (e.get("top") or ())[:top_n]})
         offsets.append(text_offset)
         text_offset += len(e["token"])
     return ({"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops,

@@ -4,10 +4,11 @@ Every check names the field in the error (`param`), so a client sees which value
 Type checks are strict (a bool is not a number, a string is not a list); value ranges that the
 engine knows best are left to SamplingParams, whose ValueError becomes a 400 as well.
 """
+import json
 import math
 from dataclasses import dataclass, field
 
-from flask import request
+from flask import current_app, request
 
 from webapp.errors import APIError, bad_request
 
@@ -18,13 +19,30 @@ MAX_STOP_STRINGS = 16
 _ABSENT = object()
 
 
+def _read_body() -> bytes:
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if request.content_length is not None:  # the guard already refused one above the limit
+        return request.get_data(cache=True)
+    # Chunked upload: werkzeug would cut it at the limit silently; read it and refuse instead.
+    stream, parts, size = request.environ["wsgi.input"], [], 0
+    while True:
+        part = stream.read(min(65536, limit + 1 - size))
+        if not part:
+            return b"".join(parts)
+        parts.append(part)
+        size += len(part)
+        if size > limit:
+            raise APIError(413, f"Request body too large: the limit is {limit} bytes "
+                           "(--max_body_bytes)", code="request_too_large")
+
+
 def json_body() -> dict:
-    raw = request.get_data(cache=True)  # raises 413 past MAX_CONTENT_LENGTH
+    raw = _read_body()
     if not raw:
         raise bad_request("The request body is empty; expected a JSON object")
     try:
-        body = request.get_json(force=True, silent=False)
-    except Exception:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         raise bad_request("The request body is not valid JSON", code="invalid_json")
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object")
@@ -106,6 +124,7 @@ class SamplingRequest:
     stream: bool
     include_usage: bool
     logprobs: int | None  # number of top alternatives; None = no logprobs
+    tokens_as_ids: bool = False
     engine_kwargs: dict = field(default_factory=dict)
 
 
@@ -153,7 +172,9 @@ def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
         kwargs["top_k"] = 0
     seed = get_int(body, "seed", None)
     return SamplingRequest(n=n, max_tokens=max_tokens, seed=seed, stream=stream,
-                           include_usage=include_usage, logprobs=logprobs, engine_kwargs=kwargs)
+                           include_usage=include_usage, logprobs=logprobs,
+                           tokens_as_ids=get_bool(body, "return_tokens_as_token_ids", False),
+                           engine_kwargs=kwargs)
 
 
 def resolve_max_tokens(sreq: SamplingRequest, prompt_len: int, max_model_len: int,

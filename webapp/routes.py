@@ -143,7 +143,7 @@ def chat_completions():
         reasoning = c.reasoning_text()
         if reasoning is not None:
             message["reasoning_content"] = reasoning
-        lp = {"content": chat_logprobs(c.logprobs, sreq.logprobs)} \
+        lp = {"content": chat_logprobs(c.logprobs, sreq.logprobs, sreq.tokens_as_ids)} \
             if sreq.logprobs is not None else None
         out.append({"index": i, "message": message, "logprobs": lp,
                     "finish_reason": c.finish_reason})
@@ -171,7 +171,8 @@ def _chat_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_len: int, 
             delta["reasoning_content"] = reasoning
         if content:
             delta["content"] = content
-        lp = {"content": chat_logprobs(ev.logprobs, sreq.logprobs)} if ev.logprobs else None
+        lp = {"content": chat_logprobs(ev.logprobs, sreq.logprobs, sreq.tokens_as_ids)} \
+            if ev.logprobs else None
         if delta or lp or ev.finished:
             yield chunk(index, delta, lp, ev.finish_reason if ev.finished else None)
     if sreq.include_usage:
@@ -201,7 +202,7 @@ def completions():
     _raise_if_failed(choices)
     out = []
     for i, c in enumerate(choices):
-        lp = completion_logprobs(c.logprobs, sreq.logprobs, 0)[0] \
+        lp = completion_logprobs(c.logprobs, sreq.logprobs, 0, sreq.tokens_as_ids)[0] \
             if sreq.logprobs is not None else None
         out.append({"index": i, "text": "".join(c.content), "logprobs": lp,
                     "finish_reason": c.finish_reason})
@@ -221,7 +222,7 @@ def _completion_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_lens
         lp = None
         if ev.logprobs and sreq.logprobs is not None:
             lp, state_.text_offset = completion_logprobs(ev.logprobs, sreq.logprobs,
-                                                         state_.text_offset)
+                                                         state_.text_offset, sreq.tokens_as_ids)
         if text or lp or ev.finished:
             yield {**head, "choices": [{"index": index, "text": text, "logprobs": lp,
                                         "finish_reason": ev.finish_reason if ev.finished

@@ -7,9 +7,10 @@ writes the state (ckpt.py) and the loss curve (loss.csv, appended across calls) 
 Schedule: linear warm-up over --warmup-steps, then cosine decay to --min-lr-ratio of --lr as a
 function of TRAINING TIME: progress = trained seconds / (--total-minutes * 60), summed over calls.
 Design decision: the budget is wall-clock minutes on the GPU machine, not steps, so a time-based
-cosine ends exactly when the planned calls end, whatever the throughput turns out to be.
+cosine ends exactly when the planned calls end, whatever the throughput turns out to be;
+--final-call makes it end at this call's deadline whatever was planned.
 
-  python tools/default_model/train.py --minutes 8 --total-minutes 24 --resume .train/ckpt --out "$OUT"
+  python3 tools/default_model/train.py --minutes 8 --total-minutes 20 --resume .train/ckpt --out "$OUT"
 """
 
 import time
@@ -46,7 +47,9 @@ def parse_args(argv=None):
     ap.add_argument("--cache", type=Path, default=Path("/tmp/pyengine_default_model_tokens"))
     ap.add_argument("--minutes", type=float, default=8.0, help="wall-clock budget of this call")
     ap.add_argument("--total-minutes", type=float, default=None,
-                    help="training time of the whole schedule (default: the state's, else 24)")
+                    help="training time of the whole schedule (default: the state's, else 20)")
+    ap.add_argument("--final-call", action="store_true",
+                    help="end the schedule with this call: the cosine reaches its floor at this call's deadline")
     ap.add_argument("--save-margin-s", type=float, default=45.0, help="reserved for the final eval and save")
     ap.add_argument("--preset", default="default")
     ap.add_argument("--seq-len", type=int, default=1024)
@@ -118,7 +121,7 @@ def main(argv=None):
     resuming = ckpt.exists(args.resume)
     meta = ckpt.load_meta(args.resume) if resuming else {}
     if args.total_minutes is None:
-        args.total_minutes = meta.get("total_minutes", 24.0)
+        args.total_minutes = meta.get("total_minutes", 20.0)
     tokenizer_file = args.tokenizer / "tokenizer.json"
     vocab_size = len(json.loads(tokenizer_file.read_text())["model"]["vocab"])
     if resuming:
@@ -151,6 +154,9 @@ def main(argv=None):
                        for s in ("code", "prose", "wiki_chat") if s in heldout_streams}
     forward = torch.compile(model) if args.compile else model
 
+    if args.final_call:
+        args.total_minutes = (trained_s + max(0.0, deadline - time.time() - args.save_margin_s)) / 60
+        print(f"final call: schedule ends at {args.total_minutes:.2f} training minutes", flush=True)
     rows = read_csv(args.resume)
     model.train()
     step_s, interval_t, interval_tokens, interval_steps = None, time.time(), 0, 0

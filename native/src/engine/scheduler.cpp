@@ -132,24 +132,24 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     ++i;
   }
 
-  // 2. Admit waiting requests in arrival order while a slot is free.
-  if (p_.cooperative_prefill || out.empty()) {
-    bool prefill_running = false;
-    for (auto& r : running_) prefill_running |= r->n_remaining() > 1;
-    while (budget > 0 && (p_.cooperative_prefill || !prefill_running) && admit_front()) {
-      if (!p_.cooperative_prefill) prefill_running = running_.back()->n_remaining() > 1;
-    }
+  // 2. Admit waiting requests in arrival order while a slot is free. Blocking mode admits only
+  // while no prefill is in progress (an admitted long prompt then owns the following steps).
+  auto prefill_in_progress = [&] {
+    for (auto& r : running_)
+      if (r->n_remaining() > 1) return true;
+    return false;
+  };
+  while (budget > 0 && (p_.cooperative_prefill || !prefill_in_progress()) && admit_front()) {
   }
 
   // 3. Prefill chunks, shortest remaining first.
   std::vector<Request*> prefills;
   for (auto& r : running_)
-    if (r->n_remaining() > 1 || (r->n_remaining() == 1 && r->n_computed == 0)) prefills.push_back(r.get());
+    if (r->n_remaining() >= 1) prefills.push_back(r.get());  // decodes already in `out` are skipped below
   std::stable_sort(prefills.begin(), prefills.end(),
                    [](Request* a, Request* b) { return a->n_remaining() < b->n_remaining(); });
   for (Request* r : prefills) {
     if (budget <= 0) break;
-    if (!p_.cooperative_prefill && !out.empty()) break;
     bool scheduled = std::any_of(out.begin(), out.end(), [&](auto& c) { return c.req == r; });
     if (scheduled) continue;
     int64_t n = std::min({r->n_remaining(), p_.chunked_prefill_size, budget});

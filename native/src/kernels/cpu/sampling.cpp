@@ -7,7 +7,8 @@
 //   p_i >= min_p * p_max; the kept tokens are renormalized and the token is the first one, in
 //   ascending id order, whose cumulative mass exceeds u * total (design decision: id order, not
 //   probability order, so the same u picks the same token whichever filters cut nothing).
-//   Top-k/top-p only partially sort: the sorted prefix grows x8 until it holds top_p of the mass.
+//   Top-k/top-p: a bucket histogram of the weights bounds the candidates in O(V), quickselect
+//   (on count, then on mass) finds the exact kept set among them; only that set is sorted, by id.
 // apply_penalties: repetition penalty once per distinct token of prompt + output (gather, then
 //   scatter, as HF does), then -= frequency * count + presence for each distinct output token.
 // logprobs: log-sum-exp in double; top-n by insertion into the caller's arrays (n is small).
@@ -40,38 +41,99 @@ namespace cpu {
 namespace {
 
 int32_t argmax(const float* logits, int64_t V) {
-  int64_t best = 0;
-  float bv = -INFINITY;
-  bool found = false;
-  for (int64_t i = 0; i < V; ++i) {
-    if (logits[i] > bv || (!found && logits[i] == bv)) {  // -inf everywhere still picks id 0
-      bv = logits[i];
-      best = i;
-      found = true;
-    }
-  }
-  return static_cast<int32_t>(best);
+  const float m = max_of(logits, V);  // vectorized; then the first id holding it
+  for (int64_t i = 0; i < V; ++i)
+    if (logits[i] == m) return static_cast<int32_t>(i);
+  return 0;  // all NaN
 }
 
-// Inverse CDF over ids[0..n) (ascending) or, when ids is null, over all V ids; weights w >= thr.
-int32_t pick(const float* w, const int32_t* ids, int64_t n, float thr, float u) {
+// Strict total order "more likely first, then lower id": filters keep prefixes of this order.
+inline bool better(const float* w, int32_t a, int32_t b) {
+  return w[a] > w[b] || (w[a] == w[b] && a < b);
+}
+
+// Inverse CDF in ascending id order over ids[0..n) (ascending), or over all n ids when ids is
+// null, skipping those after `last` (if >= 0) in the likelihood order. Weights below thr carry no
+// mass.
+int32_t pick(const float* w, const int32_t* ids, int64_t n, float thr, int32_t last, float u) {
+  if (last >= 0) thr = std::max(thr, w[last]);  // then only ties with `last` need the id test
+  auto kept = [&](int32_t i) {
+    return w[i] >= thr && w[i] > 0.0f && (last < 0 || w[i] > w[last] || i <= last);
+  };
   double total = 0.0;
   for (int64_t j = 0; j < n; ++j) {
-    const float x = w[ids ? ids[j] : j];
-    if (x >= thr) total += x;
+    const int32_t id = ids ? ids[j] : static_cast<int32_t>(j);
+    total += kept(id) ? w[id] : 0.0f;
   }
   const double target = static_cast<double>(u) * total;
   double cum = 0.0;
-  int32_t last = -1;
+  int32_t chosen = -1;
   for (int64_t j = 0; j < n; ++j) {
     const int32_t id = ids ? ids[j] : static_cast<int32_t>(j);
-    const float x = w[id];
-    if (x < thr || x <= 0.0f) continue;
-    cum += x;
-    last = id;
-    if (cum > target) return id;
+    if (!kept(id)) continue;
+    cum += w[id];
+    chosen = id;
+    if (cum > target) break;  // falls through to the last kept token only through rounding
   }
-  return last;  // only reached through rounding at u close to 1
+  return chosen;
+}
+
+// Candidates for top-k / top-p: the ids in (and above) the bucket of the likelihood order where
+// the count reaches k (top-k) or the mass reaches target (top-p only). Buckets are the top 12 bits
+// of the fp32 weight (monotone in the weight), so one O(V) histogram pass bounds the selection
+// and the exact work only sees the candidates. Returns their number, written to idx.
+int64_t candidates(const float* w, int64_t V, int64_t k, double target, int32_t* idx) {
+  constexpr int kBuckets = 2048;  // weights are in [0, 1]: bucket <= 0x3f8
+  int64_t count[kBuckets] = {};
+  double mass[kBuckets] = {};
+  auto bucket = [w](int64_t i) {
+    uint32_t b;
+    std::memcpy(&b, &w[i], 4);
+    return static_cast<int>(b >> 20);
+  };
+  for (int64_t i = 0; i < V; ++i) {
+    const int b = bucket(i);
+    ++count[b];
+    mass[b] += w[i];
+  }
+  int lowest = 0;
+  int64_t c = 0;
+  double ms = 0.0;
+  for (int b = kBuckets - 1; b >= 0; --b) {
+    c += count[b];
+    ms += mass[b];
+    // The margin covers summation-order rounding against the exact selection that follows.
+    if (k < V ? c >= k : ms >= target * (1.0 + 1e-9)) {
+      lowest = b;
+      break;
+    }
+  }
+  int64_t n = 0;
+  for (int64_t i = 0; i < V; ++i)
+    if (bucket(i) >= lowest) idx[n++] = static_cast<int32_t>(i);
+  return n;
+}
+
+// Smallest n in [1, k] such that the n most likely of idx[0, k) hold >= target mass. Quickselect
+// on mass (expected O(k), no sort): invariant top-lo mass (acc) < target <= top-hi mass.
+int64_t top_p_count(const float* w, int32_t* idx, int64_t k, double target) {
+  if (target <= 0.0) return 1;
+  auto cmp = [w](int32_t a, int32_t b) { return better(w, a, b); };
+  int64_t lo = 0, hi = k;
+  double acc = 0.0;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    std::nth_element(idx + lo, idx + mid, idx + hi, cmp);
+    double m = 0.0;
+    for (int64_t j = lo; j < mid; ++j) m += w[idx[j]];
+    if (acc + m >= target) {
+      hi = mid;
+    } else {
+      acc += m;
+      lo = mid;
+    }
+  }
+  return hi;
 }
 
 }  // namespace
@@ -108,45 +170,55 @@ int32_t sample(const float* logits, int64_t V, const SamplingConfig& p, float u,
                int32_t* idx) {
   if (V <= 0) return 0;
   if (!(p.temperature > 0.0f) || p.top_k == 1) return argmax(logits, V);
-  float m = -INFINITY;
-  for (int64_t i = 0; i < V; ++i) m = std::max(m, logits[i]);
+  const float m = max_of(logits, V);
   if (!std::isfinite(m)) return argmax(logits, V);
   const float inv_t = 1.0f / p.temperature;
-  for (int64_t i = 0; i < V; ++i) {
-    const float x = std::exp((logits[i] - m) * inv_t);
-    w[i] = x >= 0.0f ? x : 0.0f;  // NaN logits get no mass
+  double Z = 0.0;
+  for (int64_t i0 = 0; i0 < V; i0 += 4096) {  // float lanes per block, double across blocks
+    const int64_t i1 = std::min(V, i0 + 4096);
+    float part[8] = {};
+    for (int64_t i = i0; i < i1; ++i) {
+      const float x = exp_nonpos((logits[i] - m) * inv_t);
+      w[i] = x >= 0.0f ? x : 0.0f;  // NaN logits get no mass
+      part[i & 7] += w[i];
+    }
+    for (float x : part) Z += x;
   }
   // The max weight is exactly exp(0) = 1, so min-p's threshold needs no normalization.
   const float thr = p.min_p > 0.0f ? p.min_p : 0.0f;
 
   const int64_t k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
   const bool use_top_p = p.top_p < 1.0f;
-  if (k == V && !use_top_p) return pick(w, nullptr, V, thr, u);
+  const double top_p = std::max(p.top_p, 0.0f);
+  if (k == V && !use_top_p) return pick(w, nullptr, V, thr, -1, u);
 
-  auto better = [w](int32_t a, int32_t b) { return w[a] > w[b] || (w[a] == w[b] && a < b); };
-  std::iota(idx, idx + V, 0);
-  if (k < V) std::nth_element(idx, idx + k, idx + V, better);
-  int64_t n_keep = k;
+  // Select (never fully sort) the kept prefix of the likelihood order among the candidates.
+  auto cmp = [w](int32_t a, int32_t b) { return better(w, a, b); };
+  const int64_t n_cand = candidates(w, V, k, top_p * Z, idx);
+  const int64_t kk = std::min(k, n_cand);
+  if (kk < n_cand) std::nth_element(idx, idx + kk, idx + n_cand, cmp);
+  int64_t n_keep = k < V ? kk : n_cand;
   if (use_top_p) {
-    double mass = 0.0;
-    for (int64_t j = 0; j < k; ++j) mass += w[idx[j]];
-    const double target = static_cast<double>(std::max(p.top_p, 0.0f)) * mass;
-    for (int64_t sorted = std::min<int64_t>(k, 64);; sorted = std::min(k, sorted * 8)) {
-      std::partial_sort(idx, idx + sorted, idx + k, better);
-      double cum = 0.0;
-      int64_t j = 0;
-      while (j < sorted && cum < target) cum += w[idx[j++]];
-      if (cum >= target || sorted == k) {
-        n_keep = std::max<int64_t>(j, 1);
-        break;
-      }
+    double mass = Z;
+    if (k < V) {
+      mass = 0.0;
+      for (int64_t j = 0; j < kk; ++j) mass += w[idx[j]];
     }
+    n_keep = top_p_count(w, idx, n_keep, top_p * mass);
   }
-  int64_t n = 0;
-  for (int64_t j = 0; j < n_keep; ++j)
-    if (w[idx[j]] >= thr) idx[n++] = idx[j];
-  std::sort(idx, idx + n);
-  const int32_t id = pick(w, idx, n, thr, u);
+  int32_t id;
+  if (n_keep * 8 > V) {  // a large kept set: scan all ids against its least likely member
+    int32_t last = idx[0];
+    for (int64_t j = 1; j < n_keep; ++j)
+      if (better(w, last, idx[j])) last = idx[j];
+    id = pick(w, nullptr, V, thr, n_keep < V ? last : -1, u);
+  } else {
+    int64_t n = 0;
+    for (int64_t j = 0; j < n_keep; ++j)
+      if (w[idx[j]] >= thr) idx[n++] = idx[j];
+    std::sort(idx, idx + n);
+    id = pick(w, idx, n, thr, -1, u);
+  }
   return id >= 0 ? id : argmax(logits, V);
 }
 

@@ -1,0 +1,209 @@
+// The scheduler and memory planner on the CPU with fake model outputs: no forward runs; each
+// step "computes" the scheduled tokens and appends a fake sampled token to finished prompts.
+#include <memory>
+
+#include "cache/gdn_pool.h"
+#include "cache/kv_pool.h"
+#include "cache/planner.h"
+#include "cache/prefix_cache.h"
+#include "check.h"
+#include "core/error.h"
+#include "engine/scheduler.h"
+
+using namespace pe;
+
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.vocab = 100;
+  c.hidden = 8;
+  c.n_layers = 2;
+  c.intermediate = 8;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 4;
+  c.rot_dim = 2;
+  c.gdn_k_heads = 1;
+  c.gdn_v_heads = 1;
+  c.gdn_k_dim = 4;
+  c.gdn_v_dim = 4;
+  c.conv_kernel = 4;
+  c.is_full_attention = {false, true};
+  return c;
+}
+
+struct Fixture {
+  ModelConfig cfg = tiny_config();
+  KvPool kv;
+  GdnPool gdn;
+  std::unique_ptr<PrefixCache> cache;
+  Scheduler sched;
+  uint64_t next_id = 1;
+  Fixture(SchedulerParams p, int64_t pages, int64_t page_size = 4, bool with_cache = false)
+      : kv(cfg, pages, page_size),
+        gdn(cfg, p.max_batch, with_cache ? 4 : 0),
+        cache(with_cache ? std::make_unique<PrefixCache>(kv, gdn, 1) : nullptr),
+        sched(p, kv, gdn, cache.get()) {}
+
+  Request* add(int64_t prompt_len, int32_t max_tokens = 4, int64_t seed = -1) {
+    auto r = std::make_unique<Request>();
+    r->id = next_id++;
+    const int64_t s = seed < 0 ? static_cast<int64_t>(r->id) : seed;
+    for (int64_t i = 0; i < prompt_len; ++i) r->tokens.push_back(static_cast<int32_t>((i * 7 + s) % 100));
+    r->n_prompt = prompt_len;
+    r->max_tokens = max_tokens;
+    Request* raw = r.get();
+    sched.add(std::move(r));
+    return raw;
+  }
+
+  // One fake step: commit, append a token to every request whose tokens are all computed,
+  // remove those that reached max_tokens. Returns the chunks.
+  std::vector<ScheduledChunk> step() {
+    auto chunks = sched.schedule();
+    sched.commit(chunks);
+    std::vector<Request*> done;
+    for (auto& c : chunks) {
+      Request* r = c.req;
+      if (r->n_computed == static_cast<int64_t>(r->tokens.size())) {
+        r->tokens.push_back(1);
+        if (r->n_generated() >= r->max_tokens) done.push_back(r);
+      }
+    }
+    for (Request* r : done) sched.remove(r);
+    return chunks;
+  }
+
+  int64_t tokens_of(const std::vector<ScheduledChunk>& cs, const Request* r) {
+    for (auto& c : cs)
+      if (c.req == r) return c.n_tokens;
+    return 0;
+  }
+};
+
+SchedulerParams params(int64_t max_batch, int64_t chunk, bool cooperative = true) {
+  SchedulerParams p;
+  p.max_batch = max_batch;
+  p.chunked_prefill_size = chunk;
+  p.max_num_batched_tokens = chunk + max_batch;
+  p.cooperative_prefill = cooperative;
+  return p;
+}
+
+}  // namespace
+
+TEST(decode_tokens_come_first_and_the_budget_holds) {
+  Fixture f(params(4, 8), 200);
+  Request* a = f.add(3, 100);
+  f.step();  // a prefilled and sampled
+  Request* b = f.add(40);
+  auto cs = f.step();
+  CHECK_EQ(f.tokens_of(cs, a), 1);
+  CHECK_EQ(f.tokens_of(cs, b), 8);
+  int64_t total = 0;
+  for (auto& c : cs) total += c.n_tokens;
+  CHECK(total <= 12);
+}
+
+TEST(cooperative_admits_a_short_request_at_the_next_chunk_boundary) {
+  Fixture f(params(4, 8), 200);
+  Request* long_req = f.add(160);
+  f.step();
+  f.step();
+  Request* short_req = f.add(5);
+  auto cs = f.step();
+  CHECK_EQ(f.tokens_of(cs, short_req), 5);   // its whole prompt, shortest first
+  CHECK_EQ(f.tokens_of(cs, long_req), 7);    // the long one keeps the rest of the budget
+  cs = f.step();
+  CHECK_EQ(f.tokens_of(cs, short_req), 1);   // decoding while the long prompt prefills
+}
+
+TEST(blocking_mode_runs_the_long_prefill_to_the_end) {
+  Fixture f(params(4, 8, false), 200);
+  Request* long_req = f.add(160);
+  f.step();
+  Request* short_req = f.add(5);
+  int64_t steps = 0;
+  while (long_req->n_computed < 160) {
+    auto cs = f.step();
+    CHECK_EQ(f.tokens_of(cs, short_req), 0);
+    ++steps;
+  }
+  CHECK_EQ(steps, 19);
+  auto cs = f.step();
+  CHECK(f.tokens_of(cs, short_req) == 5);
+}
+
+TEST(max_batch_is_honoured_exactly) {
+  Fixture f(params(3, 64), 200);
+  for (int i = 0; i < 5; ++i) f.add(4, 50);
+  f.step();
+  CHECK_EQ(f.sched.n_running(), 3);
+  CHECK_EQ(f.sched.n_waiting(), 2);
+}
+
+TEST(out_of_pages_preempts_the_newest_and_everything_returns) {
+  // 10 pages of 4 tokens: two requests growing to 24 tokens each cannot both fit.
+  Fixture f(params(2, 64), 10);
+  Request* a = f.add(8, 16);
+  Request* b = f.add(8, 16);
+  for (int i = 0; i < 200 && (f.sched.n_running() + f.sched.n_waiting()) > 0; ++i) f.step();
+  CHECK(f.sched.preemptions() >= 1);
+  CHECK_EQ(f.sched.n_running() + f.sched.n_waiting(), 0);
+  CHECK_EQ(f.kv.n_free(), 10);
+  CHECK_EQ(f.gdn.n_running_free(), 2);
+  (void)a;
+  (void)b;
+}
+
+TEST(prefix_cache_shares_blocks_and_counts_references) {
+  Fixture f(params(2, 64), 50, 4, true);
+  f.add(13, 1, 42);
+  f.step();  // prompt of 13: blocks [0,4) [4,8) [8,12) full, a snapshot after each
+  CHECK_EQ(f.sched.n_running(), 0);
+  CHECK_EQ(f.cache->n_blocks(), 3);
+  CHECK_EQ(f.cache->n_pages_held(), 3);
+  CHECK_EQ(f.kv.n_free(), 47);
+  Request* b = f.add(13, 1, 42);  // the same prompt
+  Request* c = f.add(13, 1, 43);  // another prompt: no hit
+  auto cs = f.sched.schedule();
+  CHECK_EQ(b->n_cached, 12);
+  CHECK_EQ(f.tokens_of(cs, b), 1);
+  CHECK_EQ(c->n_cached, 0);
+  CHECK_EQ(f.tokens_of(cs, c), 13);
+  CHECK_EQ(f.kv.refcount(b->pages[0]), 2);  // the cache and b
+  CHECK_EQ(f.cache->hit_tokens(), 12);
+  f.sched.commit(cs);
+  f.sched.remove(b);
+  f.sched.remove(c);
+  CHECK_EQ(f.kv.n_free() + f.cache->n_pages_held(), 50);
+  CHECK_EQ(f.cache->evict_pages(100), 6);  // b and c offered their blocks too: 3 + 3
+  CHECK_EQ(f.kv.n_free(), 50);
+}
+
+TEST(planner_reports_and_refuses_with_numbers) {
+  ModelConfig c = tiny_config();
+  PlanRequest r;
+  r.max_batch = 2;
+  r.max_model_len = 64;
+  r.page_size = 16;
+  r.prefix_cache = true;
+  const int64_t page = KvPool::page_bytes(c, 16), slot = GdnPool::slot_bytes(c);
+  r.budget_bytes = 2 * slot + 100 * page;
+  pe_memory_plan p = plan_memory(c, r);
+  CHECK_EQ(p.gdn_slots, 2);
+  CHECK_EQ(p.kv_page_bytes, page);
+  CHECK(p.used_bytes <= r.budget_bytes);
+  CHECK_EQ(p.kv_pages * page + p.snapshot_slots * slot + 2 * slot, p.used_bytes);
+  CHECK_EQ(p.context_tokens_per_session, 64);
+  CHECK_EQ(p.sessions_at_full_context, 2);
+  r.budget_bytes = 2 * slot + 4 * page;  // 4 full-context pages + 1 for the other session needed
+  bool threw = false;
+  try {
+    plan_memory(c, r);
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("needs at least") != std::string::npos;
+  }
+  CHECK(threw);
+}
