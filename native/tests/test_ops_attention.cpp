@@ -180,6 +180,8 @@ TEST(attention_long_and_odd) {
   check_attention({1, 3, 64, 16, 130, 1, true, DType::F32}, 100);
   check_attention({3, 2, 20, 5, 0, 17, false, DType::F32}, 101);  // no prompt: n_q > 1 from 0
   check_attention({2, 2, 256, 8, 40, 3, true, DType::F32}, 102);
+  check_attention({1, 12, 16, 4, 37, 2, true, DType::F32}, 103);  // a wide group: 12 heads per KV head
+  check_attention({2, 9, 8, 2, 20, 1, false, DType::F32}, 104);
 }
 
 TEST(attention_half_caches) {

@@ -109,7 +109,7 @@ TEST(linear_f32_sizes) {
 
 TEST(linear_f16_bf16) {
   for (DType t : {DType::F16, DType::BF16})
-    for (int64_t n : {1, 4, 9, 33})
+    for (int64_t n : {1, 2, 3, 4, 9, 33})
       for (auto rc : {std::pair<int64_t, int64_t>{7, 9}, {64, 130}, {300, 256}})
         check_linear(t, n, rc.first, rc.second, 21 + n);
 }

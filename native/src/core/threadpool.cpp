@@ -1,10 +1,14 @@
 // The global pool behind parallel_for: n_threads - 1 workers plus the calling thread.
 //
-// A job is published by bumping `generation_`; every worker takes part in every job (it grabs
-// chunks from an atomic counter until none is left) and then decrements `pending_`, so the caller
-// knows that nobody touches the job (and the caller's fn) after it returns. Workers spin for a
-// short while before sleeping on a condition variable: decode issues hundreds of small jobs per
-// token, and a futex wake-up per job would cost more than the work.
+// Job protocol (one atomic word `state_` = generation << 32 | joined << 1 | closed):
+//   the caller publishes a job with a new generation (open, nobody joined) and works on chunks
+//   itself; a worker that sees the new generation joins with a CAS that only succeeds while the
+//   job is open, grabs chunks from an atomic counter, then counts itself in `done_`. When no
+//   chunk is left the caller closes the job and waits only for the workers that joined.
+// Design decision: a worker that was descheduled (busy or oversubscribed machine, CI) never
+// delays a job it did not join, so small decode jobs cost no more than running them inline.
+// Workers spin for a short while before sleeping on a condition variable: decode issues hundreds
+// of small jobs per token, and a futex wake-up per job would cost more than the work.
 #include "core/threadpool.h"
 
 #include <algorithm>
@@ -27,6 +31,7 @@ namespace pe {
 namespace {
 
 thread_local bool t_inside_job = false;  // set on workers and on a caller while it runs a job
+constexpr int kSpins = 20000;
 
 int default_threads() {
   if (const char* env = std::getenv("PYENGINE_NUM_THREADS")) {
@@ -36,6 +41,8 @@ int default_threads() {
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
+
+inline uint32_t gen_of(uint64_t s) { return static_cast<uint32_t>(s >> 32); }
 
 class Pool {
  public:
@@ -59,16 +66,16 @@ class Pool {
     if (!submit.owns_lock()) return fn(0, n);  // busy with another thread's job: run inline
 
     // A few chunks per thread balance uneven work (causal attention) at little cost.
-    const int64_t n_chunks = std::min<int64_t>(max_chunks, int64_t{4} * n_threads_);
     fn_ = &fn;
     n_ = n;
-    n_chunks_ = n_chunks;
+    n_chunks_ = std::min<int64_t>(max_chunks, int64_t{4} * n_threads_);
     next_chunk_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    const uint32_t gen = gen_of(state_.load(std::memory_order_relaxed)) + 1;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      generation_.fetch_add(1, std::memory_order_release);
+      state_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
     }
     if (sleeping_.load(std::memory_order_acquire) > 0) cv_work_.notify_all();
 
@@ -76,12 +83,14 @@ class Pool {
     work();
     t_inside_job = false;
 
-    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-      if (spin < 20000) {
+    const uint64_t closed = state_.fetch_or(1, std::memory_order_acq_rel);
+    const int joined = static_cast<int>((closed >> 1) & 0x7fffffff);
+    for (int spin = 0; done_.load(std::memory_order_acquire) < joined; ++spin) {
+      if (spin < kSpins) {
         PE_CPU_RELAX();
       } else {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+        cv_done_.wait(lk, [&] { return done_.load(std::memory_order_acquire) >= joined; });
       }
     }
     fn_ = nullptr;
@@ -92,9 +101,7 @@ class Pool {
   void start(int n) {
     n_threads_ = std::max(1, n);
     quit_.store(false);
-    // The generation is read here, not in the new thread: a job published before the thread
-    // starts running must still count it among the participants.
-    const uint64_t gen = generation_.load();
+    const uint32_t gen = gen_of(state_.load());
     for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, gen] { worker_loop(gen); });
   }
 
@@ -123,30 +130,39 @@ class Pool {
     }
   }
 
-  void worker_loop(uint64_t seen) {
+  // Joins job `gen` if it is still open; false when it closed (or a newer one started).
+  bool try_join(uint32_t gen) {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    while (gen_of(s) == gen && !(s & 1)) {
+      if (state_.compare_exchange_weak(s, s + 2, std::memory_order_acq_rel)) return true;
+    }
+    return false;
+  }
+
+  void worker_loop(uint32_t seen) {
     t_inside_job = true;  // anything a worker runs is inside a job: nested calls run inline
     for (;;) {
       int spin = 0;
-      while (generation_.load(std::memory_order_acquire) == seen && !quit_.load()) {
-        if (++spin < 20000) {
+      while (gen_of(state_.load(std::memory_order_acquire)) == seen && !quit_.load()) {
+        if (++spin < kSpins) {
           PE_CPU_RELAX();
           continue;
         }
         std::unique_lock<std::mutex> lk(mu_);
         sleeping_.fetch_add(1);
         cv_work_.wait(lk, [&] {
-          return generation_.load(std::memory_order_acquire) != seen || quit_.load();
+          return gen_of(state_.load(std::memory_order_acquire)) != seen || quit_.load();
         });
         sleeping_.fetch_sub(1);
         break;
       }
       if (quit_.load()) return;
-      seen = generation_.load(std::memory_order_acquire);
+      seen = gen_of(state_.load(std::memory_order_acquire));
+      if (!try_join(seen)) continue;
       work();
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard<std::mutex> lk(mu_);
-        cv_done_.notify_one();
-      }
+      done_.fetch_add(1, std::memory_order_acq_rel);
+      std::lock_guard<std::mutex> lk(mu_);
+      cv_done_.notify_one();
     }
   }
 
@@ -155,8 +171,8 @@ class Pool {
   std::mutex submit_mu_;  // one job at a time
   std::mutex mu_;         // guards sleeping/waking and error_
   std::condition_variable cv_work_, cv_done_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> done_{0};
   std::atomic<int> sleeping_{0};
   std::atomic<bool> quit_{false};
   std::atomic<int64_t> next_chunk_{0};

@@ -6,8 +6,11 @@
 // attention_paged: for query i (position P = q_start_pos + i) and head h (kv head h / group):
 //   s_t = scale * q.k_t for t = 0 .. P; p = softmax(s) (fp32, max-subtracted);
 //   o = sum_t p_t v_t; o *= sigmoid(gate) when gate is given (fused output gate).
-// Two passes per (query, head): scores into a thread-local buffer, then the weighted V sum.
-// Parallel over (queries x heads), in chunks so the causal (triangular) work balances.
+// Flash-style: keys in tiles of 64 with an online (running max) softmax, so memory does not grow
+// with the context. A task holds up to 16 queries x the heads of one KV group: each K/V row is
+// loaded (and converted) once per task and reused by all its query vectors; scores come from a
+// register-tiled 4 keys x 4 queries dot kernel. Parallel over (kv heads x query blocks x head
+// blocks); blocks shrink for decode so every thread gets work.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,6 +24,8 @@
 namespace pe {
 namespace cpu {
 namespace {
+
+constexpr int64_t kKeyTile = 64;  // keys per tile of the online softmax
 
 void check_kv_dtype(DType t) {
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
@@ -38,6 +43,17 @@ inline const float* kv_row(const PagedKV& kv, const void* base, int64_t off, flo
   if (kv.dtype == DType::F32) return static_cast<const float*>(base) + off;
   to_f32(kv.dtype, static_cast<const uint16_t*>(base) + off, kv.head_dim, buf);
   return buf;
+}
+
+void prefetch_row(const PagedKV& kv, const int32_t* page_table, int64_t t, int64_t kvh) {
+  const int64_t off = kv_offset(kv, page_table, t, kvh);
+  const size_t es = dtype_size(kv.dtype);
+  const char* k = static_cast<const char*>(kv.k) + off * es;
+  const char* v = static_cast<const char*>(kv.v) + off * es;
+  for (int64_t b = 0; b < kv.head_dim * static_cast<int64_t>(es); b += 64) {
+    __builtin_prefetch(k + b);
+    __builtin_prefetch(v + b);
+  }
 }
 
 void store_row(DType t, const float* src, int64_t n, void* base, int64_t off) {
@@ -78,49 +94,107 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
   if (n_q <= 0) return;
   if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
     throw std::invalid_argument("attention_paged: n_heads must be a multiple of n_kv_heads");
-  const int64_t D = kv.head_dim;
-  const int64_t group = n_heads / kv.n_kv_heads;
-  const int64_t n_keys_max = q_start_pos + n_q;
-  // One (query, head) costs ~2 * keys * D flops: keep each chunk above ~32K of them.
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(n_keys_max * D, 1));
+  const int64_t D = kv.head_dim, Hkv = kv.n_kv_heads;
+  const int64_t group = n_heads / Hkv;
+  // A task is (kv head, block of QB queries, block of HB heads of its group): its query vectors
+  // share every K/V row it loads. Blocks shrink until there are enough tasks for the threads.
+  const int64_t threads = num_threads();
+  constexpr int64_t kMaxVecs = 64;  // query vectors per task (QB * HB)
+  int64_t HB = std::min<int64_t>(group, 8);
+  int64_t QB = std::min<int64_t>(16, kMaxVecs / HB);
+  auto n_tasks = [&] { return Hkv * ((n_q + QB - 1) / QB) * ((group + HB - 1) / HB); };
+  while (QB > 1 && n_tasks() < 2 * threads) QB /= 2;
+  while (HB > 1 && n_tasks() < 2 * threads) HB = (HB + 1) / 2;
+  const int64_t n_qb = (n_q + QB - 1) / QB, n_hb = (group + HB - 1) / HB;
+  const int64_t max_vecs = QB * HB;
+  const int64_t keys_max = q_start_pos + n_q;
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(keys_max * D * max_vecs, 1));
 
   parallel_for(
-      n_q * n_heads,
+      Hkv * n_qb * n_hb,
       [&](int64_t begin, int64_t end) {
-        float* scores = scratch(0, static_cast<size_t>(n_keys_max));
-        float* acc = scratch(1, static_cast<size_t>(D));
-        float* kbuf = scratch(2, static_cast<size_t>(D));
-        float* vbuf = scratch(3, static_cast<size_t>(D));
+        float* acc = scratch(0, static_cast<size_t>(max_vecs * D));
+        float* s = scratch(1, static_cast<size_t>(max_vecs * kKeyTile));
+        float* ml = scratch(2, static_cast<size_t>(2 * max_vecs));
+        float* kvbuf = scratch(3, static_cast<size_t>(2 * kKeyTile * D));
+        const float* qv[kMaxVecs];
+        int64_t qpos[kMaxVecs];
+        const float* kp[kKeyTile];
+        const float* vp[kKeyTile];
         for (int64_t task = begin; task < end; ++task) {
-          const int64_t i = task / n_heads, h = task % n_heads;
-          const int64_t kvh = h / group;
-          const int64_t n_keys = q_start_pos + i + 1;
-          const float* qv = q + (i * n_heads + h) * D;
-
-          float m = -INFINITY;
-          for (int64_t t = 0; t < n_keys; ++t) {
-            const float* kr = kv_row(kv, kv.k, kv_offset(kv, page_table, t, kvh), kbuf);
-            const float s = scale * dot(qv, kr, D);
-            scores[t] = s;
-            m = std::max(m, s);
+          const int64_t g = task / (n_qb * n_hb), qb = (task / n_hb) % n_qb, hb = task % n_hb;
+          const int64_t i0 = qb * QB, i1 = std::min(n_q, i0 + QB);
+          const int64_t h0 = g * group + hb * HB, h1 = std::min(g * group + group, h0 + HB);
+          int64_t nv = 0;
+          for (int64_t i = i0; i < i1; ++i)
+            for (int64_t h = h0; h < h1; ++h) {
+              qv[nv] = q + (i * n_heads + h) * D;
+              qpos[nv++] = q_start_pos + i;
+            }
+          float* m = ml;
+          float* l = ml + nv;
+          std::fill(m, m + nv, -INFINITY);
+          std::fill(l, l + nv, 0.0f);
+          std::fill(acc, acc + nv * D, 0.0f);
+          const int64_t n_keys = q_start_pos + i1;
+          for (int64_t t0 = 0; t0 < n_keys; t0 += kKeyTile) {
+            const int64_t kt = std::min<int64_t>(kKeyTile, n_keys - t0);
+            for (int64_t j = 0; j < kt; ++j) {
+              const int64_t off = kv_offset(kv, page_table, t0 + j, g);
+              kp[j] = kv_row(kv, kv.k, off, kvbuf + j * D);
+              vp[j] = kv_row(kv, kv.v, off, kvbuf + (kKeyTile + j) * D);
+            }
+            // Rows of one head are scattered (stride n_kv_heads * D, pages anywhere): prefetch the
+            // next tile while this one is computed.
+            for (int64_t j = t0 + kKeyTile; j < std::min(n_keys, t0 + 2 * kKeyTile); ++j)
+              prefetch_row(kv, page_table, j, g);
+            // Scores of this tile: s[v, j] = scale * q_v . k_j, -inf past the query's position.
+            float res[16];
+            for (int64_t j = 0; j < kt; j += 4) {
+              const int nr = static_cast<int>(std::min<int64_t>(4, kt - j));
+              for (int64_t v = 0; v < nv; v += 4) {
+                const int nt = static_cast<int>(std::min<int64_t>(4, nv - v));
+                dot_tile_fn(nr, nt)(kp + j, qv + v, D, res);
+                for (int r = 0; r < nr; ++r)
+                  for (int c = 0; c < nt; ++c)
+                    s[(v + c) * kKeyTile + j + r] =
+                        t0 + j + r <= qpos[v + c] ? scale * res[r * 4 + c] : -INFINITY;
+              }
+            }
+            // Online softmax: rescale the running sums to the new max, turn scores into weights.
+            for (int64_t v = 0; v < nv; ++v) {
+              float* sv = s + v * kKeyTile;
+              const float tile_max = max_of(sv, kt);
+              if (tile_max == -INFINITY) {  // the whole tile is in this query's future
+                std::fill(sv, sv + kt, 0.0f);
+                continue;
+              }
+              const float new_m = std::max(m[v], tile_max);
+              const float corr = exp_nonpos(m[v] - new_m);
+              float sum = 0.0f;
+              for (int64_t j = 0; j < kt; ++j) {
+                sv[j] = exp_nonpos(sv[j] - new_m);  // masked (-inf) scores become 0
+                sum += sv[j];
+              }
+              l[v] = l[v] * corr + sum;
+              m[v] = new_m;
+              float* av = acc + v * D;
+              if (corr != 1.0f)
+                for (int64_t d = 0; d < D; ++d) av[d] *= corr;
+            }
+            // acc[v, :] += sum_j w[v, j] v_j: a [nv, kt] x [kt, D] product on the V row pointers.
+            gemm_rows(nv, D, kt, 1.0f, s, kKeyTile, [&](int64_t j) { return vp[j]; }, 1.0f, acc, D);
           }
-          float sum = 0.0f;
-          for (int64_t t = 0; t < n_keys; ++t) {
-            scores[t] = std::exp(scores[t] - m);
-            sum += scores[t];
-          }
-          std::fill(acc, acc + D, 0.0f);
-          for (int64_t t = 0; t < n_keys; ++t) {
-            const float* vr = kv_row(kv, kv.v, kv_offset(kv, page_table, t, kvh), vbuf);
-            axpy(scores[t], vr, acc, D);
-          }
-          const float inv = 1.0f / sum;
-          float* o = out + (i * n_heads + h) * D;
-          if (gate) {
-            const float* gv = gate + (i * n_heads + h) * D;
-            for (int64_t j = 0; j < D; ++j) o[j] = acc[j] * inv * sigmoid(gv[j]);
-          } else {
-            for (int64_t j = 0; j < D; ++j) o[j] = acc[j] * inv;
+          for (int64_t v = 0; v < nv; ++v) {
+            const int64_t off = qv[v] - q;  // same [n_q, n_heads, D] layout for out and gate
+            const float inv = 1.0f / l[v];
+            const float* av = acc + v * D;
+            float* o = out + off;
+            if (gate) {
+              for (int64_t d = 0; d < D; ++d) o[d] = av[d] * inv * sigmoid(gate[off + d]);
+            } else {
+              for (int64_t d = 0; d < D; ++d) o[d] = av[d] * inv;
+            }
           }
         }
       },

@@ -173,15 +173,17 @@ int32_t sample(const float* logits, int64_t V, const SamplingConfig& p, float u,
   const float m = max_of(logits, V);
   if (!std::isfinite(m)) return argmax(logits, V);
   const float inv_t = 1.0f / p.temperature;
+  for (int64_t i = 0; i < V; ++i) {
+    w[i] = exp_nonpos((logits[i] - m) * inv_t);  // NaN logits get no mass
+  }
   double Z = 0.0;
   for (int64_t i0 = 0; i0 < V; i0 += 4096) {  // float lanes per block, double across blocks
-    const int64_t i1 = std::min(V, i0 + 4096);
+    const int64_t n = std::min<int64_t>(4096, V - i0);
     float part[8] = {};
-    for (int64_t i = i0; i < i1; ++i) {
-      const float x = exp_nonpos((logits[i] - m) * inv_t);
-      w[i] = x >= 0.0f ? x : 0.0f;  // NaN logits get no mass
-      part[i & 7] += w[i];
-    }
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+      for (int l = 0; l < 8; ++l) part[l] += w[i0 + j + l];
+    for (; j < n; ++j) part[0] += w[i0 + j];
     for (float x : part) Z += x;
   }
   // The max weight is exactly exp(0) = 1, so min-p's threshold needs no normalization.
