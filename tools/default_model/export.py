@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3_5TextConfig
 
 import ckpt
+from train_tokenizer import SPECIAL_TOKENS
 from model import DefaultModel
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +48,23 @@ def write_checkpoint(state_dir: Path, tokenizer_dir: Path, out: Path) -> Qwen3_5
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(tokenizer_dir / name, out / name)
+    unmark_tags(out)
     return config
+
+
+def unmark_tags(out: Path) -> None:
+    """The BPE trainer marks every added token special; the reasoning and tool tags must not be
+    (as in Qwen's tokenizer), or decode(skip_special_tokens=True) drops them and a client can no
+    longer separate reasoning from content."""
+    keep = {tok for tok, special in SPECIAL_TOKENS if special}
+    tok = json.loads((out / "tokenizer.json").read_text())
+    for entry in tok["added_tokens"]:
+        entry["special"] = entry["content"] in keep
+    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    cfg = json.loads((out / "tokenizer_config.json").read_text())
+    for entry in cfg.get("added_tokens_decoder", {}).values():
+        entry["special"] = entry["content"] in keep
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
 
 
 @torch.no_grad()

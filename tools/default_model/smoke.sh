@@ -6,7 +6,7 @@ set -euo pipefail
 work=${1:-/tmp/default_model_smoke}
 rm -rf "$work" && mkdir -p "$work"
 tiny=(--preset tiny --seq-len 64 --batch-size 4 --warmup-steps 10 --log-every 20 --eval-every 40
-      --eval-rows 4 --device cpu --cache "$work/../default_model_token_cache")
+      --eval-rows 4 --device cpu)
 python3 tools/default_model/train.py "${tiny[@]}" --minutes 0.5 --total-minutes 1 --save-margin-s 5 \
     --n-arith-eval 0 --out "$work/call1"
 python3 tools/default_model/train.py "${tiny[@]}" --minutes 0.75 --save-margin-s 15 --final-call \
