@@ -5,18 +5,44 @@ from __future__ import annotations
 import argparse
 import sys
 
+_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """'4096', '512M', '20G', '1.5g' -> bytes (binary units)."""
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = _SUFFIXES.get(s[-1:], 1)
+    number = s[:-1] if s[-1:] in _SUFFIXES else s
+    try:
+        value = int(float(number) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 4096, 512M, 20G)")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     """Engine flags, named as FastLLM / vLLM users know them."""
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
-    p.add_argument("--max_batch", type=int, default=8)
-    p.add_argument("--max_model_len", type=int, default=None)
-    p.add_argument("--chunked_prefill_size", type=int, default=512)
+    p.add_argument("--max_batch", type=positive_int, default=8)
+    p.add_argument("--max_model_len", type=positive_int, default=None)
+    p.add_argument("--chunked_prefill_size", type=positive_int, default=512)
     p.add_argument("--max_num_batched_tokens", type=int, default=0)
     p.add_argument("--cooperative_prefill", choices=["on", "off"], default="on")
     p.add_argument("--prefix_cache", choices=["on", "off"], default="on")
-    p.add_argument("--kv_page_size", type=int, default=16)
-    p.add_argument("--kv_cache_bytes", type=int, default=None)
+    p.add_argument("--kv_page_size", type=positive_int, default=16)
+    p.add_argument("--kv_cache_bytes", type=byte_size, default=None, help="KV + GDN state budget, e.g. 8G")
     p.add_argument("--gpu_mem_ratio", type=float, default=0.9)
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: all cores)")
 

@@ -13,73 +13,17 @@ import logging
 import os
 import sys
 
+from pyengine.cli import byte_size, positive_int as _positive_int
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-_ON_OFF = ("on", "off")
-_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_ON_OFF = ("on", "off")  # the engine flags' spelling too
 
 
-def byte_size(text: str) -> int:
-    """'4096', '512M', '20G', '1.5g' -> bytes (binary units)."""
-    s = text.strip().lower().removesuffix("ib").removesuffix("b")
-    scale = _SUFFIXES.get(s[-1:], 1)
-    number = s[:-1] if s[-1:] in _SUFFIXES else s
-    try:
-        value = int(float(number) * scale)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 4096, 512M, 20G)")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1]: {text!r}")
-    return value
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """Engine flags shared by serve (and usable by generate/bench); names follow DESIGN.md."""
-    g = parser.add_argument_group("engine")
-    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    g.add_argument("--max_batch", type=_positive_int, default=8,
-                   help="concurrent sequences the engine runs (default: 8)")
-    g.add_argument("--max_model_len", type=_positive_int, default=8192,
-                   help="context length in tokens, prompt + output (default: 8192)")
-    g.add_argument("--chunked_prefill_size", type=_positive_int, default=512,
-                   help="prefill chunk size in tokens (default: 512)")
-    g.add_argument("--cooperative_prefill", choices=_ON_OFF, default="on",
-                   help="serve waiting requests between prefill chunks (default: on)")
-    g.add_argument("--prefix_cache", choices=_ON_OFF, default="on",
-                   help="reuse KV blocks and GDN snapshots of shared prefixes (default: on)")
-    g.add_argument("--kv_cache_bytes", type=byte_size, default=None,
-                   help="bytes for the KV cache, e.g. 8G (default: planned from free memory)")
-    g.add_argument("--gpu_mem_ratio", type=_ratio, default=0.9,
-                   help="fraction of free GPU memory the engine may plan with (default: 0.9)")
-
-
-def engine_kwargs(args: argparse.Namespace) -> dict:
-    return {"device": args.device, "max_batch": args.max_batch,
-            "max_model_len": args.max_model_len,
-            "chunked_prefill_size": args.chunked_prefill_size,
-            "cooperative_prefill": args.cooperative_prefill == "on",
-            "prefix_cache": args.prefix_cache == "on",
-            "kv_cache_bytes": args.kv_cache_bytes, "gpu_mem_ratio": args.gpu_mem_ratio}
+def llm_kwargs(args: argparse.Namespace) -> dict:
+    """LLM(...) keyword arguments from the engine flags (the same flags as `pyengine generate`)."""
+    from pyengine.cli import engine_kwargs
+    return {"device": args.device, **engine_kwargs(args)}
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,20 +41,26 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"largest request body (default: {DEFAULT_MAX_BODY_BYTES})")
     g.add_argument("--workers", type=_positive_int, default=1,
                    help="worker processes, each with its own engine (default: 1)")
-    g.add_argument("--threads", type=_positive_int, default=None,
-                   help="request threads per worker (default: 2 x max_batch + 4)")
+    g.add_argument("--http_threads", type=_positive_int, default=None,
+                   help="request threads per worker (default: 2 x max_batch + 4); "
+                        "--threads is the engine's CPU threads")
     g.add_argument("--timeout", type=_positive_int, default=120,
                    help="seconds a silent worker may take before gunicorn restarts it")
     g.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"))
     g.add_argument("--access_log", choices=_ON_OFF, default="on",
                    help="log one line per request to stderr (default: on)")
-    add_engine_arguments(parser)
+    from pyengine.cli import add_engine_arguments
+    add_engine_arguments(parser.add_argument_group("engine"))
 
 
 def _check_model_path(model: str | None) -> str | None:
     """A clear message before any worker starts, instead of a traceback inside one."""
-    if model is None:  # until the embedded default model ships (a later issue)
-        return "no model given: run `pyengine serve MODEL_DIR` (there is no default model yet)"
+    if model is None:
+        from pyengine.llm import default_model_path  # cheap: the library loads on first use
+        if default_model_path() is None:
+            return "no model given and this build has no embedded model: run " \
+                   "`pyengine serve MODEL_DIR`"
+        return None
     if not os.path.isdir(model):
         return f"model directory not found: {model}"
     if not os.path.isfile(os.path.join(model, "config.json")):
@@ -119,7 +69,7 @@ def _check_model_path(model: str | None) -> str | None:
 
 
 def gunicorn_options(args: argparse.Namespace) -> dict:
-    threads = args.threads or 2 * args.max_batch + 4
+    threads = args.http_threads or 2 * args.max_batch + 4
     return {
         "bind": f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}",
         "workers": args.workers, "worker_class": "gthread", "threads": threads,
@@ -142,7 +92,7 @@ def make_app(args: argparse.Namespace):
 
     def build_llm():
         from pyengine import LLM
-        return LLM(args.model, **engine_kwargs(args))
+        return LLM(args.model, **llm_kwargs(args))
 
     def load_failed(exc: BaseException) -> None:
         # Exit code 3 is gunicorn's WORKER_BOOT_ERROR: the arbiter stops instead of

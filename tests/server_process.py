@@ -5,6 +5,7 @@ it across test files; all are stopped at exit. The server's log goes to tests/ar
 failure can be read after the run.
 """
 import atexit
+import importlib.util
 import os
 import signal
 import socket
@@ -14,6 +15,9 @@ import time
 from pathlib import Path
 
 import requests
+
+import pyengine
+import webapp
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "tests" / "artifacts"
@@ -36,9 +40,22 @@ def find_checkpoint() -> Path | None:
 
 def _serve_command() -> list[str]:
     """`python -m pyengine serve` once the CLI exists; the serve module itself until then."""
-    if (REPO / "pyengine" / "__main__.py").is_file():
+    if importlib.util.find_spec("pyengine.__main__") is not None:
         return ["pyengine", "serve"]
     return ["pyengine.serve"]
+
+
+def server_env() -> dict:
+    """The environment for a child Python that must import the same pyengine and webapp as
+    this test process (installed or from the source tree, whichever pytest uses)."""
+    roots = []
+    for module in (pyengine, webapp):
+        root = str(Path(module.__file__).resolve().parents[1])
+        if root not in roots:
+            roots.append(root)
+    if os.environ.get("PYTHONPATH"):
+        roots.append(os.environ["PYTHONPATH"])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(roots))
 
 
 def _free_port() -> int:
@@ -57,10 +74,9 @@ class ServerProcess:
         cmd = [sys.executable, "-m", *_serve_command(), *args, "--port", str(self.port)]
         if api_key:
             cmd += ["--api_key", api_key]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._log,
+        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop())
+        # cwd: a folder without a pyengine/ in it, so `-m` imports what server_env() names.
+        self.proc = subprocess.Popen(cmd, cwd=ARTIFACTS, env=server_env(), stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready()
 
@@ -148,8 +164,10 @@ def api_server() -> ServerProcess:
 
 def plain_server() -> ServerProcess:
     """No API key, prefix cache off so that freed pages return exactly to the baseline."""
+    # One engine thread leaves the other core to the browser test's Chromium, so a long
+    # generation to stop lasts long enough even on CI's two cores.
     return get_server("plain", "--max_model_len", "4096", "--max_batch", "4",
-                      "--prefix_cache", "off")
+                      "--prefix_cache", "off", "--threads", "1")
 
 
 @atexit.register

@@ -106,19 +106,15 @@ def test_truncated_file(ckpt):
         load(ckpt)
 
 
-def test_unknown_model_type(ckpt):
+@pytest.mark.parametrize(
+    "field, value, pattern",
+    [("model_type", "llama", r"config\.json.*model_type.*llama"), ("hidden_act", "gelu", r"config\.json.*hidden_act")],
+)
+def test_bad_config_value(ckpt, field, value, pattern):
     cfg = json.loads((ckpt / "config.json").read_text())
-    cfg["model_type"] = "llama"
+    cfg[field] = value
     (ckpt / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"config\.json.*model_type.*llama"):
-        load(ckpt)
-
-
-def test_unsupported_config_value(ckpt):
-    cfg = json.loads((ckpt / "config.json").read_text())
-    cfg["hidden_act"] = "gelu"
-    (ckpt / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match=r"config\.json.*hidden_act"):
+    with pytest.raises(CheckpointError, match=pattern):
         load(ckpt)
 
 

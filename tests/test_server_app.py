@@ -4,8 +4,8 @@ import threading
 import time
 
 import pytest
-
 from server_process import find_checkpoint
+
 from webapp import create_app
 
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 import requests
-
 from server_process import plain_server
 
 LONG = {"max_tokens": 3000, "ignore_eos": True, "temperature": 0}
@@ -39,12 +38,13 @@ def read_events(lines, n: int) -> list[dict]:
     raise AssertionError(f"stream ended after {len(events)} events")
 
 
-def assert_back_to_baseline(server, base: dict) -> dict:
+def assert_back_to_baseline(server, base: dict, n_streams: int = 1) -> dict:
     after = server.wait_idle(timeout_s=10)
     for key in ("kv_pages_free", "gdn_slots_free"):
         assert after[key] == base[key], (key, base, after)
-    # Cancelled early: far fewer tokens than the 3000 asked for were generated.
-    assert after["generated_tokens"] - base["generated_tokens"] < 1500, (base, after)
+    # Cancelled early: fewer tokens than the 3000 per stream asked for (all would take ~5 s).
+    generated = after["generated_tokens"] - base["generated_tokens"]
+    assert 0 < generated < n_streams * LONG["max_tokens"], (base, after)
     return after
 
 
@@ -58,7 +58,7 @@ def test_dropping_a_stream_cancels_the_request(server):
     events = read_events(lines, 6)
     assert all(e["choices"][0]["finish_reason"] is None for e in events)
     busy = server.stats()
-    assert busy["running"] + busy["waiting"] == 1
+    assert busy["running"] + busy["waiting"] == 1, (busy, events)
     assert busy["kv_pages_free"] < base["kv_pages_free"]
     resp.close()  # the client hangs up mid-stream
     assert_back_to_baseline(server, base)
@@ -75,7 +75,7 @@ def test_dropping_an_n2_completion_stream_cancels_both(server):
     read_events(lines, 8)
     assert server.stats()["running"] + server.stats()["waiting"] == 2
     resp.close()
-    assert_back_to_baseline(server, base)
+    assert_back_to_baseline(server, base, n_streams=2)
     assert cancelled_count(server) == cancelled + 2
 
 
@@ -83,15 +83,16 @@ def test_non_streaming_client_timeout_cancels_the_request(server):
     # No write happens until the answer is complete, so only the disconnect watcher can
     # notice this client leaving.
     base = server.wait_idle()
+    cancelled = cancelled_count(server)
     t0 = time.monotonic()
     with pytest.raises(requests.exceptions.ReadTimeout):
         requests.post(server.url + "/v1/completions", timeout=(5, 0.5),
                       json={"prompt": "The history of the world", **LONG})
     busy = server.stats()
     assert busy["running"] + busy["waiting"] in (0, 1)
-    after = assert_back_to_baseline(server, base)
+    assert_back_to_baseline(server, base)
     assert time.monotonic() - t0 < 10
-    assert after["generated_tokens"] > base["generated_tokens"]  # it did start
+    assert cancelled_count(server) == cancelled + 1
 
 
 def test_server_answers_normally_after_disconnects(server):

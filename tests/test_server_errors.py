@@ -6,8 +6,8 @@ import socket
 import openai
 import pytest
 import requests
-
-from server_process import API_KEY, API_MODEL as MODEL, api_server
+from server_process import API_KEY, api_server
+from server_process import API_MODEL as MODEL
 
 CHAT_URL = "/v1/chat/completions"
 MSGS = [{"role": "user", "content": "hi"}]
@@ -72,7 +72,11 @@ def test_wrong_types(server, field, value, param):
     ({"max_tokens": 0}, "max_tokens"),
     ({"temperature": -1}, "temperature"),
     ({"top_p": 5}, "top_p"),
+    ({"top_p": 0}, "top_p"),
+    ({"min_p": 2}, "min_p"),
+    ({"repetition_penalty": 0}, "repetition_penalty"),
     ({"presence_penalty": 9}, "presence_penalty"),
+    ({"frequency_penalty": -3}, "frequency_penalty"),
     ({"logit_bias": {"1": 5}}, "logit_bias"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"logprobs": True, "top_logprobs": 50}, "top_logprobs"),
@@ -84,7 +88,10 @@ def test_wrong_types(server, field, value, param):
 ])
 def test_unsupported_values(server, extra, says):
     body = {"model": MODEL, "messages": MSGS, "max_tokens": 4, **extra}
-    check_error(server.post(CHAT_URL, json=body, timeout=10), 400, says=says)
+    err = check_error(server.post(CHAT_URL, json=body, timeout=10), 400, says=says)
+    name = next(iter(extra))
+    if name not in ("stream_options", "best_of", "logprobs", "top_logprobs"):
+        assert err["param"] == name, err
 
 
 def test_completions_bad_prompts_and_options(server):

@@ -4,13 +4,16 @@ The test checkpoint has random weights: texts are gibberish, but token streams, 
 seeds, stops and logprobs are real, so every assertion compares the server with itself
 (streaming vs not, chat vs completions of the rendered prompt, n=2 vs two seeded requests).
 """
+from concurrent.futures import ThreadPoolExecutor
+
 import openai
 import pytest
 import requests
+from server_process import API_KEY, api_server, find_checkpoint
+from server_process import API_MODEL as MODEL
 
 from pyengine.chat_template import ChatTemplate
 from pyengine.reasoning import split_reasoning
-from server_process import API_KEY, API_MODEL as MODEL, api_server, find_checkpoint
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
@@ -42,6 +45,9 @@ def test_models_lists_the_served_name(client):
     models = client.models.list().data
     assert [m.id for m in models] == [MODEL]
     assert models[0].model_extra["max_model_len"] == 512
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
 
 
 def test_chat_streaming_equals_non_streaming_with_usage(client):
@@ -153,7 +159,7 @@ def test_stop_string_across_a_token_boundary(client):
 
 
 def test_n2_choices_match_seeded_single_requests(client):
-    kw = dict(max_tokens=12, temperature=1.0, seed=7, ignore_eos=True)
+    kw = {"max_tokens": 12, "temperature": 1.0, "seed": 7, "ignore_eos": True}
     both = complete(client, "Once upon a time", n=2, **kw)
     assert [c.index for c in both.choices] == [0, 1]
     assert both.usage.completion_tokens == 24
@@ -182,8 +188,8 @@ def test_chat_n2_streaming(client):
 
 
 def test_seed_reproducible_at_temperature_above_zero(client):
-    kw = dict(messages=CHAT, max_tokens=24, temperature=0.9, top_p=0.95,
-              extra_body={"ignore_eos": True, **NO_THINK})
+    kw = {"messages": CHAT, "max_tokens": 24, "temperature": 0.9, "top_p": 0.95,
+              "extra_body": {"ignore_eos": True, **NO_THINK}}
     a = client.chat.completions.create(model=MODEL, seed=1234, **kw).choices[0].message.content
     b = client.chat.completions.create(model=MODEL, seed=1234, **kw).choices[0].message.content
     c = client.chat.completions.create(model=MODEL, seed=4321, **kw).choices[0].message.content
@@ -209,6 +215,20 @@ def test_sampling_extensions_are_honoured(client):
                  presence_penalty=0.5, frequency_penalty=0.5, seed=1, top_k=20, min_p=0.05,
                  repetition_penalty=1.2, ignore_eos=True)
     assert r.usage.completion_tokens == 10
+
+
+def test_more_concurrent_requests_than_max_batch(client, server):
+    def one(i):
+        kw = {"max_tokens": 16, "temperature": 0.5, "seed": i, "ignore_eos": True}
+        if i % 2:
+            return complete(client, f"Request number {i}", **kw).usage.completion_tokens
+        chunks = list(complete(client, f"Request number {i}", stream=True,
+                               stream_options={"include_usage": True}, **kw))
+        return chunks[-1].usage.completion_tokens
+
+    with ThreadPoolExecutor(10) as pool:  # max_batch is 4: some requests wait their turn
+        assert list(pool.map(one, range(10))) == [16] * 10
+    assert server.wait_idle()["running"] == 0
 
 
 def test_service_endpoints(server, client):

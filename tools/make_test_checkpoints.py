@@ -28,6 +28,7 @@ VOCAB = 512
 N_GREEDY = 20
 SPLIT_AT = 33  # split_70: prefill ids[:33], then ids[33:] on top of the cache
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+REASONING_TAGS = ("<think>", "</think>")
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
@@ -99,7 +100,10 @@ def build_tokenizer():
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([ENGLISH, PYTHON, CHAT_TEMPLATE] + [m["content"] for m in CHAT], trainer)
     assert tok.get_vocab_size() == VOCAB - len(SPECIALS), tok.get_vocab_size()
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    # The reasoning tags are added tokens but not "special" (as in Qwen's tokenizer), so
+    # decode(skip_special_tokens=True) keeps them and clients can split reasoning from content.
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS if s not in REASONING_TAGS])
+    tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in SPECIALS if s in REASONING_TAGS])
     assert tok.get_vocab_size() == VOCAB
     return tok
 
@@ -110,7 +114,7 @@ def write_tokenizer(tok, d, template_file):
     tc = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096, "bos_token": None,
           "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "add_bos_token": False,
           "clean_up_tokenization_spaces": False, "split_special_tokens": False,
-          "added_tokens_decoder": {str(i): {"content": s, "special": True, "normalized": False, "lstrip": False,
+          "added_tokens_decoder": {str(i): {"content": s, "special": s not in REASONING_TAGS, "normalized": False, "lstrip": False,
                                             "rstrip": False, "single_word": False} for s, i in ids.items()}}
     if template_file:  # the newer layout: template in its own file
         open(os.path.join(d, "chat_template.jinja"), "w").write(CHAT_TEMPLATE)

@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from flask import Flask, Response, current_app, jsonify, request, send_from_directory
 
@@ -43,7 +43,7 @@ class EngineHolder:
         t0 = time.time()
         try:
             self._llm = factory()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 (any failure: reported, never raised)
             self.error = f"{type(exc).__name__}: {exc}"
             log.error("loading the model failed: %s", self.error)
             if on_load_error is not None:
@@ -148,14 +148,24 @@ def _add_service_routes(app: Flask) -> None:
     def metrics():
         return Response(state().metrics.render(), content_type=CONTENT_TYPE)
 
-    @app.get("/v1/models")
-    def models():
+    def model_card() -> dict:
         st = state()
         llm = st.engine.get()
-        card = {"id": st.model_name, "object": "model", "created": st.started_at,
+        return {"id": st.model_name, "object": "model", "created": st.started_at,
                 "owned_by": "pyengine", "root": llm.model_name,
                 "max_model_len": llm.max_model_len}
-        return jsonify(object="list", data=[card])
+
+    @app.get("/v1/models")
+    def models():
+        return jsonify(object="list", data=[model_card()])
+
+    @app.get("/v1/models/<path:model_id>")
+    def model(model_id):
+        card = model_card()
+        if model_id != card["id"]:
+            raise APIError(404, f"The model '{model_id}' does not exist", param="model",
+                           code="model_not_found")
+        return jsonify(card)
 
     @app.get("/v1/capacity")
     def capacity():

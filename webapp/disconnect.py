@@ -17,7 +17,7 @@ import select
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("webapp")
 

@@ -84,7 +84,7 @@ class Generation:
             try:
                 for ev in stream:
                     events.put((index, ev))
-            except BaseException as exc:  # surfaced to the request thread below
+            except BaseException as exc:  # noqa: BLE001 (re-raised in the request thread)
                 events.put((index, exc))
             finally:
                 events.put((index, None))

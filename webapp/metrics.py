@@ -5,10 +5,15 @@ observed by the serving code as events arrive, i.e. as a client sees them. Engin
 (running/waiting requests, KV page and GDN slot pools, prefix-cache hits, the memory plan) are
 read from `llm.stats()` at scrape time by a custom collector, so they are never stale.
 """
-from typing import Callable
+from collections.abc import Callable
 
-from prometheus_client import (CollectorRegistry, Counter, Histogram, disable_created_metrics,
-                               generate_latest)
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 disable_created_metrics()  # the *_created series only add noise to every scrape

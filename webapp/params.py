@@ -168,8 +168,7 @@ def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
         "include_stop_str_in_output": get_bool(body, "include_stop_str_in_output", False),
         "logprobs": logprobs,
     }
-    if kwargs["top_k"] < 0:  # OpenAI-style clients send -1 for "off"
-        kwargs["top_k"] = 0
+    kwargs["top_k"] = max(kwargs["top_k"], 0)
     seed = get_int(body, "seed", None)
     return SamplingRequest(n=n, max_tokens=max_tokens, seed=seed, stream=stream,
                            include_usage=include_usage, logprobs=logprobs,
@@ -199,4 +198,7 @@ def make_sampling_params(sampling_cls, sreq: SamplingRequest, max_tokens: int, i
     try:
         return sampling_cls(max_tokens=max_tokens, seed=seed, **sreq.engine_kwargs)
     except (ValueError, TypeError) as exc:
-        raise bad_request(f"Invalid sampling parameters: {exc}")
+        # SamplingParams' messages start with the field's name ("top_p must be > 0, got 0").
+        field_name = str(exc).split(" ", 1)[0].split("[", 1)[0]
+        param = field_name if field_name in sreq.engine_kwargs or field_name == "seed" else None
+        raise bad_request(f"Invalid sampling parameters: {exc}", param=param)

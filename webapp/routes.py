@@ -5,6 +5,8 @@ touches the engine; after submission every exit path goes through `Generation`, 
 whatever is unfinished.
 """
 import json
+import logging
+from contextlib import closing
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -13,11 +15,26 @@ from webapp.app import state
 from webapp.disconnect import socket_from_environ
 from webapp.errors import APIError, bad_request
 from webapp.generation import Generation
-from webapp.openai_format import (ChoiceState, ResponseMeta, chat_logprobs, completion_logprobs,
-                                  error_chunk, usage)
-from webapp.params import (MAX_N, get_dict, get_list, get_str, json_body, make_sampling_params,
-                           parse_sampling, resolve_max_tokens)
+from webapp.openai_format import (
+    ChoiceState,
+    ResponseMeta,
+    chat_logprobs,
+    completion_logprobs,
+    error_chunk,
+    usage,
+)
+from webapp.params import (
+    MAX_N,
+    get_dict,
+    get_list,
+    get_str,
+    json_body,
+    make_sampling_params,
+    parse_sampling,
+    resolve_max_tokens,
+)
 
+log = logging.getLogger("webapp")
 api = Blueprint("openai", __name__)
 
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -103,8 +120,13 @@ def _start(prompts: list[list[int]], sreq, prompt_param: str) -> Generation:
 def _sse(gen: Generation, chunks) -> Response:
     def body():
         try:
-            for chunk in chunks:
-                yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+            try:
+                for chunk in chunks:
+                    yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+            except Exception as exc:  # headers are sent: report in-band, end the stream cleanly
+                log.exception("error while streaming a response")
+                chunk = error_chunk(f"Internal error: {type(exc).__name__}: {exc}")
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
             yield b"data: [DONE]\n\n"
         finally:
             chunks.close()
@@ -134,9 +156,7 @@ def chat_completions():
     meta = ResponseMeta("chatcmpl", model)
     if sreq.stream:
         return _sse(gen, _chat_chunks(gen, meta, choices, len(ids), sreq))
-    for index, ev in gen.events():
-        choices[index].add(ev)
-    _raise_if_failed(choices)
+    _collect(gen, choices)
     out = []
     for i, c in enumerate(choices):
         message = {"role": "assistant", "content": "".join(c.content)}
@@ -161,7 +181,14 @@ def _chat_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_len: int, 
 
     for i in range(len(choices)):
         yield chunk(i, {"role": "assistant", "content": ""})
-    for index, ev in gen.events():
+    with closing(gen.events()) as events:
+        yield from _chat_deltas(events, choices, chunk, sreq)
+    if sreq.include_usage:
+        yield {**head, "choices": [], "usage": _usage(choices, [prompt_len])}
+
+
+def _chat_deltas(events, choices, chunk, sreq):
+    for index, ev in events:
         reasoning, content = choices[index].add(ev)
         if ev.finish_reason == "error":
             yield error_chunk(ev.error or "the engine failed this request")
@@ -175,8 +202,6 @@ def _chat_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_len: int, 
             if ev.logprobs else None
         if delta or lp or ev.finished:
             yield chunk(index, delta, lp, ev.finish_reason if ev.finished else None)
-    if sreq.include_usage:
-        yield {**head, "choices": [], "usage": _usage(choices, [prompt_len])}
 
 
 @api.post("/v1/completions")
@@ -197,9 +222,7 @@ def completions():
     prompt_lens = [len(p) for p in prompts]
     if sreq.stream:
         return _sse(gen, _completion_chunks(gen, meta, choices, prompt_lens, sreq))
-    for index, ev in gen.events():
-        choices[index].add(ev)
-    _raise_if_failed(choices)
+    _collect(gen, choices)
     out = []
     for i, c in enumerate(choices):
         lp = completion_logprobs(c.logprobs, sreq.logprobs, 0, sreq.tokens_as_ids)[0] \
@@ -213,7 +236,14 @@ def completions():
 def _completion_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_lens, sreq):
     head = meta.head("text_completion")
     extra = {"usage": None} if sreq.include_usage else {}
-    for index, ev in gen.events():
+    with closing(gen.events()) as events:
+        yield from _completion_deltas(events, choices, head, extra, sreq)
+    if sreq.include_usage:
+        yield {**head, "choices": [], "usage": _usage(choices, prompt_lens)}
+
+
+def _completion_deltas(events, choices, head, extra, sreq):
+    for index, ev in events:
         state_ = choices[index]
         _, text = state_.add(ev)
         if ev.finish_reason == "error":
@@ -227,8 +257,6 @@ def _completion_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_lens
             yield {**head, "choices": [{"index": index, "text": text, "logprobs": lp,
                                         "finish_reason": ev.finish_reason if ev.finished
                                         else None}], **extra}
-    if sreq.include_usage:
-        yield {**head, "choices": [], "usage": _usage(choices, prompt_lens)}
 
 
 def _tokenize_prompts(prompt, tokenizer) -> list[list[int]]:
@@ -252,7 +280,11 @@ def _tokenize_prompts(prompt, tokenizer) -> list[list[int]]:
     return ids
 
 
-def _raise_if_failed(choices) -> None:
+def _collect(gen: Generation, choices) -> None:
+    """Run a non-streaming request to the end (closing the event generator on any exit)."""
+    with closing(gen.events()) as events:
+        for index, ev in events:
+            choices[index].add(ev)
     for c in choices:
         if c.finish_reason == "error":
             raise APIError(500, f"The engine failed this request: {c.error}")

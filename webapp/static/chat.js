@@ -48,7 +48,8 @@ function addMessage(role, text) {
   return el;
 }
 
-function reasoningBox(answer) {
+// Text nodes grow with appendData: re-setting textContent per chunk is quadratic.
+function reasoningText(answer) {
   let box = answer.querySelector(".reasoning");
   if (!box) {
     box = document.createElement("details");
@@ -58,10 +59,38 @@ function reasoningBox(answer) {
     summary.textContent = "Thinking";
     const text = document.createElement("div");
     text.className = "reasoning-text";
+    text.append(document.createTextNode(""));
     box.append(summary, text);
     answer.insertBefore(box, answer.querySelector(".content"));
   }
-  return box.querySelector(".reasoning-text");
+  return box.querySelector(".reasoning-text").firstChild;
+}
+
+// Streamed text reaches the DOM once per animation frame, not once per chunk: at hundreds of
+// tokens/s per-chunk updates (and the layout each scroll forces) would swamp the page.
+class AnswerView {
+  constructor(answer) {
+    this.answer = answer;
+    this.pending = { reasoning: "", content: "" };
+    this.contentText = answer.querySelector(".content").appendChild(document.createTextNode(""));
+    this.scheduled = false;
+  }
+
+  add(part, text) {
+    this.pending[part] += text;
+    if (!this.scheduled) {
+      this.scheduled = true;
+      requestAnimationFrame(() => this.flush());
+    }
+  }
+
+  flush() {
+    this.scheduled = false;
+    if (this.pending.reasoning) reasoningText(this.answer).appendData(this.pending.reasoning);
+    if (this.pending.content) this.contentText.appendData(this.pending.content);
+    if (this.pending.reasoning || this.pending.content) this.answer.scrollIntoView({ block: "end" });
+    this.pending = { reasoning: "", content: "" };
+  }
 }
 
 function showStats(answer, t) {
@@ -70,7 +99,9 @@ function showStats(answer, t) {
   const ttft = t.first ? ((t.first - t.start) / 1000).toFixed(2) + " s" : "–";
   const span = t.first && t.last > t.first ? (t.last - t.first) / 1000 : 0;
   const tps = span > 0 && t.tokens > 1 ? ((t.tokens - 1) / span).toFixed(1) : "–";
-  stats.textContent = `${t.tokens} tokens · ${tps} tokens/s · first token after ${ttft}`;
+  // Without the final usage chunk (stopped answers) the count is of chunks, a lower bound.
+  const count = t.exact ? `${t.tokens}` : `≥${t.tokens}`;
+  stats.textContent = `${count} tokens · ${tps} tokens/s · first token after ${ttft}`;
   answer.append(stats);
 }
 
@@ -109,6 +140,7 @@ async function send(text) {
   const answer = addMessage("assistant", "");
   answer.dataset.state = "streaming";
   const content = answer.querySelector(".content");
+  const view = new AnswerView(answer);
   const messages = (s.system ? [{ role: "system", content: s.system }] : []).concat(state.history);
   const request = {
     model: state.model || undefined, messages, stream: true,
@@ -116,7 +148,7 @@ async function send(text) {
     temperature: s.temperature, max_tokens: s.maxTokens > 0 ? s.maxTokens : undefined,
     chat_template_kwargs: { enable_thinking: s.thinking },
   };
-  const t = { start: performance.now(), first: 0, last: 0, tokens: 0 };
+  const t = { start: performance.now(), first: 0, last: 0, tokens: 0, exact: false };
   state.controller = new AbortController();
   setBusy(true);
   let reply = "";
@@ -131,7 +163,10 @@ async function send(text) {
     }
     for await (const chunk of sseEvents(resp)) {
       if (chunk.error) throw new Error(chunk.error.message);
-      if (chunk.usage) t.tokens = chunk.usage.completion_tokens;
+      if (chunk.usage) {
+        t.tokens = chunk.usage.completion_tokens;
+        t.exact = true;
+      }
       const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
       if (!delta) continue;
       if (delta.reasoning_content || delta.content) {
@@ -139,15 +174,16 @@ async function send(text) {
         if (!t.first) t.first = t.last;
         t.tokens += 1;
       }
-      if (delta.reasoning_content) reasoningBox(answer).textContent += delta.reasoning_content;
+      if (delta.reasoning_content) view.add("reasoning", delta.reasoning_content);
       if (delta.content) {
         reply += delta.content;
-        content.textContent = reply;
+        view.add("content", delta.content);
       }
-      answer.scrollIntoView({ block: "end" });
     }
+    view.flush();
     answer.dataset.state = "done";
   } catch (err) {
+    view.flush();
     if (err.name === "AbortError") {
       answer.dataset.state = "stopped";
       const note = document.createElement("em");

@@ -1,0 +1,300 @@
+// Paged KV cache write and causal GQA attention over it (fp32 math, F32/F16/BF16 cache).
+//
+// Cache layout (PagedKV): k, v [n_pages, page_size, n_kv_heads, head_dim]; token t of the sequence
+// is row t % page_size of page page_table[t / page_size].
+// attention_paged, flash style: a block owns up to 16 query vectors (QT consecutive queries x HB
+// heads of one KV group, so each K/V row is loaded once for all of them) and walks its keys in
+// tiles of 16 with an online softmax: scores s = scale q.k (-inf past the query's position),
+// running max m, sum l, accumulator acc[v][d] in registers (thread owns dims tid, tid + 128).
+// Split-K (decode and short prefills): the keys are cut into n_splits ranges on blockIdx.y; each
+// block writes its unnormalized (m, l, acc) to scratch and attention_combine merges them:
+// o = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s. The output gate sigmoid(gate) is applied
+// where the output is written. SIMT fp32 (no tensor cores yet): correct first, see NOTES.md.
+#include <algorithm>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace pe {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 128, kMaxVec = 16, kKeyTile = 16, kMaxD = 256;
+
+__device__ __forceinline__ int64_t kv_off(const PagedKV& kv, const int32_t* pt, int64_t t) {
+  return (static_cast<int64_t>(pt[t / kv.page_size]) * kv.page_size + t % kv.page_size) *
+         kv.n_kv_heads * kv.head_dim;
+}
+
+template <DType KV>
+__device__ __forceinline__ float load_kv(const void* base, int64_t i) {
+  if constexpr (KV == DType::F32) return static_cast<const float*>(base)[i];
+  else if constexpr (KV == DType::F16) return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+  else return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+}
+
+__global__ void kv_write_kernel(PagedKV kv, const int32_t* pt, int64_t start_pos, int64_t n,
+                                const float* k, const float* v) {
+  const int64_t row = kv.n_kv_heads * kv.head_dim;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * row) return;
+  const int64_t off = kv_off(kv, pt, start_pos + i / row) + i % row;
+  if (kv.dtype == DType::F32) {
+    static_cast<float*>(kv.k)[off] = k[i];
+    static_cast<float*>(kv.v)[off] = v[i];
+  } else if (kv.dtype == DType::F16) {
+    static_cast<__half*>(kv.k)[off] = __float2half_rn(k[i]);
+    static_cast<__half*>(kv.v)[off] = __float2half_rn(v[i]);
+  } else {
+    static_cast<__nv_bfloat16*>(kv.k)[off] = __float2bfloat16_rn(k[i]);
+    static_cast<__nv_bfloat16*>(kv.v)[off] = __float2bfloat16_rn(v[i]);
+  }
+}
+
+struct AttnParams {
+  const float* q;
+  const float* gate;
+  float* out;
+  float* part;  // split-K partials: [splits][n_q][n_heads] x (m, l) then x D accumulators
+  const int32_t* pt;
+  PagedKV kv;
+  int64_t n_q, q_start_pos, n_heads;
+  int group, hb, n_hb, qt, n_qt, split_len;
+  float scale;
+};
+
+template <DType KV>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
+  __shared__ float qs[kMaxVec][kMaxD + 1];
+  __shared__ float kvs[kKeyTile][kMaxD + 1];
+  __shared__ float ps[kMaxVec][kKeyTile];
+  __shared__ float ms[kMaxVec], ls[kMaxVec], cs[kMaxVec];
+  const int tid = threadIdx.x;
+  const int D = static_cast<int>(p.kv.head_dim);
+  // Block -> (query tile, kv head, head block); split on y.
+  const int qtile = blockIdx.x % p.n_qt, rest = blockIdx.x / p.n_qt;
+  const int hblk = rest % p.n_hb, g = rest / p.n_hb;
+  const int64_t i0 = static_cast<int64_t>(qtile) * p.qt;
+  const int nqi = static_cast<int>(min((int64_t)p.qt, p.n_q - i0));
+  const int h0 = g * p.group + hblk * p.hb, nh = min(p.hb, p.group - hblk * p.hb);
+  const int nv = nqi * nh;
+  // Vector v = (query i0 + v / nh, head h0 + v % nh).
+  for (int e = tid; e < nv * D; e += kThreads) {
+    const int v = e / D, d = e % D;
+    qs[v][d] = p.q[((i0 + v / nh) * p.n_heads + h0 + v % nh) * D + d];
+  }
+  if (tid < kMaxVec) {
+    ms[tid] = -INFINITY;
+    ls[tid] = 0.0f;
+  }
+  float acc[kMaxVec][2];
+#pragma unroll
+  for (int v = 0; v < kMaxVec; ++v) acc[v][0] = acc[v][1] = 0.0f;
+
+  const int64_t pos_max = p.q_start_pos + i0 + nqi - 1;
+  const int64_t kb = static_cast<int64_t>(blockIdx.y) * p.split_len;
+  const int64_t ke = min((int64_t)kb + p.split_len, pos_max + 1);
+  const int64_t kvh_off = static_cast<int64_t>(g) * D;
+  __syncthreads();
+  for (int64_t t0 = kb; t0 < ke; t0 += kKeyTile) {
+    for (int e = tid; e < kKeyTile * D; e += kThreads) {
+      const int j = e / D, d = e % D;
+      kvs[j][d] = t0 + j < ke ? load_kv<KV>(p.kv.k, kv_off(p.kv, p.pt, t0 + j) + kvh_off + d) : 0.0f;
+    }
+    __syncthreads();
+    for (int pr = tid; pr < kMaxVec * kKeyTile; pr += kThreads) {
+      const int v = pr / kKeyTile, j = pr % kKeyTile;
+      if (v >= nv) continue;
+      const int64_t qpos = p.q_start_pos + i0 + v / nh;
+      float s = -INFINITY;
+      if (t0 + j < ke && t0 + j <= qpos) {
+        float dot = 0.0f;
+        for (int d = 0; d < D; ++d) dot = fmaf(qs[v][d], kvs[j][d], dot);
+        s = dot * p.scale;
+      }
+      ps[v][j] = s;
+    }
+    __syncthreads();
+    if (tid < nv) {
+      float mt = -INFINITY;
+      for (int j = 0; j < kKeyTile; ++j) mt = fmaxf(mt, ps[tid][j]);
+      const float m_old = ms[tid], m_new = fmaxf(m_old, mt);
+      float c = 1.0f, sum = 0.0f;
+      if (m_new != -INFINITY) {
+        c = expf(m_old - m_new);
+        for (int j = 0; j < kKeyTile; ++j) {
+          const float e = expf(ps[tid][j] - m_new);
+          ps[tid][j] = e;
+          sum += e;
+        }
+      } else {
+        for (int j = 0; j < kKeyTile; ++j) ps[tid][j] = 0.0f;
+      }
+      ms[tid] = m_new;
+      ls[tid] = ls[tid] * c + sum;
+      cs[tid] = c;
+    }
+    // V rows into the K buffer (its K reads finished at the barrier above), alongside the softmax.
+    for (int e = tid; e < kKeyTile * D; e += kThreads) {
+      const int j = e / D, d = e % D;
+      kvs[j][d] = t0 + j < ke ? load_kv<KV>(p.kv.v, kv_off(p.kv, p.pt, t0 + j) + kvh_off + d) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int v = 0; v < kMaxVec; ++v) {
+      if (v >= nv) break;
+      const float c = cs[v];
+#pragma unroll
+      for (int jd = 0; jd < 2; ++jd) {
+        const int d = tid + jd * kThreads;
+        if (d >= D) continue;
+        float a = acc[v][jd] * c;
+        for (int j = 0; j < kKeyTile; ++j) a = fmaf(ps[v][j], kvs[j][d], a);
+        acc[v][jd] = a;
+      }
+    }
+    __syncthreads();
+  }
+  // Write the normalized, gated output (one split) or the raw partial state.
+  const bool direct = gridDim.y == 1;
+#pragma unroll
+  for (int v = 0; v < kMaxVec; ++v) {
+    if (v >= nv) break;
+    const int64_t qi = i0 + v / nh, h = h0 + v % nh;
+    const int64_t row = qi * p.n_heads + h;
+    const float inv_l = direct ? 1.0f / ls[v] : 1.0f;
+#pragma unroll
+    for (int jd = 0; jd < 2; ++jd) {
+      const int d = tid + jd * kThreads;
+      if (d >= D) continue;
+      if (direct) {
+        float o = acc[v][jd] * inv_l;
+        if (p.gate) o *= sigmoid_f(p.gate[row * D + d]);
+        p.out[row * D + d] = o;
+      } else {
+        const int64_t rows = p.n_q * p.n_heads;
+        p.part[rows * 2 * gridDim.y + (blockIdx.y * rows + row) * D + d] = acc[v][jd];
+      }
+    }
+    if (!direct && tid == 0) {
+      const int64_t rows = p.n_q * p.n_heads;
+      p.part[(blockIdx.y * rows + row) * 2] = ms[v];
+      p.part[(blockIdx.y * rows + row) * 2 + 1] = ls[v];
+    }
+  }
+}
+
+// One block per (query, head): merges the n_splits partial softmax states.
+__global__ void attention_combine_kernel(const float* part, int splits, int64_t rows, int D,
+                                         const float* gate, float* out) {
+  const int64_t row = blockIdx.x;
+  float M = -INFINITY;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, part[(s * rows + row) * 2]);
+  float L = 0.0f;
+  for (int s = 0; s < splits; ++s)
+    L += part[(s * rows + row) * 2 + 1] * expf(part[(s * rows + row) * 2] - M);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < splits; ++s)
+      o += part[rows * 2 * splits + (s * rows + row) * D + d] * expf(part[(s * rows + row) * 2] - M);
+    o /= L;
+    if (gate) o *= sigmoid_f(gate[row * D + d]);
+    out[row * D + d] = o;
+  }
+}
+
+struct Plan {
+  int hb, n_hb, qt, n_qt, splits, split_len;
+};
+
+// Deterministic in the sizes, so attention_paged_scratch_bytes agrees with the launch.
+Plan make_plan(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int64_t n_kv_heads) {
+  Plan pl;
+  const int group = static_cast<int>(n_heads / n_kv_heads);
+  pl.hb = std::min(group, kMaxVec);
+  pl.n_hb = (group + pl.hb - 1) / pl.hb;
+  pl.qt = std::max(1, kMaxVec / pl.hb);
+  pl.n_qt = static_cast<int>((n_q + pl.qt - 1) / pl.qt);
+  const int64_t base = static_cast<int64_t>(pl.n_qt) * n_kv_heads * pl.n_hb;
+  const int64_t n_keys = q_start_pos + n_q;
+  int64_t splits = std::max<int64_t>(1, (256 + base - 1) / base);
+  splits = std::min<int64_t>({splits, 64, (n_keys + 255) / 256});
+  splits = std::max<int64_t>(splits, 1);
+  int64_t len = (n_keys + splits - 1) / splits;
+  len = (len + kKeyTile - 1) / kKeyTile * kKeyTile;
+  pl.splits = static_cast<int>((n_keys + len - 1) / len);
+  pl.split_len = static_cast<int>(len);
+  return pl;
+}
+
+}  // namespace
+
+void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, int64_t n,
+              const float* k, const float* v, cudaStream_t stream) {
+  if (kv.dtype != DType::F32 && kv.dtype != DType::F16 && kv.dtype != DType::BF16)
+    fail(PE_ERR_UNSUPPORTED, "cuda::kv_write: unsupported cache dtype ", static_cast<int>(kv.dtype));
+  const int64_t total = n * kv.n_kv_heads * kv.head_dim;
+  if (total <= 0) return;
+  kv_write_kernel<<<grid_1d(total, 256), 256, 0, stream>>>(kv, page_table, start_pos, n, k, v);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                                     int64_t n_kv_heads, int64_t head_dim) {
+  if (n_q <= 0 || n_kv_heads <= 0) return 0;
+  const Plan pl = make_plan(n_q, q_start_pos, n_heads, n_kv_heads);
+  if (pl.splits == 1) return 0;
+  return static_cast<size_t>(pl.splits) * n_q * n_heads * (head_dim + 2) * sizeof(float);
+}
+
+void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                     const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
+                     float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  if (n_q <= 0) return;
+  if (kv.dtype != DType::F32 && kv.dtype != DType::F16 && kv.dtype != DType::BF16)
+    fail(PE_ERR_UNSUPPORTED, "cuda::attention_paged: unsupported cache dtype ", static_cast<int>(kv.dtype));
+  if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: n_heads must be a multiple of n_kv_heads");
+  if (kv.head_dim <= 0 || kv.head_dim > kMaxD)
+    fail(PE_ERR_UNSUPPORTED, "cuda::attention_paged: head_dim must be 1..", kMaxD);
+  const Plan pl = make_plan(n_q, q_start_pos, n_heads, kv.n_kv_heads);
+  const size_t need = attention_paged_scratch_bytes(n_q, q_start_pos, n_heads, kv.n_kv_heads,
+                                                    kv.head_dim);
+  if (scratch_bytes < need)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: scratch of ", scratch_bytes,
+         " bytes, needs ", need);
+  AttnParams p;
+  p.q = q;
+  p.gate = gate;
+  p.out = out;
+  p.part = static_cast<float*>(scratch);
+  p.pt = page_table;
+  p.kv = kv;
+  p.n_q = n_q;
+  p.q_start_pos = q_start_pos;
+  p.n_heads = n_heads;
+  p.group = static_cast<int>(n_heads / kv.n_kv_heads);
+  p.hb = pl.hb;
+  p.n_hb = pl.n_hb;
+  p.qt = pl.qt;
+  p.n_qt = pl.n_qt;
+  p.split_len = pl.split_len;
+  p.scale = scale;
+  const int64_t nb = static_cast<int64_t>(pl.n_qt) * kv.n_kv_heads * pl.n_hb;
+  if (nb > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: too many queries");
+  const dim3 grid(static_cast<unsigned>(nb), pl.splits);
+  switch (kv.dtype) {
+    case DType::F32: attention_kernel<DType::F32><<<grid, kThreads, 0, stream>>>(p); break;
+    case DType::F16: attention_kernel<DType::F16><<<grid, kThreads, 0, stream>>>(p); break;
+    default: attention_kernel<DType::BF16><<<grid, kThreads, 0, stream>>>(p); break;
+  }
+  PE_CUDA_LAUNCH_CHECK();
+  if (pl.splits > 1) {
+    const int64_t rows = n_q * n_heads;
+    attention_combine_kernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(
+        p.part, pl.splits, rows, static_cast<int>(kv.head_dim), gate, out);
+    PE_CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace cuda
+}  // namespace pe

@@ -1,0 +1,100 @@
+// Helpers shared by the CUDA kernels (internal to kernels/cuda/): error checks, weight element
+// decoding, warp/block reductions.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_ops.h"
+
+// Throws pe::Error(PE_ERR_INTERNAL) with file:line and the CUDA message when `call` fails.
+#define PE_CUDA_CHECK(call)                                                                     \
+  do {                                                                                          \
+    const cudaError_t err_ = (call);                                                            \
+    if (err_ != cudaSuccess)                                                                    \
+      ::pe::fail(PE_ERR_INTERNAL, __FILE__, ":", __LINE__, ": ", #call, ": ",                   \
+                 cudaGetErrorString(err_));                                                     \
+  } while (0)
+
+// After a <<<>>> launch: configuration errors surface here (execution errors at the next sync).
+#define PE_CUDA_LAUNCH_CHECK() PE_CUDA_CHECK(cudaGetLastError())
+
+namespace pe {
+namespace cuda {
+
+inline unsigned grid_1d(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+// `red` is __shared__ float[32]. Contains __syncthreads.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // red may still be read from a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = lane < nw ? red[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+__device__ __forceinline__ float f16_bits_to_f32(uint16_t b) {
+  return __half2float(__ushort_as_half(b));
+}
+
+// Two e4m3fn bytes (low two bytes of x) -> their values / 256 as fp16x2, exactly: moving the
+// 4-bit exponent and 3-bit mantissa into the fp16 fields gives 2^(e-15)(1+m/8) for 2^(e-7)(1+m/8),
+// and the same 2^-8 factor on subnormals. The caller multiplies by 256 (folded into the scale).
+// NaN (0x7f) decodes as 480: checkpoints hold no NaN.
+__device__ __forceinline__ __half2 fp8x2_to_half2_div256(uint32_t x) {
+  const uint32_t y = __byte_perm(x, 0u, 0x4140);  // b0 -> bits 0..7, b1 -> bits 16..23
+  const uint32_t h = ((y & 0x00800080u) << 8) | ((y & 0x007f007fu) << 7);
+  return *reinterpret_cast<const __half2*>(&h);
+}
+
+__device__ __forceinline__ float fp8_to_f32(uint8_t b) {
+  const __half2 h = fp8x2_to_half2_div256(b);
+  return __low2float(h) * 256.0f;
+}
+
+// Element (row, col) of a weight as fp32 (FP8: block scale applied). Slow path and tests.
+__device__ __forceinline__ float weight_at(const WeightView& w, int64_t row, int64_t col) {
+  const int64_t i = row * w.cols + col;
+  switch (w.dtype) {
+    case DType::F32: return static_cast<const float*>(w.data)[i];
+    case DType::F16: return f16_bits_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+    case DType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+    default: {
+      const int64_t ncb = (w.cols + w.block - 1) / w.block;
+      const float s = w.block_scale[(row / w.block) * ncb + col / w.block];
+      return fp8_to_f32(static_cast<const uint8_t*>(w.data)[i]) * s;
+    }
+  }
+}
+
+// Validates a weight on the host (dtype supported, FP8 has scales).
+void check_weight(const WeightView& w, const char* op);
+
+}  // namespace cuda
+}  // namespace pe

@@ -1,0 +1,104 @@
+// CUDA ops of the Qwen3.5 hybrid forward: the device twins of kernels/ops.h and sampling.h.
+//
+// Same math, shapes and layouts as the CPU reference (read ops.h); every pointer is a DEVICE
+// pointer, every call is asynchronous on `stream`, takes its scratch from the caller and never
+// allocates. Launch errors throw pe::Error (PE_CUDA_CHECK: file:line and the CUDA message).
+// WeightView / PagedKV / GdnArgs are the CPU structs with device pointers inside (block_scale too).
+//
+// Design decision (activations): activations, the residual stream, norms, softmax, GDN state and
+// every accumulator are fp32, exactly as on the CPU; only the tensor-core GEMM (n > 8 tokens)
+// rounds its inputs to fp16 (x and the weights converted to fp16 in shared memory, fp32
+// accumulation; |x| is clamped to 65504). FP8 weights are dequantized as fp8 * block_scale (the
+// bf16-reference numbers of MODEL_SPEC §5, not W8A8). Code runs on sm_75 (no bf16/fp8 mma, no
+// cp.async); newer GPUs take the same path.
+//
+// Tolerances against the CPU twin, normalized error ||gpu - cpu|| / ||cpu|| (tests enforce them):
+//   embedding, kv_write, swiglu, add, conv1d, gdn_gates      exact .. 1e-5
+//   rms_norm, rms_norm_gated, l2_norm, rope_neox            1e-5
+//   linear n <= 8 (GEMV, fp32 FMA)                          1e-5
+//   linear n > 8  (GEMM, fp16 operands)                     3e-3 (fp16 rounding of x and W)
+//   attention_paged (fp32 SIMT, online softmax)             1e-5 (F32 cache), 1e-4 (F16)
+//   gdn_recurrent, gdn_chunked                              1e-4 (chunked vs recurrent order)
+//   sample: same token as the CPU except where u falls within ~1e-6 of a CDF step;
+//   logprobs: 1e-5 absolute, same top ids.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ops.h"
+#include "kernels/sampling.h"
+
+typedef struct CUstream_st* cudaStream_t;  // same typedef as cuda_runtime.h
+
+namespace pe {
+namespace cuda {
+
+using cpu::GdnArgs;  // the CPU structs, with device pointers inside
+using cpu::PagedKV;
+
+// True when a CUDA device is usable (tests skip otherwise). Never throws.
+bool device_available();
+
+void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out,
+               cudaStream_t stream);
+
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, bool offset,
+              float* out, cudaStream_t stream);
+void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
+                    float eps, float* out, cudaStream_t stream);
+void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale, cudaStream_t stream);
+
+// n <= 8: GEMV (memory bound, fp32 math, several weight rows per warp, 16-byte loads).
+// n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
+// No scratch. x and out must not alias.
+void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
+
+// pos: device array [n_tokens]. rot_dim <= 256.
+void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,
+               int64_t rot_dim, const int32_t* pos, float theta, cudaStream_t stream);
+
+// Cache dtypes F32, F16, BF16. page_table: device array.
+void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, int64_t n,
+              const float* k, const float* v, cudaStream_t stream);
+
+// Scratch for attention_paged with these sizes (0 when the call needs none): partial softmax
+// states of the split-K decode, n_splits * n_q * n_heads * (head_dim + 2) floats. n_splits grows
+// with the context (at most 64), so size it for the longest context of the call.
+size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                                     int64_t n_kv_heads, int64_t head_dim);
+// head_dim <= 256. Prefill: tiles of queries x keys with an online softmax (fp32 SIMT);
+// decode: the keys are split over blocks and a second kernel combines the partial softmaxes.
+void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                     const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
+                     float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+
+// K <= 16. Output and state update run as two launches, so u/out/state must not alias.
+void conv1d_causal(const float* u, int64_t n, int64_t u_stride, int64_t C, const float* w,
+                   int64_t K, float* state, float* out, cudaStream_t stream);
+
+void gdn_gates(const float* a, const float* b, int64_t ab_stride, int64_t n, int64_t n_heads,
+               const float* A_log, const float* dt_bias, float* g, float* beta,
+               cudaStream_t stream);
+
+// dk <= 256 (state columns are split over blocks; the state is read and written once per call).
+void gdn_recurrent(const GdnArgs& a, cudaStream_t stream);
+// Chunk-parallel WY/UT form, fp32; equal to gdn_recurrent up to rounding. chunk <= 64.
+// dk <= 256. No scratch (per-chunk buffers live in shared memory).
+void gdn_chunked(const GdnArgs& a, cudaStream_t stream, int64_t chunk = 64);
+
+void swiglu(const float* gate_up, int64_t n, int64_t I, float* out, cudaStream_t stream);
+void add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
+
+// Sampling on device logits [V] (not modified). The result id is written to *token (device).
+// Scratch: sample_scratch_bytes(V). u as in sampling.h (the caller draws uniform_at).
+// Penalties are applied by the caller on the CPU side for now (not on device yet).
+size_t sample_scratch_bytes(int64_t V);
+void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, int32_t* token,
+            void* scratch, size_t scratch_bytes, cudaStream_t stream);
+
+// Device outputs: *token_logprob, top_ids[n_top], top_logprobs[n_top] (n_top <= 64).
+void logprobs(const float* logits, int64_t V, int32_t token, int32_t n_top, float* token_logprob,
+              int32_t* top_ids, float* top_logprobs, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace pe

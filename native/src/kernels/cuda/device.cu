@@ -1,0 +1,35 @@
+// Host helpers of the CUDA backend: device probe and argument checks shared by the launchers.
+#include <string>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace pe {
+namespace cuda {
+
+bool device_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return false;
+  }
+  return n > 0;
+}
+
+void check_weight(const WeightView& w, const char* op) {
+  switch (w.dtype) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+      break;
+    case DType::FP8_E4M3:
+      if (!w.block_scale || w.block <= 0)
+        fail(PE_ERR_INVALID_ARGUMENT, op, ": FP8 weight without block scales");
+      break;
+    default:
+      fail(PE_ERR_UNSUPPORTED, op, ": unsupported weight dtype ", static_cast<int>(w.dtype));
+  }
+  if (!w.data && w.rows > 0 && w.cols > 0) fail(PE_ERR_INVALID_ARGUMENT, op, ": null weight data");
+}
+
+}  // namespace cuda
+}  // namespace pe

@@ -1,0 +1,80 @@
+// Row normalizations, fp32 (x may alias out):
+//   rms_norm:        y = x * rsqrt(mean(x^2) + eps) * (offset ? 1 + w : w)
+//   rms_norm_gated:  y = x * rsqrt(mean(x^2) + eps) * w * silu(z)   (GDN output norm, fused gate)
+//   l2_norm:         y = x / sqrt(sum(x^2) + eps) * scale          (GDN q/k, fused q scale)
+// Rows of dim <= 1024 (per-head norms) get one warp each, 8 rows per block; longer rows (the
+// hidden size) one block of 256 threads each. Two passes over the row: the second hits L1.
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace pe {
+namespace cuda {
+namespace {
+
+enum class Kind { kRms, kRmsOffset, kGated, kL2 };
+
+// Sum of squares of row r over this thread's group (a warp or the block).
+template <bool kWarpRow>
+__device__ __forceinline__ float row_sumsq(const float* xr, int64_t dim, int idx, int n_thr,
+                                           float* red) {
+  float s = 0.0f;
+  for (int64_t j = idx; j < dim; j += n_thr) s = fmaf(xr[j], xr[j], s);
+  return kWarpRow ? warp_sum(s) : block_sum(s, red);
+}
+
+template <Kind K, bool kWarpRow>
+__global__ void norm_kernel(const float* x, const float* z, const float* w, int64_t n_rows,
+                            int64_t dim, float eps, float scale, float* out) {
+  __shared__ float red[32];
+  const int64_t r = kWarpRow ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
+                             : blockIdx.x;
+  if (r >= n_rows) return;  // whole warps (warp rows) or whole blocks leave together
+  const int idx = kWarpRow ? (threadIdx.x & 31) : threadIdx.x;
+  const int n_thr = kWarpRow ? 32 : blockDim.x;
+  const float* xr = x + r * dim;
+  float* yr = out + r * dim;
+  const float ss = row_sumsq<kWarpRow>(xr, dim, idx, n_thr, red);
+  const float inv = K == Kind::kL2 ? scale / sqrtf(ss + eps)
+                                   : 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  for (int64_t j = idx; j < dim; j += n_thr) {
+    float y = xr[j] * inv;
+    if (K == Kind::kRms) y *= w[j];
+    if (K == Kind::kRmsOffset) y *= 1.0f + w[j];
+    if (K == Kind::kGated) y = y * w[j] * silu_f(z[r * dim + j]);
+    yr[j] = y;
+  }
+}
+
+template <Kind K>
+void launch(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim, float eps,
+            float scale, float* out, cudaStream_t stream) {
+  if (n_rows <= 0 || dim <= 0) return;
+  if (dim <= 1024) {
+    norm_kernel<K, true><<<grid_1d(n_rows, 8), 256, 0, stream>>>(x, z, w, n_rows, dim, eps, scale,
+                                                                 out);
+  } else {
+    if (n_rows > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda norm: too many rows");
+    norm_kernel<K, false><<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, z, w, n_rows, dim,
+                                                                            eps, scale, out);
+  }
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, bool offset,
+              float* out, cudaStream_t stream) {
+  if (offset) launch<Kind::kRmsOffset>(x, nullptr, w, n_rows, dim, eps, 1.0f, out, stream);
+  else launch<Kind::kRms>(x, nullptr, w, n_rows, dim, eps, 1.0f, out, stream);
+}
+
+void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
+                    float eps, float* out, cudaStream_t stream) {
+  launch<Kind::kGated>(x, z, w, n_rows, dim, eps, 1.0f, out, stream);
+}
+
+void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale, cudaStream_t stream) {
+  launch<Kind::kL2>(x, nullptr, nullptr, n_rows, dim, eps, scale, x, stream);
+}
+
+}  // namespace cuda
+}  // namespace pe
