@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 
 import cffi
@@ -51,7 +52,16 @@ def library_path() -> str:
     override = os.environ.get("PYENGINE_LIBRARY")
     if override:
         return override
-    return os.path.join(_HERE, _LIBRARY_NAME)
+    here = os.path.join(_HERE, _LIBRARY_NAME)
+    if os.path.exists(here):
+        return here
+    # Imported from a source checkout (python run in the repo root): use the installed build,
+    # if any; the API version check below refuses one that does not match this header.
+    for entry in sys.path:
+        candidate = os.path.join(entry or ".", "pyengine", _LIBRARY_NAME)
+        if os.path.exists(candidate):
+            return candidate
+    return here
 
 
 class Native:

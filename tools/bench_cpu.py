@@ -65,7 +65,9 @@ def prefill_rate(llm: LLM, prompt: list[int]) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default=None, help="model dir (default: the embedded default model)")
     ap.add_argument("--threads", type=int, default=0, help="engine CPU threads (0: all cores)")
     ap.add_argument("--decode-tokens", type=int, default=256)
@@ -75,31 +77,57 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip", default="", help="decode or prefill")
     args = ap.parse_args(argv)
-    command = "python3 tools/bench_cpu.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    command = (
+        "python3 tools/bench_cpu.py"
+        + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    )
     load0 = os.getloadavg()
-    llm = LLM(args.model, max_batch=1, max_model_len=max(4096, args.prefill_tokens + 16), num_threads=args.threads,
-              chunked_prefill_size=args.chunk, prefix_cache=False)
-    info = {"command": command, "model": llm.model_path, "cpu": cpu_model(), "cores": os.cpu_count(),
-            "threads": args.threads or os.cpu_count(), "load_avg_before": [round(x, 2) for x in load0]}
-    print(f"machine: {info['cpu']}, {info['cores']} cores, load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
+    llm = LLM(
+        args.model,
+        max_batch=1,
+        max_model_len=max(4096, args.prefill_tokens + 16),
+        num_threads=args.threads,
+        chunked_prefill_size=args.chunk,
+        prefix_cache=False,
+    )
+    info = {
+        "command": command,
+        "model": llm.model_path,
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": args.threads or os.cpu_count(),
+        "load_avg_before": [round(x, 2) for x in load0],
+    }
+    print(
+        f"machine: {info['cpu']}, {info['cores']} cores, load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}"
+    )
     print(f"command: {command}")
     result = dict(info)
     if "decode" not in args.skip:
         prompt = prompt_ids(llm, args.decode_prompt, 0)
         decode_rate(llm, prompt, 32)  # warm-up
-        runs = [decode_rate(llm, prompt_ids(llm, args.decode_prompt, i + 1), args.decode_tokens)
-                for i in range(args.repeats)]
+        runs = [
+            decode_rate(llm, prompt_ids(llm, args.decode_prompt, i + 1), args.decode_tokens)
+            for i in range(args.repeats)
+        ]
         result["decode_tok_s"] = round(statistics.median(runs), 1)
         result["decode_runs"] = [round(x, 1) for x in runs]
-        print(f"decode : {result['decode_tok_s']:8.1f} tok/s  (median of {runs and len(runs)}: "
-              f"{', '.join(f'{x:.1f}' for x in runs)}; {args.decode_tokens} tokens after a {args.decode_prompt}-token prompt)")
+        print(
+            f"decode : {result['decode_tok_s']:8.1f} tok/s  (median of {runs and len(runs)}: "
+            f"{', '.join(f'{x:.1f}' for x in runs)}; {args.decode_tokens} tokens after a {args.decode_prompt}-token prompt)"
+        )
     if "prefill" not in args.skip:
         prefill_rate(llm, prompt_ids(llm, min(512, args.prefill_tokens), 100))  # warm-up
-        runs = [prefill_rate(llm, prompt_ids(llm, args.prefill_tokens, 200 + i)) for i in range(args.repeats)]
+        runs = [
+            prefill_rate(llm, prompt_ids(llm, args.prefill_tokens, 200 + i))
+            for i in range(args.repeats)
+        ]
         result["prefill_tok_s"] = round(statistics.median(runs), 1)
         result["prefill_runs"] = [round(x, 1) for x in runs]
-        print(f"prefill: {result['prefill_tok_s']:8.1f} tok/s  (median of {len(runs)}: "
-              f"{', '.join(f'{x:.1f}' for x in runs)}; {args.prefill_tokens}-token prompt, max_tokens=1, chunk {args.chunk})")
+        print(
+            f"prefill: {result['prefill_tok_s']:8.1f} tok/s  (median of {len(runs)}: "
+            f"{', '.join(f'{x:.1f}' for x in runs)}; {args.prefill_tokens}-token prompt, max_tokens=1, chunk {args.chunk})"
+        )
     llm.close()
     result["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result))

@@ -40,7 +40,11 @@ TRANSCRIPT = [
     ("arithmetic, thinking", True, "What is 478 + 256?"),
     ("arithmetic, no thinking", False, "Compute 903 - 468."),
     ("Python function", False, "Write a Python function that checks whether a number is prime."),
-    ("Python function, thinking", True, "Can you give me a Python function that reverses the words in a sentence?"),
+    (
+        "Python function, thinking",
+        True,
+        "Can you give me a Python function that reverses the words in a sentence?",
+    ),
     ("Wikipedia topic (in training)", False, "What is photosynthesis?"),
     ("Wikipedia topic (held out)", False, "Who was Abel Tasman?"),
     ("small talk", False, "Hi! How are you today?"),
@@ -48,7 +52,9 @@ TRANSCRIPT = [
 ]
 
 
-def heldout_stream(corpus: Path, source: str, tokenizer_file: Path) -> tuple[np.ndarray, np.ndarray]:
+def heldout_stream(
+    corpus: Path, source: str, tokenizer_file: Path
+) -> tuple[np.ndarray, np.ndarray]:
     """(token ids, is_table) of a held-out split; is_table marks the tokens of generated codec tables
     (encodings/*.py: 4 of the 40 held-out code files, 21% of its tokens, near-copies of training files)."""
     from tokenizers import Tokenizer
@@ -78,19 +84,26 @@ def perplexity(llm, stream: np.ndarray, table: np.ndarray, window: int, max_toke
         offsets = [int(o) for o in np.linspace(0, len(stream) - window, n_windows)]
     nlls, tables, t0 = [], [], time.time()
     for o in offsets:
-        ids = stream[o:o + window]
+        ids = stream[o : o + window]
         logits = llm.prompt_logits([int(i) for i in ids])[:-1].astype(np.float64)
         m = logits.max(-1, keepdims=True)
         logz = m[:, 0] + np.log(np.exp(logits - m).sum(-1))
         nlls.append(float((logz - logits[np.arange(window - 1), ids[1:]]).sum()))
-        tables.append(bool(table[o:o + window].any()))
+        tables.append(bool(table[o : o + window].any()))
     seconds = time.time() - t0
-    result = {"ppl": round(math.exp(sum(nlls) / (len(nlls) * (window - 1))), 3),
-              "scored_tokens": len(nlls) * (window - 1), "windows": len(nlls), "window": window,
-              "stream_tokens": int(len(stream)), "seconds": round(seconds, 1)}
+    result = {
+        "ppl": round(math.exp(sum(nlls) / (len(nlls) * (window - 1))), 3),
+        "scored_tokens": len(nlls) * (window - 1),
+        "windows": len(nlls),
+        "window": window,
+        "stream_tokens": len(stream),
+        "seconds": round(seconds, 1),
+    }
     if any(tables):
         rest = [x for x, t in zip(nlls, tables) if not t]
-        result["ppl_without_codec_tables"] = round(math.exp(sum(rest) / (len(rest) * (window - 1))), 3)
+        result["ppl_without_codec_tables"] = round(
+            math.exp(sum(rest) / (len(rest) * (window - 1))), 3
+        )
         result["windows_in_codec_tables"] = sum(tables)
     return result
 
@@ -104,7 +117,10 @@ def arithmetic(llm, questions: list[dict], max_tokens: int) -> dict:
     from pyengine import SamplingParams
 
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    prompts = [llm.apply_chat_template(q["messages"], enable_thinking=q.get("enable_thinking", True)) for q in questions]
+    prompts = [
+        llm.apply_chat_template(q["messages"], enable_thinking=q.get("enable_thinking", True))
+        for q in questions
+    ]
     t0 = time.time()
     outs = llm.generate(prompts, sp)
     seconds = time.time() - t0
@@ -114,13 +130,26 @@ def arithmetic(llm, questions: list[dict], max_tokens: int) -> dict:
         right += ok
         truncated += o.finish_reason == "length"
         if not ok:
-            wrong.append({"id": q["id"], "question": q["messages"][-1]["content"], "answer": q["answer"],
-                          "reply": o.text})
+            wrong.append(
+                {
+                    "id": q["id"],
+                    "question": q["messages"][-1]["content"],
+                    "answer": q["answer"],
+                    "reply": o.text,
+                }
+            )
     n_tokens = sum(len(o.token_ids) for o in outs)
-    return {"accuracy": right / len(questions), "correct": right, "n": len(questions),
-            "thinking": sum(bool(q.get("enable_thinking", True)) for q in questions),
-            "hit_max_tokens": truncated, "generated_tokens": n_tokens, "seconds": round(seconds, 1),
-            "tokens_per_s": round(n_tokens / seconds, 1), "wrong": wrong}
+    return {
+        "accuracy": right / len(questions),
+        "correct": right,
+        "n": len(questions),
+        "thinking": sum(bool(q.get("enable_thinking", True)) for q in questions),
+        "hit_max_tokens": truncated,
+        "generated_tokens": n_tokens,
+        "seconds": round(seconds, 1),
+        "tokens_per_s": round(n_tokens / seconds, 1),
+        "wrong": wrong,
+    }
 
 
 def transcript(llm, max_tokens: int) -> list[dict]:
@@ -129,50 +158,97 @@ def transcript(llm, max_tokens: int) -> list[dict]:
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     turns = []
     for label, thinking, question in TRANSCRIPT:
-        out = llm.chat([{"role": "user", "content": question}], sp,
-                       chat_template_kwargs={"enable_thinking": thinking})[0]
-        turns.append({"label": label, "enable_thinking": thinking, "user": question, "assistant": out.text,
-                      "finish_reason": out.finish_reason, "tokens": len(out.token_ids)})
+        out = llm.chat(
+            [{"role": "user", "content": question}],
+            sp,
+            chat_template_kwargs={"enable_thinking": thinking},
+        )[0]
+        turns.append(
+            {
+                "label": label,
+                "enable_thinking": thinking,
+                "user": question,
+                "assistant": out.text,
+                "finish_reason": out.finish_reason,
+                "tokens": len(out.token_ids),
+            }
+        )
     return turns
 
 
 def transcript_markdown(turns: list[dict], command: str) -> str:
-    lines = ["# Sample chat transcript (greedy, pyengine on the CPU)", "",
-             f"Produced by `{command}`; each chat is a fresh single-turn conversation; replies verbatim "
-             "(a thinking reply starts inside the `<think>` block the template opens).", ""]
+    lines = [
+        "# Sample chat transcript (greedy, pyengine on the CPU)",
+        "",
+        (
+            f"Produced by `{command}`; each chat is a fresh single-turn conversation; replies verbatim "
+            "(a thinking reply starts inside the `<think>` block the template opens)."
+        ),
+        "",
+    ]
     for t in turns:
-        lines += [f"## {t['label']} (enable_thinking={t['enable_thinking']})", "", f"**User:** {t['user']}", "",
-                  "**Assistant:**", "", "```text", t["assistant"], "```", ""]
+        lines += [
+            f"## {t['label']} (enable_thinking={t['enable_thinking']})",
+            "",
+            f"**User:** {t['user']}",
+            "",
+            "**Assistant:**",
+            "",
+            "````text",
+            t["assistant"],
+            "````",
+            "",
+        ]
         if t["finish_reason"] != "stop":
             lines += [f"(stopped by {t['finish_reason']} after {t['tokens']} tokens)", ""]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default=None, help="model dir (default: the embedded default model)")
     ap.add_argument("--corpus", type=Path, default=REPO / ".train" / "corpus")
     ap.add_argument("--questions", type=Path, default=HERE / "data" / "heldout_arith.json")
     ap.add_argument("--window", type=int, default=512)
-    ap.add_argument("--code-tokens", type=int, default=32768, help="at most this many held-out code tokens (of 192K)")
-    ap.add_argument("--prose-tokens", type=int, default=1 << 20, help="at most this many (default: all 45.6K)")
+    ap.add_argument(
+        "--code-tokens",
+        type=int,
+        default=32768,
+        help="at most this many held-out code tokens (of 192K)",
+    )
+    ap.add_argument(
+        "--prose-tokens", type=int, default=1 << 20, help="at most this many (default: all 45.6K)"
+    )
     ap.add_argument("--n-arith", type=int, default=200)
-    ap.add_argument("--arith-max-tokens", type=int, default=224, help="the longest right reply is 165 tokens")
+    ap.add_argument(
+        "--arith-max-tokens", type=int, default=224, help="the longest right reply is 165 tokens"
+    )
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=0, help="engine CPU threads (0: all cores)")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: ppl,arith,chat")
-    ap.add_argument("--out", type=Path, default=HERE / "card", help="writes eval_engine.json and transcript.md")
+    ap.add_argument(
+        "--out", type=Path, default=HERE / "card", help="writes eval_engine.json and transcript.md"
+    )
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
-    command = "python3 tools/default_model/eval_engine.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    command = (
+        "python3 tools/default_model/eval_engine.py"
+        + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    )
 
     from pyengine import LLM
 
     t_start = time.time()
     llm = LLM(args.model, max_batch=args.max_batch, max_model_len=4096, num_threads=args.threads)
-    summary: dict = {"command": command, "model": llm.model_path, "cpu_cores": os.cpu_count(),
-                     "machine": platform.processor() or platform.machine(),
-                     "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    summary: dict = {
+        "command": command,
+        "model": llm.model_path,
+        "cpu_cores": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
     tokenizer_file = Path(llm.model_path) / "tokenizer.json"
     if "ppl" not in skip:
         for source, cap in (("code", args.code_tokens), ("prose", args.prose_tokens)):
@@ -182,7 +258,11 @@ def main(argv=None) -> int:
     if "arith" not in skip:
         questions = json.loads(args.questions.read_text())[: args.n_arith]
         summary["arith"] = arithmetic(llm, questions, args.arith_max_tokens)
-        print(f"arith: {summary['arith']['correct']}/{summary['arith']['n']}", file=sys.stderr, flush=True)
+        print(
+            f"arith: {summary['arith']['correct']}/{summary['arith']['n']}",
+            file=sys.stderr,
+            flush=True,
+        )
     if "chat" not in skip:
         turns = transcript(llm, 320)
         summary["transcript"] = turns

@@ -47,14 +47,15 @@ EOT_ID = 0
 
 
 def load_model(model_dir: Path):
+    from model import DefaultModel
     from safetensors.torch import load_file
     from transformers import Qwen3_5TextConfig
 
-    from model import DefaultModel
-
     config = Qwen3_5TextConfig.from_json_file(str(model_dir / "config.json"))
     model = DefaultModel(config)
-    model.load_checkpoint_tensors({k: v.float() for k, v in load_file(str(model_dir / "model.safetensors")).items()})
+    model.load_checkpoint_tensors(
+        {k: v.float() for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+    )
     return model.eval()
 
 
@@ -91,7 +92,9 @@ def mtp_inputs(model, hidden: torch.Tensor, next_tokens: torch.Tensor) -> torch.
     return mtp.fc(torch.cat([e, mtp.pre_fc_norm_hidden(hidden)], dim=-1))
 
 
-def mtp_layer(model, u: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def mtp_layer(
+    model, u: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
     """One MTP decoder layer + norm over entries u [B, L, H]; mask [L, L] bool (True: attend) or causal."""
     pe = rope(model, positions, u)
     attn_mask = None if mask is None else mask[None, None].expand(u.shape[0], 1, *mask.shape)
@@ -111,7 +114,9 @@ def chain_mask(n: int, steps: int) -> torch.Tensor:
             cols = (i - 1) * n + (t + i - 1)  # (i, t + i - 1)
             ok = t >= 0
             mask[(j - 1) * n + idx[ok], cols[ok]] = True
-    mask |= torch.eye(steps * n, dtype=torch.bool)  # chains starting before 0 (unused) attend to themselves: no NaN
+    mask |= torch.eye(
+        steps * n, dtype=torch.bool
+    )  # chains starting before 0 (unused) attend to themselves: no NaN
     return mask
 
 
@@ -130,7 +135,7 @@ def chained_drafts(model, y: torch.Tensor, hidden: torch.Tensor, steps: int) -> 
     for k in range(1, steps + 1):
         u = torch.cat(entries, 1)
         out = mtp_layer(model, u, torch.cat(positions, 1), chain_mask(n, k))
-        last = out[:, (k - 1) * n:]  # step-k outputs at positions p = t + k - 1
+        last = out[:, (k - 1) * n :]  # step-k outputs at positions p = t + k - 1
         d = lm_head(last).argmax(-1)  # draft k of chain t = p - k + 1
         drafts.append(torch.roll(d, shifts=-(k - 1), dims=1))  # index by t
         if k < steps:
@@ -141,12 +146,19 @@ def chained_drafts(model, y: torch.Tensor, hidden: torch.Tensor, steps: int) -> 
 
 
 @torch.no_grad()
-def check_chain(model, y: torch.Tensor, hidden: torch.Tensor, drafts: torch.Tensor, starts: list[int], steps: int):
+def check_chain(
+    model,
+    y: torch.Tensor,
+    hidden: torch.Tensor,
+    drafts: torch.Tensor,
+    starts: list[int],
+    steps: int,
+):
     """Recompute chains one at a time as a plain causal sequence [E1[0..t], E2[t+1], ..., Ek[t+k-1]]."""
     lm_head = model.lm.lm_head
     bad = 0
     for t in starts:
-        e1 = mtp_inputs(model, hidden[:1, : t + 1], y[:1, 1: t + 2])
+        e1 = mtp_inputs(model, hidden[:1, : t + 1], y[:1, 1 : t + 2])
         entries, pos = [e1], list(range(t + 1))
         d_prev = None
         for k in range(1, steps + 1):
@@ -154,14 +166,16 @@ def check_chain(model, y: torch.Tensor, hidden: torch.Tensor, drafts: torch.Tens
             d = lm_head(out[:, -1]).argmax(-1)
             bad += int(d.item() != drafts[0, k - 1, t].item())
             d_prev = out[:, -1:]
-            entries.append(mtp_inputs(model, d_prev, y[:1, t + k + 1: t + k + 2]))
+            entries.append(mtp_inputs(model, d_prev, y[:1, t + k + 1 : t + k + 2]))
             pos.append(t + k)
     return bad
 
 
 def chain_stats(drafts: torch.Tensor, y: torch.Tensor, t0: int, t1: int, steps: int) -> dict:
     """Acceptance over chain starts t in [t0, t1): draft k is right when it equals y[t+k+1]."""
-    ok = torch.stack([drafts[:, k - 1, t0:t1] == y[:, t0 + k + 1: t1 + k + 1] for k in range(1, steps + 1)], 1)
+    ok = torch.stack(
+        [drafts[:, k - 1, t0:t1] == y[:, t0 + k + 1 : t1 + k + 1] for k in range(1, steps + 1)], 1
+    )
     alive = torch.ones_like(ok[:, 0])
     conditional, cumulative = [], []
     for k in range(steps):
@@ -170,9 +184,12 @@ def chain_stats(drafts: torch.Tensor, y: torch.Tensor, t0: int, t1: int, steps: 
         cumulative.append(accepted.float().mean().item())
         alive = accepted
     mean_accepted = sum(cumulative)  # expected drafts accepted per step with a 4-token chain
-    return {"chains": int(ok.shape[0] * ok.shape[2]),
-            "conditional": [round(x, 4) for x in conditional], "cumulative": [round(x, 4) for x in cumulative],
-            "mean_accepted_of_%d" % steps: round(mean_accepted, 3)}
+    return {
+        "chains": int(ok.shape[0] * ok.shape[2]),
+        "conditional": [round(x, 4) for x in conditional],
+        "cumulative": [round(x, 4) for x in cumulative],
+        f"mean_accepted_of_{steps}": round(mean_accepted, 3),
+    }
 
 
 @torch.no_grad()
@@ -180,10 +197,12 @@ def teacher_forced_accept1(model, stream: np.ndarray, window: int, max_tokens: i
     n = min(len(stream) // window, max(1, max_tokens // window))
     agree = count = 0
     for w in range(n):
-        y = torch.from_numpy(stream[w * window:(w + 1) * window])[None]
+        y = torch.from_numpy(stream[w * window : (w + 1) * window])[None]
         hidden = model.lm.model(input_ids=y, use_cache=False).last_hidden_state
         main = model.lm.lm_head(hidden).argmax(-1)
-        out = mtp_layer(model, mtp_inputs(model, hidden[:, :-1], y[:, 1:]), torch.arange(window - 1)[None], None)
+        out = mtp_layer(
+            model, mtp_inputs(model, hidden[:, :-1], y[:, 1:]), torch.arange(window - 1)[None], None
+        )
         mtp = model.lm.lm_head(out).argmax(-1)
         agree += (mtp[:, :-1] == main[:, 1:-1]).sum().item()  # both predict y[t+2]
         count += window - 2
@@ -193,14 +212,16 @@ def teacher_forced_accept1(model, stream: np.ndarray, window: int, max_tokens: i
 def distinct_4grams(cont: torch.Tensor) -> float:
     grams = total = 0
     for row in cont.tolist():
-        g = [tuple(row[i:i + 4]) for i in range(len(row) - 3)]
+        g = [tuple(row[i : i + 4]) for i in range(len(row) - 3)]
         grams += len(set(g))
         total += len(g)
     return grams / total
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", type=Path, default=REPO / "pyengine" / "default_model")
     ap.add_argument("--corpus", type=Path, default=REPO / ".train" / "corpus")
     ap.add_argument("--prompts", type=int, default=32, help="prompts per source")
@@ -210,26 +231,37 @@ def main(argv=None) -> int:
     ap.add_argument("--window", type=int, default=512, help="teacher-forced windows")
     ap.add_argument("--tf-tokens", type=int, default=32768, help="teacher-forced tokens per source")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--check", action="store_true", help="verify the batched chains against per-chain runs")
+    ap.add_argument(
+        "--check", action="store_true", help="verify the batched chains against per-chain runs"
+    )
     ap.add_argument("--out", type=Path, default=HERE / "card" / "mtp_acceptance.json")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    command = "python3 tools/default_model/mtp_acceptance.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    command = (
+        "python3 tools/default_model/mtp_acceptance.py"
+        + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    )
     t_start = time.time()
     model = load_model(args.model)
-    summary: dict = {"command": command, "model": str(args.model), "torch_threads": torch.get_num_threads(),
-                     "prompts_per_source": args.prompts, "prompt_len": args.prompt_len, "gen": args.gen}
+    summary: dict = {
+        "command": command,
+        "model": str(args.model),
+        "torch_threads": torch.get_num_threads(),
+        "prompts_per_source": args.prompts,
+        "prompt_len": args.prompt_len,
+        "gen": args.gen,
+    }
     for source in ("code", "prose"):
         t0 = time.time()
         stream = heldout_stream(args.corpus, source, args.model / "tokenizer.json")
         P, G, K = args.prompt_len, args.gen, args.steps
         offsets = np.linspace(0, len(stream) - P - 1, args.prompts).astype(int)
-        prompts = torch.from_numpy(np.stack([stream[o:o + P] for o in offsets]))
+        prompts = torch.from_numpy(np.stack([stream[o : o + P] for o in offsets]))
         y = greedy_continue(model.lm, prompts, G)
         with torch.no_grad():
             hidden = model.lm.model(input_ids=y, use_cache=False).last_hidden_state
-            full_argmax = model.lm.lm_head(hidden[:, P - 1:-1]).argmax(-1)
+            full_argmax = model.lm.lm_head(hidden[:, P - 1 : -1]).argmax(-1)
         mismatch = (full_argmax != y[:, P:]).sum().item()
         drafts = chained_drafts(model, y, hidden, K)
         # chain starts t with y[t+1..t+K+1] all generated: t in [P-1, P+G-K-1)
@@ -239,7 +271,9 @@ def main(argv=None) -> int:
         if args.check:
             starts = [P - 1, P + 7, P + G // 2, P + G - K - 2]
             result["check_mismatches"] = check_chain(model, y, hidden, drafts, starts, K)
-        result["teacher_forced_real_text"] = teacher_forced_accept1(model, stream, args.window, args.tf_tokens)
+        result["teacher_forced_real_text"] = teacher_forced_accept1(
+            model, stream, args.window, args.tf_tokens
+        )
         result["seconds"] = round(time.time() - t0, 1)
         summary[source] = result
         print(f"{source}: {json.dumps(result)}", file=sys.stderr, flush=True)

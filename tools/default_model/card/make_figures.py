@@ -11,20 +11,22 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
+import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 HERE = Path(__file__).resolve().parent
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--csv", type=Path, default=HERE.parent.parent.parent / ".train" / "ckpt" / "loss.csv")
+    ap.add_argument(
+        "--csv", type=Path, default=HERE.parent.parent.parent / ".train" / "ckpt" / "loss.csv"
+    )
     args = ap.parse_args()
     rows = list(csv.DictReader(args.csv.open()))
     train = [r for r in rows if r["loss"]]
     ev = [r for r in rows if r["code_ppl"]]
-    mt = lambda rs: [int(r["tokens"]) / 1e6 for r in rs]  # noqa: E731
+    mt = lambda rs: [int(r["tokens"]) / 1e6 for r in rs]
     boundary = min(int(r["tokens"]) for r in rows if r["call"] == "2") / 1e6
 
     fig, ax = plt.subplots(figsize=(6, 3.4), dpi=90)
@@ -45,7 +47,11 @@ def main():
     fig.savefig(HERE / "loss.png")
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(8, 3.2), dpi=90)
-    for key, label in (("code_ppl", "code*"), ("prose_ppl", "prose"), ("wiki_chat_ppl", "wiki chat")):
+    for key, label in (
+        ("code_ppl", "code*"),
+        ("prose_ppl", "prose"),
+        ("wiki_chat_ppl", "wiki chat"),
+    ):
         a1.plot(mt(ev), [float(r[key]) for r in ev], marker="o", ms=3, label=label)
     a1.set_yscale("log")
     a1.set_title("Held-out perplexity (in-training eval)", fontsize=9)
