@@ -132,8 +132,9 @@ struct Rng {
     }                                                                                         \
   } while (0)
 
-#ifndef PE_TEST_NO_MAIN
-int main(int argc, char** argv) {
+namespace pe_test {
+// Runs every registered test (or those whose name contains argv[1]); 0 when all pass.
+inline int run_all(int argc, char** argv) {
   int failed_tests = 0, run = 0;
   for (const auto& t : pe_test::registry()) {
     if (argc > 1 && !std::strstr(t.name, argv[1])) continue;
@@ -152,4 +153,8 @@ int main(int argc, char** argv) {
   std::printf("%d/%d tests passed\n", run - failed_tests, run);
   return failed_tests == 0 ? 0 : 1;
 }
+}  // namespace pe_test
+
+#ifndef PE_TEST_NO_MAIN
+int main(int argc, char** argv) { return pe_test::run_all(argc, argv); }
 #endif

@@ -109,21 +109,5 @@ int main(int argc, char** argv) {
     std::printf("SKIP: no CUDA device\n");
     return 0;
   }
-  int failed_tests = 0, run = 0;
-  for (const auto& t : pe_test::registry()) {
-    if (argc > 1 && !std::strstr(t.name, argv[1])) continue;
-    pe_test::current_failures() = 0;
-    ++run;
-    try {
-      t.fn();
-    } catch (const std::exception& e) {
-      pe_test::fail(__FILE__, __LINE__, std::string("exception: ") + e.what());
-    }
-    const int f = pe_test::current_failures();
-    std::printf("[%s] %s%s\n", f ? "FAIL" : " ok ", t.name,
-                f ? (" (" + std::to_string(f) + " checks)").c_str() : "");
-    failed_tests += f ? 1 : 0;
-  }
-  std::printf("%d/%d tests passed\n", run - failed_tests, run);
-  return failed_tests == 0 ? 0 : 1;
+  return pe_test::run_all(argc, argv);
 }
