@@ -44,6 +44,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv_page_size", type=positive_int, default=16)
     p.add_argument("--kv_cache_bytes", type=byte_size, default=None, help="KV + GDN state budget, e.g. 8G")
     p.add_argument("--gpu_mem_ratio", type=float, default=0.9)
+    p.add_argument("--kv_cache_dtype", default="auto",
+                   choices=["auto", "fp32", "fp16", "bf16", "fp8_e4m3", "int8", "fp4"])
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: all cores)")
 
 
@@ -59,6 +61,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         kv_cache_bytes=args.kv_cache_bytes,
         gpu_mem_ratio=args.gpu_mem_ratio,
         num_threads=args.threads,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
 
 

@@ -30,6 +30,19 @@ class EngineArgs:
     kv_cache_bytes: int | None = None
     gpu_mem_ratio: float = 0.9
     num_threads: int = 0
+    kv_cache_dtype: str = "auto"  # auto (fp32 on the CPU), fp32, fp16, bf16, fp8_e4m3, int8, fp4
+
+
+# kv_cache_dtype names -> PE_DTYPE_* codes.
+KV_CACHE_DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8": 3, "int8": 4, "fp4": 6}
+
+
+def kv_dtype_code(name: str) -> int:
+    if name == "auto":
+        return KV_CACHE_DTYPES["fp32"]
+    if name not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of auto, {', '.join(KV_CACHE_DTYPES)}; got {name!r}")
+    return KV_CACHE_DTYPES[name]
 
 
 @dataclass
@@ -65,6 +78,7 @@ class NativeEngine:
         p.prefix_cache = int(bool(args.prefix_cache))
         p.kv_cache_bytes = int(args.kv_cache_bytes or 0)
         p.gpu_mem_ratio = float(args.gpu_mem_ratio)
+        p.kv_cache_dtype = kv_dtype_code(args.kv_cache_dtype)
         for i in range(8):
             p.eos_token_ids[i] = eos_token_ids[i] if i < len(eos_token_ids) else -1
         out = n.ffi.new("pe_engine**")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .chat_template import ChatTemplate, ChatTemplateError
 from .config import ModelConfig
-from .engine import EngineArgs, NativeEngine, default_seed
+from .engine import EngineArgs, NativeEngine, default_seed, kv_dtype_code
 from .model_loader import NativeModel
 from .sampling_params import SamplingParams
 from .stream import RequestOutput, RequestStream
@@ -106,9 +106,10 @@ class LLM:
         prompt = self.apply_chat_template(messages, True, tools, **(chat_template_kwargs or {}))
         return [self.submit(prompt=prompt, sampling_params=sampling_params).result()]
 
-    def prompt_logits(self, token_ids: Sequence[int]):
-        """float32 numpy [n_tokens, vocab]: the logits of every position of one fresh sequence."""
-        return self._model.prompt_logits(list(token_ids))
+    def prompt_logits(self, token_ids: Sequence[int], kv_cache_dtype: str = "auto"):
+        """float32 numpy [n_tokens, vocab]: the logits of every position of one fresh sequence
+        (its KV cache stored as kv_cache_dtype, to measure what a quantized cache costs)."""
+        return self._model.prompt_logits(list(token_ids), kv_dtype_code(kv_cache_dtype))
 
     def stats(self) -> dict:
         return self._engine.stats()

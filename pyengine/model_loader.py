@@ -55,7 +55,7 @@ class NativeModel:
         if n.lib.pe_model_finalize(self.handle) != 0:
             raise CheckpointError(f"{model_dir}: {n.last_error()}")
 
-    def prompt_logits(self, token_ids):
+    def prompt_logits(self, token_ids, kv_cache_dtype: int = 0):
         import numpy as np
 
         n = self._n
@@ -64,8 +64,8 @@ class NativeModel:
             raise ValueError("prompt_logits: token_ids must be a non-empty list of ints")
         out = np.empty((ids.size, self.config.vocab_size), dtype=np.float32)
         n.check(
-            n.lib.pe_model_prompt_logits(
-                self.handle, n.ffi.cast("int32_t*", n.ffi.from_buffer(ids)), ids.size,
+            n.lib.pe_model_prompt_logits_kv(
+                self.handle, n.ffi.cast("int32_t*", n.ffi.from_buffer(ids)), ids.size, kv_cache_dtype,
                 n.ffi.cast("float*", n.ffi.from_buffer(out)),
             ),
             "prompt_logits",

@@ -39,6 +39,7 @@ extern "C" {
 #define PE_DTYPE_FP8_E4M3 3
 #define PE_DTYPE_I8 4
 #define PE_DTYPE_I32 5
+#define PE_DTYPE_NVFP4 6 /* e2m1 + a scale per 16 values (KV cache) */
 
 /* Layer kinds of pe_model_config.layer_types. */
 #define PE_LAYER_LINEAR_ATTENTION 0
@@ -117,6 +118,11 @@ void pe_model_free(pe_model* model);
 int32_t pe_model_prompt_logits(pe_model* model, const int32_t* tokens, int64_t n,
                                float* out_logits);
 
+/* The same with the KV cache stored as kv_cache_dtype (PE_DTYPE_F32, F16, BF16, FP8_E4M3, I8,
+ * NVFP4), to measure what a quantized KV cache costs in accuracy. */
+int32_t pe_model_prompt_logits_kv(pe_model* model, const int32_t* tokens, int64_t n,
+                                  int32_t kv_cache_dtype, float* out_logits);
+
 /* ---- Engine: continuous batching over a model ---------------------------------------------- */
 
 typedef struct pe_engine_params {
@@ -131,11 +137,13 @@ typedef struct pe_engine_params {
   int64_t kv_cache_bytes;        /* memory budget for KV pages + GDN slots (0: default) */
   float gpu_mem_ratio;           /* share of free device memory to use (CUDA) */
   int32_t num_threads;           /* CPU worker threads (0: all cores) */
+  int32_t kv_cache_dtype;        /* PE_DTYPE_*: F32 (CPU default), F16, BF16, FP8_E4M3, I8, NVFP4 */
   int32_t eos_token_ids[8];      /* ids that end a request unless ignore_eos (-1: unused) */
 } pe_engine_params;
 
 /* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,
- * prefix_cache 1, kv_page_size 16, snapshot_interval_pages 16, gpu_mem_ratio 0.9, no eos. */
+ * prefix_cache 1, kv_page_size 16, snapshot_interval_pages 16, gpu_mem_ratio 0.9, no eos,
+ * kv_cache_dtype F32. */
 pe_engine_params pe_engine_default_params(void);
 
 typedef struct pe_memory_plan {

@@ -1,5 +1,6 @@
 #pragma once
 #include <new>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "pyengine.h"
@@ -14,6 +15,10 @@ int32_t guarded(F&& fn) {
   } catch (const pe::Error& e) {
     set_last_error(e.what());
     return e.code;
+  } catch (const std::invalid_argument& e) {
+    // Kernels and pools check their arguments with std::invalid_argument.
+    set_last_error(e.what());
+    return PE_ERR_INVALID_ARGUMENT;
   } catch (const std::bad_alloc&) {
     set_last_error("out of memory");
     return PE_ERR_OUT_OF_MEMORY;

@@ -23,6 +23,7 @@ pe_engine_params pe_engine_default_params(void) {
   p.kv_cache_bytes = 0;
   p.gpu_mem_ratio = 0.9f;
   p.num_threads = 0;
+  p.kv_cache_dtype = PE_DTYPE_F32;
   for (int32_t& id : p.eos_token_ids) id = -1;
   return p;
 }

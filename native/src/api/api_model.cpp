@@ -52,16 +52,18 @@ int32_t pe_model_finalize(pe_model* model) {
 
 void pe_model_free(pe_model* model) { delete model; }
 
-int32_t pe_model_prompt_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits) {
+int32_t pe_model_prompt_logits_kv(pe_model* model, const int32_t* tokens, int64_t n, int32_t kv_cache_dtype,
+                                  float* out_logits) {
   return pe::api::guarded([&] {
     if (!model || !tokens || !out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_prompt_logits: null argument");
     if (!model->finalized) fail(PE_ERR_STATE, "pe_model_prompt_logits: the model is not finalized");
     if (n < 1) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_prompt_logits: empty prompt");
+    if (!pe::dtype_valid(kv_cache_dtype)) fail(PE_ERR_INVALID_ARGUMENT, "unknown kv_cache_dtype code ", kv_cache_dtype);
     const pe::ModelConfig& cfg = model->model->config();
     // A private state for one sequence: pages for n tokens and one GDN slot.
     const int64_t page = 64;
     const int64_t n_pages = (n + page - 1) / page;
-    pe::KvPool kv(cfg, n_pages, page);
+    pe::KvPool kv(cfg, n_pages, page, static_cast<pe::DType>(kv_cache_dtype));
     pe::GdnPool gdn(cfg, 1, 0);
     std::vector<int32_t> table;
     for (int64_t i = 0; i < n_pages; ++i) table.push_back(kv.alloc());
@@ -78,6 +80,10 @@ int32_t pe_model_prompt_logits(pe_model* model, const int32_t* tokens, int64_t n
     model->model->forward(b, kv, gdn, res);
     std::memcpy(out_logits, res.logits.data(), sizeof(float) * n * cfg.vocab);
   });
+}
+
+int32_t pe_model_prompt_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits) {
+  return pe_model_prompt_logits_kv(model, tokens, n, PE_DTYPE_F32, out_logits);
 }
 
 }

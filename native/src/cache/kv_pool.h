@@ -12,10 +12,10 @@ namespace pe {
 
 class KvPool {
  public:
-  KvPool(const ModelConfig& cfg, int64_t n_pages, int64_t page_size);
+  KvPool(const ModelConfig& cfg, int64_t n_pages, int64_t page_size, DType dtype = DType::F32);
 
   // Bytes one page takes over all attention layers (K and V).
-  static int64_t page_bytes(const ModelConfig& cfg, int64_t page_size);
+  static int64_t page_bytes(const ModelConfig& cfg, int64_t page_size, DType dtype = DType::F32);
 
   cpu::PagedKV layer(int64_t attention_layer_index);
   int64_t n_pages() const { return n_pages_; }
@@ -28,8 +28,10 @@ class KvPool {
   int32_t refcount(int32_t page) const { return refs_[page]; }
 
  private:
-  int64_t n_pages_, page_size_, n_kv_heads_, head_dim_, row_floats_;
-  std::vector<std::vector<float>> k_, v_;  // per attention layer
+  int64_t n_pages_, page_size_, n_kv_heads_, head_dim_;
+  DType dtype_;
+  std::vector<std::vector<uint8_t>> k_, v_;      // per attention layer: row values
+  std::vector<std::vector<float>> k_scale_, v_scale_;  // per attention layer: row scales (I8, NVFP4)
   std::vector<int32_t> refs_;
   std::vector<int32_t> free_;
 };

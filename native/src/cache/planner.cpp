@@ -23,7 +23,7 @@ pe_memory_plan plan_memory(const ModelConfig& cfg, const PlanRequest& r) {
   if (r.max_model_len < 2) fail(PE_ERR_INVALID_ARGUMENT, "max_model_len must be >= 2, got ", r.max_model_len);
   pe_memory_plan p{};
   p.kv_page_size = r.page_size;
-  p.kv_page_bytes = std::max<int64_t>(1, KvPool::page_bytes(cfg, r.page_size));
+  p.kv_page_bytes = std::max<int64_t>(1, KvPool::page_bytes(cfg, r.page_size, r.kv_dtype));
   p.gdn_slot_bytes = GdnPool::slot_bytes(cfg);
   p.gdn_slots = r.max_batch;
   p.budget_bytes = r.budget_bytes;
@@ -57,7 +57,7 @@ pe_memory_plan plan_memory(const ModelConfig& cfg, const PlanRequest& r) {
 }
 
 int64_t default_cpu_budget(const ModelConfig& cfg, const PlanRequest& r) {
-  const int64_t page_bytes = KvPool::page_bytes(cfg, r.page_size);
+  const int64_t page_bytes = KvPool::page_bytes(cfg, r.page_size, r.kv_dtype);
   const int64_t slot = GdnPool::slot_bytes(cfg);
   const int64_t want = r.max_batch * (1 + kSnapshotsPerSequence) * slot +
                        r.max_batch * ceil_div(r.max_model_len, r.page_size) * page_bytes;

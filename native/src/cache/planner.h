@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/dtype.h"
 #include "model/config.h"
 #include "pyengine.h"
 
@@ -16,6 +17,7 @@ struct PlanRequest {
   int64_t max_model_len = 0;
   int64_t page_size = 16;
   bool prefix_cache = true;
+  DType kv_dtype = DType::F32;
 };
 
 pe_memory_plan plan_memory(const ModelConfig& cfg, const PlanRequest& req);

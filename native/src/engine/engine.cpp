@@ -30,6 +30,7 @@ static void check_params(const pe_engine_params& p) {
   if (p.snapshot_interval_pages < 1)
     fail(PE_ERR_INVALID_ARGUMENT, "snapshot_interval_pages must be >= 1, got ", p.snapshot_interval_pages);
   if (p.kv_cache_bytes < 0) fail(PE_ERR_INVALID_ARGUMENT, "kv_cache_bytes must be >= 0, got ", p.kv_cache_bytes);
+  if (!dtype_valid(p.kv_cache_dtype)) fail(PE_ERR_INVALID_ARGUMENT, "kv_cache_dtype: unknown code ", p.kv_cache_dtype);
   if (!(p.gpu_mem_ratio > 0.0f && p.gpu_mem_ratio <= 1.0f))
     fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
 }
@@ -46,11 +47,12 @@ Engine::Engine(Qwen35Model& model, const pe_engine_params& params) : model_(mode
   pr.max_model_len = params_.max_model_len;
   pr.page_size = params_.kv_page_size;
   pr.prefix_cache = params_.prefix_cache != 0;
+  pr.kv_dtype = static_cast<DType>(params_.kv_cache_dtype);
   pr.budget_bytes = params_.kv_cache_bytes ? params_.kv_cache_bytes : default_cpu_budget(cfg, pr);
   plan_ = plan_memory(cfg, pr);
   std::fprintf(stderr, "pyengine: %s\n", describe_plan(plan_).c_str());
 
-  kv_ = std::make_unique<KvPool>(cfg, plan_.kv_pages, plan_.kv_page_size);
+  kv_ = std::make_unique<KvPool>(cfg, plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype);
   gdn_ = std::make_unique<GdnPool>(cfg, plan_.gdn_slots, plan_.snapshot_slots);
   if (params_.prefix_cache && plan_.snapshot_slots > 0)
     cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);

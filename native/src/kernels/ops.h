@@ -52,12 +52,15 @@ void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads
                int64_t rot_dim, const int32_t* pos, float theta);
 
 // Paged KV cache of one attention layer: page p holds page_size tokens, each
-// [n_kv_heads, head_dim] for K and for V, stored as `dtype` (F32 today; quantized dtypes later).
+// [n_kv_heads, head_dim] for K and for V, stored as `dtype` (F32, F16, BF16, FP8_E4M3, I8 with a
+// scale per token per head, NVFP4 with a scale per 16 values: kernels/cpu/kv_codec.h).
 // Token t of a sequence lives in page page_table[t / page_size], row t % page_size.
 struct PagedKV {
   DType dtype = DType::F32;
-  void* k = nullptr;  // [n_pages, page_size, n_kv_heads, head_dim]
+  void* k = nullptr;  // [n_pages, page_size, n_kv_heads] rows of head_dim values
   void* v = nullptr;
+  float* k_scale = nullptr;  // I8 / NVFP4: fp32 scales of each row (kv_row_format().scales)
+  float* v_scale = nullptr;
   int64_t page_size = 0, n_kv_heads = 0, head_dim = 0;
 };
 

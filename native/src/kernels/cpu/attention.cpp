@@ -1,7 +1,8 @@
 // Paged KV cache write and causal GQA attention over it.
 //
-// Cache layout (PagedKV): k, v [n_pages, page_size, n_kv_heads, head_dim] stored as F32, F16 or
-// BF16; token t of a sequence is row t % page_size of page page_table[t / page_size].
+// Cache layout (PagedKV): k, v [n_pages, page_size, n_kv_heads] rows of head_dim values stored in
+// one of the formats of kv_codec.h (F32, F16, BF16, FP8_E4M3, I8 + scale, NVFP4 + scales); token
+// t of a sequence is row t % page_size of page page_table[t / page_size].
 // kv_write: k, v [n, n_kv_heads, head_dim] fp32 -> the cache rows of positions start_pos + i.
 // attention_paged: for query i (position P = q_start_pos + i) and head h (kv head h / group):
 //   s_t = scale * q.k_t for t = 0 .. P; p = softmax(s) (fp32, max-subtracted);
@@ -19,6 +20,7 @@
 
 #include "core/threadpool.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/kv_codec.h"
 #include "kernels/ops.h"
 
 namespace pe {
@@ -27,45 +29,29 @@ namespace {
 
 constexpr int64_t kKeyTile = 64;  // keys per tile of the online softmax
 
-void check_kv_dtype(DType t) {
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
-    throw std::invalid_argument(std::string("paged KV: unsupported cache dtype ") + dtype_name(t));
-}
-
-// Element offset of (position t, kv head) in the cache.
-inline int64_t kv_offset(const PagedKV& kv, const int32_t* page_table, int64_t t, int64_t kvh) {
+// Row index of (position t, kv head) in the cache: value bytes at row * fmt.bytes, scales at
+// row * fmt.scales.
+inline int64_t kv_row_index(const PagedKV& kv, const int32_t* page_table, int64_t t, int64_t kvh) {
   const int64_t page = page_table[t / kv.page_size];
-  return ((page * kv.page_size + t % kv.page_size) * kv.n_kv_heads + kvh) * kv.head_dim;
+  return (page * kv.page_size + t % kv.page_size) * kv.n_kv_heads + kvh;
 }
 
-// fp32 view of one cached row: in place for F32, else converted into buf.
-inline const float* kv_row(const PagedKV& kv, const void* base, int64_t off, float* buf) {
-  if (kv.dtype == DType::F32) return static_cast<const float*>(base) + off;
-  to_f32(kv.dtype, static_cast<const uint16_t*>(base) + off, kv.head_dim, buf);
+// fp32 view of one cached row: in place for F32, else decoded into buf.
+inline const float* kv_row(const PagedKV& kv, const KvRowFormat& fmt, const void* base, const float* scales,
+                           int64_t row, float* buf) {
+  const uint8_t* src = static_cast<const uint8_t*>(base) + row * fmt.bytes;
+  if (kv.dtype == DType::F32) return reinterpret_cast<const float*>(src);
+  kv_decode_row(kv.dtype, src, scales ? scales + row * fmt.scales : nullptr, kv.head_dim, buf);
   return buf;
 }
 
-void prefetch_row(const PagedKV& kv, const int32_t* page_table, int64_t t, int64_t kvh) {
-  const int64_t off = kv_offset(kv, page_table, t, kvh);
-  const size_t es = dtype_size(kv.dtype);
-  const char* k = static_cast<const char*>(kv.k) + off * es;
-  const char* v = static_cast<const char*>(kv.v) + off * es;
-  for (int64_t b = 0; b < kv.head_dim * static_cast<int64_t>(es); b += 64) {
+void prefetch_row(const PagedKV& kv, const KvRowFormat& fmt, const int32_t* page_table, int64_t t, int64_t kvh) {
+  const int64_t row = kv_row_index(kv, page_table, t, kvh);
+  const char* k = static_cast<const char*>(kv.k) + row * fmt.bytes;
+  const char* v = static_cast<const char*>(kv.v) + row * fmt.bytes;
+  for (int64_t b = 0; b < fmt.bytes; b += 64) {
     __builtin_prefetch(k + b);
     __builtin_prefetch(v + b);
-  }
-}
-
-void store_row(DType t, const float* src, int64_t n, void* base, int64_t off) {
-  if (t == DType::F32) {
-    std::memcpy(static_cast<float*>(base) + off, src, static_cast<size_t>(n) * 4);
-    return;
-  }
-  uint16_t* d = static_cast<uint16_t*>(base) + off;
-  if (t == DType::F16) {
-    for (int64_t j = 0; j < n; ++j) d[j] = f32_to_f16(src[j]);
-  } else {
-    for (int64_t j = 0; j < n; ++j) d[j] = f32_to_bf16(src[j]);
   }
 }
 
@@ -73,24 +59,29 @@ void store_row(DType t, const float* src, int64_t n, void* base, int64_t off) {
 
 void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, int64_t n,
               const float* k, const float* v) {
-  check_kv_dtype(kv.dtype);
-  const int64_t row = kv.n_kv_heads * kv.head_dim;
+  const KvRowFormat fmt = kv_row_format(kv.dtype, kv.head_dim);
+  if (fmt.scales && (!kv.k_scale || !kv.v_scale))
+    throw std::invalid_argument(std::string("paged KV: ") + dtype_name(kv.dtype) + " cache without scales");
+  const int64_t D = kv.head_dim, H = kv.n_kv_heads;
   parallel_for(
       n,
       [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const int64_t off = kv_offset(kv, page_table, start_pos + i, 0);
-          store_row(kv.dtype, k + i * row, row, kv.k, off);
-          store_row(kv.dtype, v + i * row, row, kv.v, off);
-        }
+        for (int64_t i = begin; i < end; ++i)
+          for (int64_t h = 0; h < H; ++h) {
+            const int64_t row = kv_row_index(kv, page_table, start_pos + i, h);
+            kv_encode_row(kv.dtype, k + (i * H + h) * D, D, static_cast<uint8_t*>(kv.k) + row * fmt.bytes,
+                          kv.k_scale ? kv.k_scale + row * fmt.scales : nullptr);
+            kv_encode_row(kv.dtype, v + (i * H + h) * D, D, static_cast<uint8_t*>(kv.v) + row * fmt.bytes,
+                          kv.v_scale ? kv.v_scale + row * fmt.scales : nullptr);
+          }
       },
-      std::max<int64_t>(1, 16384 / std::max<int64_t>(row, 1)));
+      std::max<int64_t>(1, 16384 / std::max<int64_t>(H * D, 1)));
 }
 
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                      float* out) {
-  check_kv_dtype(kv.dtype);
+  const KvRowFormat fmt = kv_row_format(kv.dtype, kv.head_dim);
   if (n_q <= 0) return;
   if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
     throw std::invalid_argument("attention_paged: n_heads must be a multiple of n_kv_heads");
@@ -140,14 +131,14 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
           for (int64_t t0 = 0; t0 < n_keys; t0 += kKeyTile) {
             const int64_t kt = std::min<int64_t>(kKeyTile, n_keys - t0);
             for (int64_t j = 0; j < kt; ++j) {
-              const int64_t off = kv_offset(kv, page_table, t0 + j, g);
-              kp[j] = kv_row(kv, kv.k, off, kvbuf + j * D);
-              vp[j] = kv_row(kv, kv.v, off, kvbuf + (kKeyTile + j) * D);
+              const int64_t row = kv_row_index(kv, page_table, t0 + j, g);
+              kp[j] = kv_row(kv, fmt, kv.k, kv.k_scale, row, kvbuf + j * D);
+              vp[j] = kv_row(kv, fmt, kv.v, kv.v_scale, row, kvbuf + (kKeyTile + j) * D);
             }
             // Rows of one head are scattered (stride n_kv_heads * D, pages anywhere): prefetch the
             // next tile while this one is computed.
             for (int64_t j = t0 + kKeyTile; j < std::min(n_keys, t0 + 2 * kKeyTile); ++j)
-              prefetch_row(kv, page_table, j, g);
+              prefetch_row(kv, fmt, page_table, j, g);
             // Scores of this tile: s[v, j] = scale * q_v . k_j, -inf past the query's position.
             float res[16];
             for (int64_t j = 0; j < kt; j += 4) {

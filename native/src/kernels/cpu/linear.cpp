@@ -1,14 +1,16 @@
 // linear: out[n, rows] = x[n, cols] * W^T with W [rows, cols] (F32, F16, BF16, FP8 e4m3 with
 // block scales), fp32 accumulation.
 //
-// Work is split into tiles of (a block of R weight rows) x (a range of tokens). A task converts
-// its R rows to fp32 once into a thread-local scratch (F32 weights are read in place) and then
-// dots them with every token of its range through a register-tiled micro-kernel (NR rows x NT
-// tokens of 8-float vectors). R is chosen so the converted block stays in L2. Decode (n = 1..8)
-// parallelizes over row blocks only; prefill also splits tokens when there are few row blocks.
-// Decode with 16-bit weights (n <= 4) skips the scratch: the micro-kernel widens BF16/F16 vectors
-// in registers right before the FMAs, so weights stream from memory exactly once.
-// Nothing else is fused: the caller applies activations/residuals.
+// Prefill (n > 4): a packed GEMM. A task owns a block of RB weight rows and a range of tokens; it
+// converts the block to fp32 once (thread-local scratch) in K-major panels of 16 rows
+// (panel[k][0..16)), then runs a register-blocked micro-kernel: 6 tokens x 16 outputs = 12 ymm
+// accumulators; per k two panel loads, six broadcasts of x and twelve FMAs. The panel block
+// (RB x K floats) stays in L2, six token rows (6 x K) in L1.
+// Decode (n <= 4) with 16-bit weights: a GEMV that streams each weight once, 16 columns per
+// 32-byte load, widened in registers: BF16 lanes split into even/odd halves with one shift and
+// one mask (x is pre-split the same way, once per call), F16 through F16C. F32 and FP8 decode
+// use the row-tiled dot path (FP8 rows converted to fp32 in scratch first).
+// Small calls stay on one thread (work thresholds in bytes/FLOPs below). Nothing else is fused.
 #include <algorithm>
 #include <cstring>
 
@@ -24,7 +26,15 @@ namespace pe {
 namespace cpu {
 namespace {
 
-// Dots rows wb[0 .. n_rows) (fp32, row stride cols) with tokens [t0, t1) of x.
+// Scratch slots of this file (other kernels use the low ones; linear may run nested in them).
+constexpr int kSlotW = 4, kSlotPanel = 5, kSlotX = 6;
+
+// Minimum work per parallel chunk: below this a job is not worth waking a second thread.
+constexpr int64_t kGemvBytesPerChunk = 96 * 1024;   // decode: weight bytes streamed
+constexpr int64_t kGemmMacsPerChunk = 1 << 20;      // prefill: multiply-adds
+
+// ---------------------------------------------------------------------------------------------
+// Decode: F32 / FP8 rows (fp32 in memory or scratch) dotted with up to 4 tokens.
 void tile(const float* wb, int64_t row0, int64_t n_rows, const float* x, int64_t t0, int64_t t1,
           int64_t cols, int64_t out_stride, float* out) {
   float res[16];
@@ -32,7 +42,6 @@ void tile(const float* wb, int64_t row0, int64_t n_rows, const float* x, int64_t
     const int nt = static_cast<int>(std::min<int64_t>(4, t1 - t));
     const float* xs[4];
     for (int i = 0; i < nt; ++i) xs[i] = x + (t + i) * cols;
-    // Fewer tokens -> more rows per call, so enough independent FMA chains stay in flight.
     const int nr_max = nt <= 2 ? 4 : 2;
     for (int64_t r = 0; r < n_rows; r += nr_max) {
       const int nr = static_cast<int>(std::min<int64_t>(nr_max, n_rows - r));
@@ -45,28 +54,54 @@ void tile(const float* wb, int64_t row0, int64_t n_rows, const float* x, int64_t
   }
 }
 
+void linear_rows_decode(const float* x, int64_t n, const WeightView& w, float* out) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const bool in_place = w.dtype == DType::F32;
+  const int64_t R = 16;
+  const int64_t blocks = (rows + R - 1) / R;
+  const int64_t bytes_per_block = R * cols * static_cast<int64_t>(dtype_size(w.dtype));
+  parallel_for(
+      blocks,
+      [&](int64_t begin, int64_t end) {
+        float* wbuf = in_place ? nullptr : scratch(kSlotW, static_cast<size_t>(R * cols));
+        for (int64_t b = begin; b < end; ++b) {
+          const int64_t row0 = b * R, nr = std::min(R, rows - row0);
+          const float* wb = static_cast<const float*>(w.data) + row0 * cols;
+          if (!in_place) {
+            weight_rows_to_f32(w, row0, nr, wbuf);
+            wb = wbuf;
+          }
+          tile(wb, row0, nr, x, 0, n, cols, rows, out);
+        }
+      },
+      std::max<int64_t>(1, kGemvBytesPerChunk / bytes_per_block));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode: 16-bit weights, GEMV streaming. A 16-column block of a row widens to two v8f (a, b);
+// x is stored per block as [8 floats matching a][8 matching b].
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-typedef uint16_t v8u16 __attribute__((vector_size(16)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
 template <DType DT>
-inline v8f load_w8(const uint16_t* p) {
-  v8f f;
+inline void widen16(const uint16_t* p, v8f& a, v8f& b) {
   if constexpr (DT == DType::BF16) {
-    v8u16 h;
-    std::memcpy(&h, p, sizeof(h));
-    const v8u32 u = __builtin_convertvector(h, v8u32) << 16;
-    std::memcpy(&f, &u, sizeof(f));
+    v8u32 u;
+    std::memcpy(&u, p, sizeof(u));
+    const v8u32 lo = u << 16, hi = u & 0xffff0000u;  // even / odd elements as fp32
+    std::memcpy(&a, &lo, sizeof(a));
+    std::memcpy(&b, &hi, sizeof(b));
   } else {
 #if defined(__F16C__)
-    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    std::memcpy(&f, &v, sizeof(f));
+    const __m256 va = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256 vb = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+    std::memcpy(&a, &va, sizeof(a));
+    std::memcpy(&b, &vb, sizeof(b));
 #else
-    for (int l = 0; l < 8; ++l) f[l] = f16_to_f32(p[l]);
+    for (int l = 0; l < 8; ++l) a[l] = f16_to_f32(p[l]), b[l] = f16_to_f32(p[8 + l]);
 #endif
   }
-  return f;
 }
 
 template <DType DT>
@@ -74,67 +109,198 @@ inline float w16_to_f32(uint16_t v) {
   return DT == DType::BF16 ? bf16_to_f32(v) : f16_to_f32(v);
 }
 
-// dot_tile with 16-bit weight rows w[r] widened in registers.
+// res[r * 4 + t] = dot(w[r], x[t]) for NR rows and NT tokens; xp[t] is x[t] in block layout
+// for the first cols & ~15 columns, the tail comes from x[t].
 template <DType DT, int NR, int NT>
-void dot_tile_w16(const uint16_t* const* w, const float* const* x, int64_t cols, float* res) {
-  v8f acc[NR][NT];
+void gemv_tile(const uint16_t* const* w, const float* const* xp, const float* const* x,
+               int64_t cols, int64_t pf, float* res) {
+  constexpr int S = NR * NT <= 4 ? 2 : 1;  // separate a/b accumulators: 8 FMA chains in flight
+  v8f acc[NR][NT][S];
   for (int r = 0; r < NR; ++r)
-    for (int t = 0; t < NT; ++t) acc[r][t] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t j = 0;
-  for (; j + 8 <= cols; j += 8) {
-    v8f wv[NR];
-    for (int r = 0; r < NR; ++r) wv[r] = load_w8<DT>(w[r] + j);
+    for (int t = 0; t < NT; ++t)
+      for (int s = 0; s < S; ++s) acc[r][t][s] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t c16 = cols & ~int64_t{15};
+  for (int64_t j = 0; j < c16; j += 16) {
+    v8f wa[NR], wb[NR];
+    for (int r = 0; r < NR; ++r) {
+      __builtin_prefetch(w[r] + j + pf);  // the rows of a later tile: short rows defeat the HW
+      widen16<DT>(w[r] + j, wa[r], wb[r]);
+    }
     for (int t = 0; t < NT; ++t) {
-      const v8f xv = load8(x[t] + j);
-      for (int r = 0; r < NR; ++r) acc[r][t] += wv[r] * xv;
+      const v8f xa = load8(xp[t] + j), xb = load8(xp[t] + j + 8);
+      for (int r = 0; r < NR; ++r) {
+        acc[r][t][0] += wa[r] * xa;
+        acc[r][t][S - 1] += wb[r] * xb;
+      }
     }
   }
   for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) {
-      float s = hsum8(acc[r][t]);
-      for (int64_t jj = j; jj < cols; ++jj) s += w16_to_f32<DT>(w[r][jj]) * x[t][jj];
+      float s = hsum8(S == 2 ? acc[r][t][0] + acc[r][t][S - 1] : acc[r][t][0]);
+      for (int64_t jj = c16; jj < cols; ++jj) s += w16_to_f32<DT>(w[r][jj]) * x[t][jj];
       res[r * 4 + t] = s;
     }
 }
 #pragma GCC diagnostic pop
 
-using W16TileFn = void (*)(const uint16_t* const*, const float* const*, int64_t, float*);
+using GemvFn = void (*)(const uint16_t* const*, const float* const*, const float* const*, int64_t,
+                        int64_t, float*);
 
 template <DType DT>
-W16TileFn w16_tile_fn(int nr, int nt) {
-  static const W16TileFn table[4][4] = {
-      {dot_tile_w16<DT, 1, 1>, dot_tile_w16<DT, 1, 2>, dot_tile_w16<DT, 1, 3>, dot_tile_w16<DT, 1, 4>},
-      {dot_tile_w16<DT, 2, 1>, dot_tile_w16<DT, 2, 2>, dot_tile_w16<DT, 2, 3>, dot_tile_w16<DT, 2, 4>},
-      {dot_tile_w16<DT, 3, 1>, dot_tile_w16<DT, 3, 2>, dot_tile_w16<DT, 3, 3>, dot_tile_w16<DT, 3, 4>},
-      {dot_tile_w16<DT, 4, 1>, dot_tile_w16<DT, 4, 2>, dot_tile_w16<DT, 4, 3>, dot_tile_w16<DT, 4, 4>},
+GemvFn gemv_fn(int nr, int nt) {  // nr 1..4 (nt <= 2) or 1..2 (nt 3..4)
+  static const GemvFn table[4][4] = {
+      {gemv_tile<DT, 1, 1>, gemv_tile<DT, 1, 2>, gemv_tile<DT, 1, 3>, gemv_tile<DT, 1, 4>},
+      {gemv_tile<DT, 2, 1>, gemv_tile<DT, 2, 2>, gemv_tile<DT, 2, 3>, gemv_tile<DT, 2, 4>},
+      {gemv_tile<DT, 3, 1>, gemv_tile<DT, 3, 2>, nullptr, nullptr},
+      {gemv_tile<DT, 4, 1>, gemv_tile<DT, 4, 2>, nullptr, nullptr},
   };
   return table[nr - 1][nt - 1];
 }
 
-// Decode path for BF16/F16 weights and n <= 4 tokens: rows in groups of 4, no scratch.
+template <DType DT>
 void linear_w16_decode(const float* x, int64_t n, const WeightView& w, float* out) {
   const int64_t rows = w.rows, cols = w.cols;
   const uint16_t* data = static_cast<const uint16_t*>(w.data);
+  const int64_t c16 = cols & ~int64_t{15};
   const float* xs[4];
-  for (int64_t t = 0; t < n; ++t) xs[t] = x + t * cols;
+  const float* xps[4];
+  float* xsplit = DT == DType::BF16 ? scratch(kSlotX, static_cast<size_t>(n * c16 + 1)) : nullptr;
+  for (int64_t t = 0; t < n; ++t) {
+    xs[t] = x + t * cols;
+    xps[t] = xs[t];
+    if (DT != DType::BF16) continue;
+    float* d = xsplit + t * c16;  // per 16-block: even elements, then odd ones
+    for (int64_t j = 0; j < c16; j += 16)
+      for (int l = 0; l < 8; ++l) d[j + l] = xs[t][j + 2 * l], d[j + 8 + l] = xs[t][j + 2 * l + 1];
+    xps[t] = d;
+  }
   const int nt = static_cast<int>(n);
-  const int64_t groups = (rows + 3) / 4;
+  const int64_t G = nt <= 2 ? 4 : 2;  // rows per micro-tile
+  const int64_t groups = (rows + G - 1) / G;
+  const int64_t pf = std::max<int64_t>(2 * G * cols, 1024);  // prefetch distance (elements)
   parallel_for(
       groups,
       [&](int64_t begin, int64_t end) {
         float res[16];
         for (int64_t gi = begin; gi < end; ++gi) {
-          const int64_t r0 = gi * 4;
-          const int nr = static_cast<int>(std::min<int64_t>(4, rows - r0));
+          const int64_t r0 = gi * G;
+          const int nr = static_cast<int>(std::min<int64_t>(G, rows - r0));
           const uint16_t* ws[4];
           for (int i = 0; i < nr; ++i) ws[i] = data + (r0 + i) * cols;
-          (w.dtype == DType::BF16 ? w16_tile_fn<DType::BF16>(nr, nt)
-                                  : w16_tile_fn<DType::F16>(nr, nt))(ws, xs, cols, res);
+          gemv_fn<DT>(nr, nt)(ws, xps, xs, cols, pf, res);
           for (int i = 0; i < nr; ++i)
             for (int k = 0; k < nt; ++k) out[k * rows + r0 + i] = res[i * 4 + k];
         }
       },
-      std::max<int64_t>(1, (int64_t{1} << 16) / (4 * cols * n)));
+      std::max<int64_t>(1, kGemvBytesPerChunk / (G * cols * 2)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefill: packed GEMM.
+constexpr int kMT = 6;   // tokens per micro-tile
+constexpr int kNC = 16;  // outputs (weight rows) per micro-tile = panel width
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+// out[t * ldo + c] = sum_k x[t * ldx + k] * panel[k * 16 + c] for t < MT, c < nc (<= 16).
+template <int MT>
+void gemm_micro(const float* panel, const float* x, int64_t ldx, int64_t K, float* out,
+                int64_t ldo, int nc) {
+  v8f acc[MT][2];
+  for (int t = 0; t < MT; ++t) acc[t][0] = acc[t][1] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+  const float* xr[MT];
+  for (int t = 0; t < MT; ++t) xr[t] = x + t * ldx;
+  for (int64_t k = 0; k < K; ++k) {
+    const v8f b0 = load8(panel + k * kNC), b1 = load8(panel + k * kNC + 8);
+    for (int t = 0; t < MT; ++t) {
+      const float v = xr[t][k];
+      const v8f a = {v, v, v, v, v, v, v, v};  // vbroadcastss
+      acc[t][0] += a * b0;
+      acc[t][1] += a * b1;
+    }
+  }
+  for (int t = 0; t < MT; ++t) {
+    float* o = out + t * ldo;
+    if (nc == kNC) {
+      store8(o, acc[t][0]);
+      store8(o + 8, acc[t][1]);
+    } else {
+      float tmp[kNC];
+      store8(tmp, acc[t][0]);
+      store8(tmp + 8, acc[t][1]);
+      std::memcpy(o, tmp, sizeof(float) * nc);
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+using MicroFn = void (*)(const float*, const float*, int64_t, int64_t, float*, int64_t, int);
+const MicroFn kMicro[kMT + 1] = {nullptr,         gemm_micro<1>, gemm_micro<2>, gemm_micro<3>,
+                                 gemm_micro<4>,   gemm_micro<5>, gemm_micro<6>};
+
+// Rows [row0, row0 + nr) of w as fp32 K-major panels of 16 rows (zero padded):
+// panel[(s * K + k) * 16 + c] = W[row0 + 16 s + c][k].
+void pack_panels(const WeightView& w, int64_t row0, int64_t nr, float* panel) {
+  const int64_t K = w.cols;
+  const float* src;
+  if (w.dtype == DType::F32) {
+    src = static_cast<const float*>(w.data) + row0 * K;
+  } else {
+    float* tmp = scratch(kSlotW, static_cast<size_t>(nr * K));
+    weight_rows_to_f32(w, row0, nr, tmp);
+    src = tmp;
+  }
+  for (int64_t s = 0; s * kNC < nr; ++s) {
+    const int64_t nc = std::min<int64_t>(kNC, nr - s * kNC);
+    float* p = panel + s * K * kNC;
+    const float* rs = src + s * kNC * K;
+    for (int64_t k0 = 0; k0 < K; k0 += 64) {  // 64 x 16 sub-blocks: both sides stay in L1
+      const int64_t k1 = std::min(K, k0 + 64);
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t k = k0; k < k1; ++k) p[k * kNC + c] = rs[c * K + k];
+      for (int64_t c = nc; c < kNC; ++c)
+        for (int64_t k = k0; k < k1; ++k) p[k * kNC + c] = 0.0f;
+    }
+  }
+}
+
+void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out) {
+  const int64_t rows = w.rows, K = w.cols;
+  const int64_t threads = num_threads();
+  // Rows per block: the packed block (RB x K floats) fits in ~256 KiB of L2.
+  int64_t RB = std::clamp<int64_t>((256 * 1024 / 4) / (K * kNC), 1, 4) * kNC;
+  RB = std::min(RB, (rows + kNC - 1) / kNC * kNC);
+  const int64_t row_blocks = (rows + RB - 1) / RB;
+  // Split tokens (in whole micro-tiles) until there are ~4 tasks per thread to rebalance.
+  const int64_t tok_tiles = (n + kMT - 1) / kMT;
+  int64_t tok_splits = 1;
+  if (row_blocks < 4 * threads)
+    tok_splits = std::min(tok_tiles, (4 * threads + row_blocks - 1) / row_blocks);
+  const int64_t tasks = row_blocks * tok_splits;
+  const int64_t macs_per_task = RB * K * std::max<int64_t>(1, n / tok_splits);
+  const int64_t grain = std::max<int64_t>(1, kGemmMacsPerChunk / macs_per_task);
+
+  parallel_for(
+      tasks,
+      [&](int64_t begin, int64_t end) {
+        float* panel = scratch(kSlotPanel, static_cast<size_t>(RB * K));
+        int64_t packed = -1;  // row block currently in panel
+        for (int64_t task = begin; task < end; ++task) {
+          const int64_t rb = task / tok_splits, ts = task % tok_splits;
+          const int64_t row0 = rb * RB, nr = std::min(RB, rows - row0);
+          if (packed != rb) pack_panels(w, row0, nr, panel);
+          packed = rb;
+          const int64_t t0 = tok_tiles * ts / tok_splits * kMT;
+          const int64_t t1 = std::min(n, tok_tiles * (ts + 1) / tok_splits * kMT);
+          for (int64_t t = t0; t < t1; t += kMT) {
+            const int mt = static_cast<int>(std::min<int64_t>(kMT, t1 - t));
+            for (int64_t s = 0; s * kNC < nr; ++s)
+              kMicro[mt](panel + s * K * kNC, x + t * K, K, K, out + t * rows + row0 + s * kNC,
+                         rows, static_cast<int>(std::min<int64_t>(kNC, nr - s * kNC)));
+          }
+        }
+      },
+      grain);
 }
 
 }  // namespace
@@ -146,44 +312,10 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out) {
     std::fill(out, out + n * rows, 0.0f);
     return;
   }
-  if ((w.dtype == DType::BF16 || w.dtype == DType::F16) && n <= 4)
-    return linear_w16_decode(x, n, w, out);
-  const int64_t threads = num_threads();
-  // Rows per block: the converted block fits in ~192 KiB, and there are enough blocks to share.
-  int64_t R = std::clamp<int64_t>((192 * 1024) / (cols * 4), 4, 64);
-  R = std::min(R, std::max<int64_t>(4, (rows + 4 * threads - 1) / (4 * threads)));
-  const int64_t row_blocks = (rows + R - 1) / R;
-  const int64_t tok_groups = (n + 3) / 4;
-  int64_t tok_splits = 1;
-  if (row_blocks < 2 * threads && tok_groups > 1)
-    tok_splits = std::min(tok_groups, (2 * threads + row_blocks - 1) / row_blocks);
-  const int64_t tasks = row_blocks * tok_splits;
-  const int64_t macs_per_task = R * cols * std::max<int64_t>(1, n / tok_splits);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / macs_per_task);
-  const bool in_place = w.dtype == DType::F32;
-
-  parallel_for(
-      tasks,
-      [&](int64_t begin, int64_t end) {
-        float* wbuf = in_place ? nullptr : scratch(0, static_cast<size_t>(R * cols));
-        int64_t converted = -1;  // row block currently in wbuf
-        for (int64_t task = begin; task < end; ++task) {
-          const int64_t rb = task / tok_splits, ts = task % tok_splits;
-          const int64_t row0 = rb * R, nr = std::min(R, rows - row0);
-          const float* wb;
-          if (in_place) {
-            wb = static_cast<const float*>(w.data) + row0 * cols;
-          } else {
-            if (converted != rb) weight_rows_to_f32(w, row0, nr, wbuf);
-            converted = rb;
-            wb = wbuf;
-          }
-          // Token range of this split, in whole groups of 4.
-          const int64_t g0 = tok_groups * ts / tok_splits, g1 = tok_groups * (ts + 1) / tok_splits;
-          tile(wb, row0, nr, x, g0 * 4, std::min(n, g1 * 4), cols, rows, out);
-        }
-      },
-      grain);
+  if (n > 4) return linear_gemm(x, n, w, out);
+  if (w.dtype == DType::BF16) return linear_w16_decode<DType::BF16>(x, n, w, out);
+  if (w.dtype == DType::F16) return linear_w16_decode<DType::F16>(x, n, w, out);
+  linear_rows_decode(x, n, w, out);
 }
 
 }  // namespace cpu
