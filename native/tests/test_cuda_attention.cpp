@@ -32,9 +32,9 @@ void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool
   const int64_t row = s.hkv * s.d, es = static_cast<int64_t>(dtype_size(kvt));
   const size_t cache_bytes = static_cast<size_t>(n_pages * page * row * es);
   std::vector<uint8_t> hk(cache_bytes, 0), hv(cache_bytes, 0);
-  PagedKV ckv{kvt, hk.data(), hv.data(), page, s.hkv, s.d};
+  PagedKV ckv{kvt, hk.data(), hv.data(), nullptr, nullptr, page, s.hkv, s.d};
   DevBuf<uint8_t> dk(hk), dv(hv);
-  PagedKV gkv{kvt, dk.p, dv.p, page, s.hkv, s.d};
+  PagedKV gkv{kvt, dk.p, dv.p, nullptr, nullptr, page, s.hkv, s.d};
   DevBuf<int32_t> dpt(pt);
   // Cache the prefix and the new tokens in two writes (as a chunked prefill does).
   const std::vector<float> k = rng.normals(total * row), v = rng.normals(total * row);

@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
       int32_t* pt;
       CK(cudaMalloc(&pt, n_pages * 4));
       CK(cudaMemcpy(pt, hpt.data(), n_pages * 4, cudaMemcpyHostToDevice));
-      cpu::PagedKV kv{kvt, kc, vc, page, 4, 256};
+      cpu::PagedKV kv{kvt, kc, vc, nullptr, nullptr, page, 4, 256};
       const size_t sb = cuda::attention_paged_scratch_bytes(1, depth, 24, 4, 256);
       void* scr;
       CK(cudaMalloc(&scr, std::max<size_t>(sb, 1)));
@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
     int32_t* pt;
     CK(cudaMalloc(&pt, n_pages * 4));
     CK(cudaMemcpy(pt, hpt.data(), n_pages * 4, cudaMemcpyHostToDevice));
-    cpu::PagedKV kv{DType::F16, kc, vc, page, 4, 256};
+    cpu::PagedKV kv{DType::F16, kc, vc, nullptr, nullptr, page, 4, 256};
     const size_t sb = cuda::attention_paged_scratch_bytes(n, 0, 24, 4, 256);
     void* scr;
     CK(cudaMalloc(&scr, std::max<size_t>(sb, 1)));
