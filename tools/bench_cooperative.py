@@ -67,10 +67,11 @@ def run_mode(args, cooperative: bool, vocab: int) -> dict:
         long_first = token_times(long)[0]
         running.cancel()
         during = [t for t in token_times(it) if t_long <= t <= long_first]
+        during_rate = len(during) / (long_first - t_long)  # tokens it got while the long one prefilled
         return {
             "long_prefill_s": long_first - t_long,
             "ttft_ratio": ttft_ratio,
-            "decode_ratio": rate(during) / rate(solo) if rate(solo) else 0.0,
+            "decode_ratio": during_rate / rate(solo) if rate(solo) else 0.0,
             "solo_tok_s": rate(solo),
         }
 

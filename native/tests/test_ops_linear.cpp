@@ -132,6 +132,37 @@ TEST(linear_large_prefill_multithread) {
   set_num_threads(before);
 }
 
+TEST(linear_every_dtype_awkward_sizes) {
+  // GEMV (16-bit weights, n <= 16: 16-column blocks + tails, 4/2-row tiles + leftovers, token
+  // groups of 4), F32/FP8 row tiles (n <= 4) and the packed GEMM (6-token tiles + leftovers, full
+  // 16-row panels (8x8 transposes, K tails) and partial ones, row blocks) on 1..3 threads.
+  const int before = num_threads();
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},  {5, 15},  {16, 16},  {17, 17}, {33, 31},
+                                                {6, 384}, {100, 33}, {67, 129}, {130, 200}};
+  uint64_t seed = 61;
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3})
+      for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 17, 67})
+        for (const auto& rc : shapes) check_linear(t, n, rc.first, rc.second, ++seed);
+  }
+  set_num_threads(before);
+}
+
+TEST(linear_model_shapes_multithread) {
+  // The default model's projections: many row blocks and token splits, big K (down_proj).
+  const int before = num_threads();
+  for (int threads : {2, 4}) {
+    set_num_threads(threads);
+    for (int64_t n : {1, 2, 7, 200}) {
+      check_linear(DType::BF16, n, 1024, 384, 71 + n);
+      check_linear(DType::BF16, n, 384, 1024, 72 + n);
+      check_linear(DType::F16, n, 8192 / 4, 384, 73 + n);
+    }
+  }
+  set_num_threads(before);
+}
+
 TEST(embedding_tables) {
   const int64_t V = 37, H = 19;
   const int32_t ids[5] = {0, 36, 5, 5, 17};

@@ -1,6 +1,8 @@
 // The global thread pool: coverage of every index exactly once, grains, nested calls (inline, no
-// deadlock), concurrent callers from several threads, exceptions, and resizing.
+// deadlock), concurrent callers from several threads, exceptions, resizing, and the inline
+// back-off after a job waited on a slow (descheduled) worker.
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -120,4 +122,69 @@ TEST(many_small_jobs) {
     for (int64_t v : part) sum += v;
   }
   CHECK_EQ(sum, int64_t{5000} * (63 * 64 / 2));
+}
+
+TEST(slow_worker_backoff) {
+  // A worker that holds its chunk far longer than the caller worked (as when another process
+  // preempts it) switches the pool to inline jobs for a while; results stay exact throughout and
+  // parallel jobs resume afterwards.
+  const int before = num_threads();
+  set_num_threads(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> worker_ran{false};
+  parallel_for(
+      2,
+      [&](int64_t, int64_t) {
+        if (std::this_thread::get_id() != caller) {
+          worker_ran = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          return;
+        }
+        const auto t0 = std::chrono::steady_clock::now();  // give a worker time to join
+        while (!worker_ran && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1))
+          std::this_thread::yield();
+      },
+      1);
+  if (worker_ran) {
+    int calls = 0;
+    bool off_caller = false;
+    parallel_for(1000, [&](int64_t b, int64_t e) {
+      ++calls;  // inline: one call on this thread, so no race
+      off_caller |= std::this_thread::get_id() != caller || b != 0 || e != 1000;
+    });
+    CHECK_EQ(calls, 1);
+    CHECK(!off_caller);
+  }
+  CHECK(covers_once(1000, 1));
+  bool caught = false;
+  try {
+    parallel_for(100, [&](int64_t b, int64_t) {
+      if (b == 0) throw std::runtime_error("boom");
+    });
+  } catch (const std::runtime_error&) {
+    caught = true;
+  }
+  CHECK(caught);
+  // Back to parallel once the back-off has passed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  bool parallel = false;
+  for (int rep = 0; rep < 200 && !parallel; ++rep) {
+    std::atomic<bool> other{false};
+    parallel_for(
+        2,
+        [&](int64_t, int64_t) {
+          if (std::this_thread::get_id() != caller) {
+            other = true;
+            return;
+          }
+          const auto t0 = std::chrono::steady_clock::now();
+          while (!other && std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(5))
+            std::this_thread::yield();
+        },
+        1);
+    parallel = other;
+  }
+  CHECK(parallel);
+  CHECK(covers_once(4096, 3));
+  set_num_threads(before);
 }

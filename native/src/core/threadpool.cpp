@@ -9,10 +9,16 @@
 // delays a job it did not join, so small decode jobs cost no more than running them inline.
 // Workers spin for a short while before sleeping on a condition variable: decode issues hundreds
 // of small jobs per token, and a futex wake-up per job would cost more than the work.
+// A worker that joined and was then preempted (another process wants the core) makes the caller
+// wait a scheduler time slice (milliseconds) for a job worth microseconds. So when the caller
+// waits much longer than it worked itself, the pool runs jobs inline for a while (kBackoff)
+// before trying again: on a busy machine decode degrades to one thread instead of collapsing.
+// While waiting, the caller yields its core after a short spin (the preempted worker may need it).
 #include "core/threadpool.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -32,6 +38,10 @@ namespace {
 
 thread_local bool t_inside_job = false;  // set on workers and on a caller while it runs a job
 constexpr int kSpins = 20000;
+constexpr int kWaitSpins = 2000;  // caller: spins before yielding while waiting for workers
+using Clock = std::chrono::steady_clock;
+constexpr auto kSlowWait = std::chrono::microseconds(300);  // beyond 2x the caller's own work
+constexpr auto kBackoff = std::chrono::milliseconds(50);
 
 int default_threads() {
   if (const char* env = std::getenv("PYENGINE_NUM_THREADS")) {
@@ -64,6 +74,11 @@ class Pool {
     if (max_chunks <= 1 || n_threads_ <= 1 || t_inside_job) return fn(0, n);
     std::unique_lock<std::mutex> submit(submit_mu_, std::try_to_lock);
     if (!submit.owns_lock()) return fn(0, n);  // busy with another thread's job: run inline
+    const Clock::time_point t_start = Clock::now();
+    if (t_start < inline_until_) {
+      submit.unlock();
+      return fn(0, n);
+    }
 
     // A few chunks per thread balance uneven work (causal attention) at little cost.
     fn_ = &fn;
@@ -85,13 +100,20 @@ class Pool {
 
     const uint64_t closed = state_.fetch_or(1, std::memory_order_acq_rel);
     const int joined = static_cast<int>((closed >> 1) & 0x7fffffff);
-    for (int spin = 0; done_.load(std::memory_order_acquire) < joined; ++spin) {
-      if (spin < kSpins) {
-        PE_CPU_RELAX();
-      } else {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_done_.wait(lk, [&] { return done_.load(std::memory_order_acquire) >= joined; });
+    if (done_.load(std::memory_order_acquire) < joined) {
+      const Clock::time_point t_wait = Clock::now();
+      for (int spin = 0; done_.load(std::memory_order_acquire) < joined; ++spin) {
+        if (spin < kWaitSpins) {
+          PE_CPU_RELAX();
+        } else if (spin < kSpins) {
+          std::this_thread::yield();
+        } else {
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_done_.wait(lk, [&] { return done_.load(std::memory_order_acquire) >= joined; });
+        }
       }
+      const Clock::time_point t_end = Clock::now();
+      if (t_end - t_wait > kSlowWait + 2 * (t_wait - t_start)) inline_until_ = t_end + kBackoff;
     }
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
@@ -178,6 +200,7 @@ class Pool {
   std::atomic<int64_t> next_chunk_{0};
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, n_chunks_ = 0;
+  Clock::time_point inline_until_{};  // guarded by submit_mu_
   std::exception_ptr error_;
 };
 

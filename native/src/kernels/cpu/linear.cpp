@@ -1,20 +1,23 @@
 // linear: out[n, rows] = x[n, cols] * W^T with W [rows, cols] (F32, F16, BF16, FP8 e4m3 with
 // block scales), fp32 accumulation.
 //
-// Prefill (n > 4): a packed GEMM. A task owns a block of RB weight rows and a range of tokens; it
-// converts the block to fp32 once (thread-local scratch) in K-major panels of 16 rows
-// (panel[k][0..16)), then runs a register-blocked micro-kernel: 6 tokens x 16 outputs = 12 ymm
-// accumulators; per k two panel loads, six broadcasts of x and twelve FMAs. The panel block
-// (RB x K floats) stays in L2, six token rows (6 x K) in L1.
-// Decode (n <= 4) with 16-bit weights: a GEMV that streams each weight once, 16 columns per
-// 32-byte load, widened in registers: BF16 lanes split into even/odd halves with one shift and
-// one mask (x is pre-split the same way, once per call), F16 through F16C. F32 and FP8 decode
-// use the row-tiled dot path (FP8 rows converted to fp32 in scratch first).
-// Small calls stay on one thread (work thresholds in bytes/FLOPs below). Nothing else is fused.
+// Prefill (n > 16; n > 4 for F32/FP8 weights): a packed GEMM. A task owns a block of RB weight
+// rows and a range of tokens; it converts the block to fp32 once (thread-local scratch) into
+// K-major panels of 16 rows (panel[k][0..16), 8x8 register transposes), then runs a
+// register-blocked micro-kernel: 6 tokens x 16 outputs = 12 ymm accumulators; per k two panel
+// loads, six broadcasts of x and twelve FMAs. The panel block (RB x K floats) stays in L2, six
+// token rows (6 x K) in L1.
+// Decode (n <= 16) with 16-bit weights: a GEMV that streams each weight once (token groups of 4
+// re-read a row tile from L1), 16 columns per 32-byte load widened in registers: BF16 lanes split
+// into even/odd halves with one shift and one mask (x is pre-split the same way, once per call),
+// F16 through F16C; software prefetch two row tiles ahead (rows are too short for the hardware
+// prefetcher). F32 and FP8 decode (n <= 4) use the row-tiled dot path (FP8 rows converted to
+// fp32 in scratch first). Chunks carry a minimum of work (constants below), so small calls stay
+// on one thread. Nothing else is fused: the caller applies activations/residuals.
 #include <algorithm>
 #include <cstring>
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -29,8 +32,11 @@ namespace {
 // Scratch slots of this file (other kernels use the low ones; linear may run nested in them).
 constexpr int kSlotW = 4, kSlotPanel = 5, kSlotX = 6;
 
+// 16-bit weights with at most this many tokens take the GEMV path (no packing).
+constexpr int64_t kGemvMaxTokens = 16;
+
 // Minimum work per parallel chunk: below this a job is not worth waking a second thread.
-constexpr int64_t kGemvBytesPerChunk = 96 * 1024;   // decode: weight bytes streamed
+constexpr int64_t kGemvBytesPerChunk = 32 * 1024;   // decode: weight bytes streamed
 constexpr int64_t kGemmMacsPerChunk = 1 << 20;      // prefill: multiply-adds
 
 // ---------------------------------------------------------------------------------------------
@@ -162,8 +168,8 @@ void linear_w16_decode(const float* x, int64_t n, const WeightView& w, float* ou
   const int64_t rows = w.rows, cols = w.cols;
   const uint16_t* data = static_cast<const uint16_t*>(w.data);
   const int64_t c16 = cols & ~int64_t{15};
-  const float* xs[4];
-  const float* xps[4];
+  const float* xs[kGemvMaxTokens];
+  const float* xps[kGemvMaxTokens];
   float* xsplit = DT == DType::BF16 ? scratch(kSlotX, static_cast<size_t>(n * c16 + 1)) : nullptr;
   for (int64_t t = 0; t < n; ++t) {
     xs[t] = x + t * cols;
@@ -174,10 +180,9 @@ void linear_w16_decode(const float* x, int64_t n, const WeightView& w, float* ou
       for (int l = 0; l < 8; ++l) d[j + l] = xs[t][j + 2 * l], d[j + 8 + l] = xs[t][j + 2 * l + 1];
     xps[t] = d;
   }
-  const int nt = static_cast<int>(n);
-  const int64_t G = nt <= 2 ? 4 : 2;  // rows per micro-tile
+  const int64_t G = n <= 2 ? 4 : 2;  // rows per micro-tile
   const int64_t groups = (rows + G - 1) / G;
-  const int64_t pf = std::max<int64_t>(2 * G * cols, 1024);  // prefetch distance (elements)
+  const int64_t pf = std::max<int64_t>(8 * G * cols, 1024);  // prefetch distance (elements)
   parallel_for(
       groups,
       [&](int64_t begin, int64_t end) {
@@ -187,9 +192,12 @@ void linear_w16_decode(const float* x, int64_t n, const WeightView& w, float* ou
           const int nr = static_cast<int>(std::min<int64_t>(G, rows - r0));
           const uint16_t* ws[4];
           for (int i = 0; i < nr; ++i) ws[i] = data + (r0 + i) * cols;
-          gemv_fn<DT>(nr, nt)(ws, xps, xs, cols, pf, res);
-          for (int i = 0; i < nr; ++i)
-            for (int k = 0; k < nt; ++k) out[k * rows + r0 + i] = res[i * 4 + k];
+          for (int64_t t0 = 0; t0 < n; t0 += 4) {  // later token groups re-read the rows from L1
+            const int nt = static_cast<int>(std::min<int64_t>(4, n - t0));
+            gemv_fn<DT>(nr, nt)(ws, xps + t0, xs + t0, cols, pf, res);
+            for (int i = 0; i < nr; ++i)
+              for (int k = 0; k < nt; ++k) out[(t0 + k) * rows + r0 + i] = res[i * 4 + k];
+          }
         }
       },
       std::max<int64_t>(1, kGemvBytesPerChunk / (G * cols * 2)));
@@ -238,6 +246,30 @@ using MicroFn = void (*)(const float*, const float*, int64_t, int64_t, float*, i
 const MicroFn kMicro[kMT + 1] = {nullptr,         gemm_micro<1>, gemm_micro<2>, gemm_micro<3>,
                                  gemm_micro<4>,   gemm_micro<5>, gemm_micro<6>};
 
+#if defined(__AVX__)
+// dst[i * ldd + j] = src[j * lds + i] for i, j < 8.
+inline void transpose8x8(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int j = 0; j < 2; ++j) {
+      r[i + j] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], 0x44);
+      r[i + j + 2] = _mm256_shuffle_ps(t[i + j], t[i + j + 2], 0xee);
+    }
+  // r[0]: cols 0,4 of rows 0-3 ... r[4..7] the same for rows 4-7.
+  const int order[4] = {0, 2, 1, 3};  // r index holding output rows (0,4), (1,5), (2,6), (3,7)
+  for (int q = 0; q < 4; ++q) {
+    _mm256_storeu_ps(dst + q * ldd, _mm256_permute2f128_ps(r[order[q]], r[order[q] + 4], 0x20));
+    _mm256_storeu_ps(dst + (q + 4) * ldd,
+                     _mm256_permute2f128_ps(r[order[q]], r[order[q] + 4], 0x31));
+  }
+}
+#endif
+
 // Rows [row0, row0 + nr) of w as fp32 K-major panels of 16 rows (zero padded):
 // panel[(s * K + k) * 16 + c] = W[row0 + 16 s + c][k].
 void pack_panels(const WeightView& w, int64_t row0, int64_t nr, float* panel) {
@@ -254,6 +286,16 @@ void pack_panels(const WeightView& w, int64_t row0, int64_t nr, float* panel) {
     const int64_t nc = std::min<int64_t>(kNC, nr - s * kNC);
     float* p = panel + s * K * kNC;
     const float* rs = src + s * kNC * K;
+#if defined(__AVX__)
+    if (nc == kNC) {  // full strip: 8x8 register transposes
+      const int64_t k8 = K & ~int64_t{7};
+      for (int64_t k = 0; k < k8; k += 8)
+        for (int h = 0; h < 2; ++h) transpose8x8(rs + h * 8 * K + k, K, p + k * kNC + h * 8, kNC);
+      for (int64_t c = 0; c < kNC; ++c)
+        for (int64_t k = k8; k < K; ++k) p[k * kNC + c] = rs[c * K + k];
+      continue;
+    }
+#endif
     for (int64_t k0 = 0; k0 < K; k0 += 64) {  // 64 x 16 sub-blocks: both sides stay in L1
       const int64_t k1 = std::min(K, k0 + 64);
       for (int64_t c = 0; c < nc; ++c)
@@ -312,7 +354,8 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out) {
     std::fill(out, out + n * rows, 0.0f);
     return;
   }
-  if (n > 4) return linear_gemm(x, n, w, out);
+  const bool w16 = w.dtype == DType::BF16 || w.dtype == DType::F16;
+  if (n > (w16 ? kGemvMaxTokens : 4)) return linear_gemm(x, n, w, out);
   if (w.dtype == DType::BF16) return linear_w16_decode<DType::BF16>(x, n, w, out);
   if (w.dtype == DType::F16) return linear_w16_decode<DType::F16>(x, n, w, out);
   linear_rows_decode(x, n, w, out);
