@@ -279,3 +279,23 @@ TEST(logprobs_values) {
   cpu::logprobs(l, 4, 0, 0, &tok, nullptr, nullptr);  // n_top = 0
   CHECK_NEAR(tok, 1.0 - std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0)), 1e-6);
 }
+
+// top_p at (or below) zero keeps only the most likely token, with or without top-k, whatever u.
+// (A zero mass target once selected an empty candidate set and returned token 0.)
+TEST(top_p_zero_keeps_only_the_most_likely_token) {
+  pe_test::Rng rng(3);
+  for (int64_t V : {7, 1000, 50000}) {
+    std::vector<float> logits = rng.normals(V, 3.0f);
+    const int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    std::vector<float> scratch(V);
+    std::vector<int32_t> idx(V);
+    for (int32_t top_k : {0, 5}) {
+      SamplingConfig p;
+      p.temperature = 1.0f;
+      p.top_p = 0.0f;
+      p.top_k = top_k;
+      for (int i = 0; i < 20; ++i)
+        CHECK_EQ(cpu::sample(logits.data(), V, p, uniform_at(9, i), scratch.data(), idx.data()), best);
+    }
+  }
+}

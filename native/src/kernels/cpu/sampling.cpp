@@ -103,7 +103,7 @@ int64_t candidates(const float* w, int64_t V, int64_t k, double target, int32_t*
     c += count[b];
     ms += mass[b];
     // The margin covers summation-order rounding against the exact selection that follows.
-    if (k < V ? c >= k : ms >= target * (1.0 + 1e-9)) {
+    if (c > 0 && (k < V ? c >= k : ms >= target * (1.0 + 1e-9))) {  // never an empty set
       lowest = b;
       break;
     }
@@ -117,8 +117,11 @@ int64_t candidates(const float* w, int64_t V, int64_t k, double target, int32_t*
 // Smallest n in [1, k] such that the n most likely of idx[0, k) hold >= target mass. Quickselect
 // on mass (expected O(k), no sort): invariant top-lo mass (acc) < target <= top-hi mass.
 int64_t top_p_count(const float* w, int32_t* idx, int64_t k, double target) {
-  if (target <= 0.0) return 1;
   auto cmp = [w](int32_t a, int32_t b) { return better(w, a, b); };
+  if (target <= 0.0) {  // top_p 0: only the most likely token
+    std::iter_swap(idx, std::min_element(idx, idx + k, cmp));
+    return 1;
+  }
   int64_t lo = 0, hi = k;
   double acc = 0.0;
   while (hi - lo > 1) {
