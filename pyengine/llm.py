@@ -111,6 +111,11 @@ class LLM:
         (its KV cache stored as kv_cache_dtype, to measure what a quantized cache costs)."""
         return self._model.prompt_logits(list(token_ids), kv_dtype_code(kv_cache_dtype))
 
+    def mtp_logits(self, token_ids: Sequence[int]):
+        """float32 numpy [n_tokens - 1, vocab]: the MTP head's draft logits; row p drafts the token
+        at p + 2 from the hidden state at p and the token at p + 1 (checkpoints with mtp.*)."""
+        return self._model.mtp_logits(list(token_ids))
+
     def stats(self) -> dict:
         return self._engine.stats()
 

@@ -71,3 +71,18 @@ class NativeModel:
             "prompt_logits",
         )  # fmt: skip
         return out
+
+    def mtp_logits(self, token_ids):
+        import numpy as np
+
+        n = self._n
+        ids = np.ascontiguousarray(token_ids, dtype=np.int32)
+        if ids.ndim != 1 or ids.size < 2:
+            raise ValueError("mtp_logits: token_ids must be a list of at least 2 ints")
+        out = np.empty((ids.size - 1, self.config.vocab_size), dtype=np.float32)
+        n.check(
+            n.lib.pe_model_mtp_logits(self.handle, n.ffi.cast("int32_t*", n.ffi.from_buffer(ids)), ids.size,
+                                      n.ffi.cast("float*", n.ffi.from_buffer(out))),
+            "mtp_logits",
+        )  # fmt: skip
+        return out

@@ -137,15 +137,17 @@ class ServerProcess:
         self._log.close()
 
 
-def get_server(name: str, *extra_args: str, api_key: str | None = None) -> ServerProcess:
-    """A running server for this configuration; `name` names its log file."""
-    key = (name, extra_args, api_key)
+def get_server(name: str, *extra_args: str, api_key: str | None = None, embedded_model: bool = False) -> ServerProcess:
+    """A running server for this configuration; `name` names its log file. embedded_model: serve
+    the package's default model (no model argument) instead of a random test checkpoint."""
+    key = (name, extra_args, api_key, embedded_model)
     server = _servers.get(key)
     if server is None or server.proc.poll() is not None:
         checkpoint = find_checkpoint()
-        if checkpoint is None:
+        if checkpoint is None and not embedded_model:
             raise RuntimeError("no test checkpoint under tests/data/ckpt_* (see tools/)")
-        server = ServerProcess(name, [str(checkpoint), *extra_args], api_key)
+        model = [] if embedded_model else [str(checkpoint)]
+        server = ServerProcess(name, [*model, *extra_args], api_key)
         _servers[key] = server
     return server
 
@@ -168,6 +170,13 @@ def plain_server() -> ServerProcess:
     # generation to stop lasts long enough even on CI's two cores.
     return get_server("plain", "--max_model_len", "4096", "--max_batch", "4",
                       "--prefix_cache", "off", "--threads", "1")
+
+
+def browser_server() -> ServerProcess:
+    """The embedded chat model (real text in the screenshots; ~300 tokens/s on two cores, so a
+    long answer lasts seconds and the stop button always lands mid-generation)."""
+    return get_server("browser", "--max_model_len", "8192", "--max_batch", "4", "--prefix_cache", "off",
+                      "--threads", "1", embedded_model=True)
 
 
 @atexit.register

@@ -8,7 +8,7 @@ import shutil
 import time
 
 import pytest
-from server_process import ARTIFACTS, plain_server
+from server_process import ARTIFACTS, browser_server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def server():
-    return plain_server()
+    return browser_server()
 
 
 @pytest.fixture(scope="module")

@@ -123,6 +123,11 @@ int32_t pe_model_prompt_logits(pe_model* model, const int32_t* tokens, int64_t n
 int32_t pe_model_prompt_logits_kv(pe_model* model, const int32_t* tokens, int64_t n,
                                   int32_t kv_cache_dtype, float* out_logits);
 
+/* The MTP head over tokens[0..n) as one fresh sequence: row p (0 .. n-2) is the head's draft
+ * logits for position p + 2, from the model's final-normed hidden state at p and the token at
+ * p + 1. out_logits [n - 1, vocab_size]. Errors: UNSUPPORTED when the checkpoint has no mtp.*. */
+int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits);
+
 /* ---- Engine: continuous batching over a model ---------------------------------------------- */
 
 typedef struct pe_engine_params {

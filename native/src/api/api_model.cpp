@@ -82,6 +82,39 @@ int32_t pe_model_prompt_logits_kv(pe_model* model, const int32_t* tokens, int64_
   });
 }
 
+int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits) {
+  return pe::api::guarded([&] {
+    if (!model || !tokens || !out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: null argument");
+    if (!model->finalized) fail(PE_ERR_STATE, "pe_model_mtp_logits: the model is not finalized");
+    if (n < 2) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: needs at least 2 tokens, got ", n);
+    pe::Qwen35Model& m = *model->model;
+    if (!m.has_mtp()) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
+    const pe::ModelConfig& cfg = m.config();
+    const int64_t page = 64, n_pages = (n + page - 1) / page;
+    pe::KvPool kv(cfg, n_pages, page);
+    pe::GdnPool gdn(cfg, 1, 0);
+    std::vector<int32_t> table;
+    for (int64_t i = 0; i < n_pages; ++i) table.push_back(kv.alloc());
+    pe::Batch b;
+    b.tokens.assign(tokens, tokens + n);
+    pe::SeqChunk s;
+    s.n_new = n;
+    s.gdn_slot = gdn.alloc_running();
+    s.page_table = table.data();
+    s.logits = pe::LogitsMode::None;
+    b.seqs.push_back(s);
+    pe::ForwardResult res;
+    m.forward(b, kv, gdn, res);
+    pe::ModelConfig mtp_cfg = cfg;  // the MTP layer's own KV: one attention layer
+    mtp_cfg.n_layers = 1;
+    mtp_cfg.is_full_attention = {true};
+    pe::KvPool mtp_kv(mtp_cfg, n_pages, page);
+    std::vector<float> logits;
+    m.mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
+    std::memcpy(out_logits, logits.data(), sizeof(float) * logits.size());
+  });
+}
+
 int32_t pe_model_prompt_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits) {
   return pe_model_prompt_logits_kv(model, tokens, n, PE_DTYPE_F32, out_logits);
 }

@@ -1,4 +1,5 @@
 #include "model/qwen35.h"
+#include "model/qwen35_parts.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,70 +10,46 @@
 
 namespace pe {
 
-struct Qwen35Model::LayerViews {
-  bool full = false;
-  const float* input_norm = nullptr;
-  const float* post_norm = nullptr;
-  WeightView gate, up, down;
-  // attention
-  WeightView q, k, v, o;
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  // GDN
-  WeightView qkv, z, b, a, out;
-  const float* conv = nullptr;  // [conv_dim, K]
-  const float* dt_bias = nullptr;
-  const float* A_log = nullptr;
-  const float* norm = nullptr;
-};
-
-// Activation buffers, grown to the largest batch seen (no allocation per step once warm).
-struct Qwen35Model::Workspace {
-  std::vector<float> x, h, mix, t0, t1, t2, t3, t4, t5;
-  std::vector<int32_t> pos;
-  static float* get(std::vector<float>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-    return v.data();
-  }
-};
-
 Qwen35Model::Qwen35Model(const ModelConfig& cfg) : cfg_(cfg), weights_(cfg_), ws_(new Workspace) {}
 Qwen35Model::~Qwen35Model() = default;
 
 void Qwen35Model::finalize() {
   weights_.finalize();
   layers_.clear();
-  for (int64_t i = 0; i < cfg_.n_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    LayerViews L;
-    L.full = cfg_.is_full_attention[i];
-    L.input_norm = weights_.vec(p + "input_layernorm.weight");
-    L.post_norm = weights_.vec(p + "post_attention_layernorm.weight");
-    L.gate = weights_.matrix(p + "mlp.gate_proj.weight");
-    L.up = weights_.matrix(p + "mlp.up_proj.weight");
-    L.down = weights_.matrix(p + "mlp.down_proj.weight");
-    if (L.full) {
-      const std::string a = p + "self_attn.";
-      L.q = weights_.matrix(a + "q_proj.weight");
-      L.k = weights_.matrix(a + "k_proj.weight");
-      L.v = weights_.matrix(a + "v_proj.weight");
-      L.o = weights_.matrix(a + "o_proj.weight");
-      L.q_norm = weights_.vec(a + "q_norm.weight");
-      L.k_norm = weights_.vec(a + "k_norm.weight");
-    } else {
-      const std::string g = p + "linear_attn.";
-      L.qkv = weights_.matrix(g + "in_proj_qkv.weight");
-      L.z = weights_.matrix(g + "in_proj_z.weight");
-      L.b = weights_.matrix(g + "in_proj_b.weight");
-      L.a = weights_.matrix(g + "in_proj_a.weight");
-      L.out = weights_.matrix(g + "out_proj.weight");
-      L.conv = weights_.vec(g + "conv1d.weight");
-      L.dt_bias = weights_.vec(g + "dt_bias");
-      L.A_log = weights_.vec(g + "A_log");
-      L.norm = weights_.vec(g + "norm.weight");
-    }
-    layers_.push_back(L);
+  for (int64_t i = 0; i < cfg_.n_layers; ++i)
+    layers_.push_back(layer_views("layers." + std::to_string(i) + ".", cfg_.is_full_attention[i]));
+  if (weights_.has_mtp()) mtp_layer_ = std::make_unique<LayerViews>(layer_views("mtp.layers.0.", true));
+}
+
+Qwen35Model::LayerViews Qwen35Model::layer_views(const std::string& p, bool full) const {
+  LayerViews L;
+  L.full = full;
+  L.input_norm = weights_.vec(p + "input_layernorm.weight");
+  L.post_norm = weights_.vec(p + "post_attention_layernorm.weight");
+  L.gate = weights_.matrix(p + "mlp.gate_proj.weight");
+  L.up = weights_.matrix(p + "mlp.up_proj.weight");
+  L.down = weights_.matrix(p + "mlp.down_proj.weight");
+  if (full) {
+    const std::string a = p + "self_attn.";
+    L.q = weights_.matrix(a + "q_proj.weight");
+    L.k = weights_.matrix(a + "k_proj.weight");
+    L.v = weights_.matrix(a + "v_proj.weight");
+    L.o = weights_.matrix(a + "o_proj.weight");
+    L.q_norm = weights_.vec(a + "q_norm.weight");
+    L.k_norm = weights_.vec(a + "k_norm.weight");
+  } else {
+    const std::string g = p + "linear_attn.";
+    L.qkv = weights_.matrix(g + "in_proj_qkv.weight");
+    L.z = weights_.matrix(g + "in_proj_z.weight");
+    L.b = weights_.matrix(g + "in_proj_b.weight");
+    L.a = weights_.matrix(g + "in_proj_a.weight");
+    L.out = weights_.matrix(g + "out_proj.weight");
+    L.conv = weights_.vec(g + "conv1d.weight");
+    L.dt_bias = weights_.vec(g + "dt_bias");
+    L.A_log = weights_.vec(g + "A_log");
+    L.norm = weights_.vec(g + "norm.weight");
   }
+  return L;
 }
 
 void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, GdnPool& gdn,
@@ -182,38 +159,48 @@ void Qwen35Model::mlp(const LayerViews& L, int64_t n, const float* x, float* out
   cpu::linear(act, n, L.down, out);
 }
 
+// h = x + mixer(norm(x)); x = h + mlp(norm(h)), in place on x [n_tokens, H].
+void Qwen35Model::decoder_layer(const LayerViews& L, int64_t index, const Batch& b, KvPool& kv, GdnPool* gdn,
+                                float* x, Workspace& ws) {
+  const int64_t T = static_cast<int64_t>(b.tokens.size()), H = cfg_.hidden;
+  float* h = Workspace::get(ws.h, T * H);
+  float* mix = Workspace::get(ws.mix, T * H);
+  cpu::rms_norm(x, L.input_norm, T, H, cfg_.eps, true, h);
+  if (L.full)
+    mixer_attention(L, index, b, kv, h, mix, ws);
+  else
+    mixer_gdn(L, index, b, *gdn, h, mix, ws);
+  cpu::add(x, mix, T * H, x);
+  cpu::rms_norm(x, L.post_norm, T, H, cfg_.eps, true, h);
+  mlp(L, T, h, mix, ws);
+  cpu::add(x, mix, T * H, x);
+}
+
+void Qwen35Model::set_positions(const Batch& b, Workspace& ws) {
+  int64_t total = 0;
+  ws.pos.resize(b.tokens.size());
+  for (const SeqChunk& s : b.seqs) {
+    for (int64_t i = 0; i < s.n_new; ++i) ws.pos[total + i] = static_cast<int32_t>(s.n_past + i);
+    total += s.n_new;
+  }
+  if (total != static_cast<int64_t>(b.tokens.size()))
+    fail(PE_ERR_INTERNAL, "batch has ", b.tokens.size(), " tokens but its chunks cover ", total);
+}
+
 void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& res) {
   std::lock_guard<std::mutex> lock(forward_mu_);
   const ModelConfig& c = cfg_;
   Workspace& ws = *ws_;
   const int64_t T = static_cast<int64_t>(b.tokens.size());
   const int64_t H = c.hidden;
-  int64_t total = 0;
-  ws.pos.resize(T);
-  for (const SeqChunk& s : b.seqs) {
-    for (int64_t i = 0; i < s.n_new; ++i) ws.pos[total + i] = static_cast<int32_t>(s.n_past + i);
-    total += s.n_new;
-  }
-  if (total != T) fail(PE_ERR_INTERNAL, "batch has ", T, " tokens but its chunks cover ", total);
+  set_positions(b, ws);
   for (int32_t t : b.tokens)
     if (t < 0 || t >= c.vocab) fail(PE_ERR_INVALID_ARGUMENT, "token id ", t, " outside the vocabulary");
 
   float* x = Workspace::get(ws.x, T * H);
-  float* h = Workspace::get(ws.h, T * H);
-  float* mix = Workspace::get(ws.mix, T * H);
   cpu::embedding(weights_.matrix("embed_tokens.weight"), b.tokens.data(), T, x);
   int64_t gi = 0, ai = 0;
-  for (const LayerViews& L : layers_) {
-    cpu::rms_norm(x, L.input_norm, T, H, c.eps, true, h);
-    if (L.full)
-      mixer_attention(L, ai++, b, kv, h, mix, ws);
-    else
-      mixer_gdn(L, gi++, b, gdn, h, mix, ws);
-    cpu::add(x, mix, T * H, x);
-    cpu::rms_norm(x, L.post_norm, T, H, c.eps, true, h);
-    mlp(L, T, h, mix, ws);
-    cpu::add(x, mix, T * H, x);
-  }
+  for (const LayerViews& L : layers_) decoder_layer(L, L.full ? ai++ : gi++, b, kv, &gdn, x, ws);
   res.hidden.resize(T * H);
   cpu::rms_norm(x, weights_.vec("norm.weight"), T, H, c.eps, true, res.hidden.data());
 
@@ -229,10 +216,12 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
     r0 += s.n_new;
   }
   res.logits.resize(n_rows * c.vocab);
-  if (n_rows > 0) {
-    WeightView head = c.tied_embeddings ? weights_.matrix("embed_tokens.weight") : weights_.matrix("lm_head.weight");
-    cpu::linear(sel, n_rows, head, res.logits.data());
-  }
+  if (n_rows > 0) lm_head(sel, n_rows, res.logits.data());
+}
+
+void Qwen35Model::lm_head(const float* x, int64_t n, float* logits) {
+  WeightView head = cfg_.tied_embeddings ? weights_.matrix("embed_tokens.weight") : weights_.matrix("lm_head.weight");
+  cpu::linear(x, n, head, logits);
 }
 
 }  // namespace pe

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,12 @@ class Qwen35Model {
   const WeightStore& weights() const { return weights_; }
   void finalize();  // after all tensors are set: validates and prepares layer views
 
+  bool has_mtp() const { return mtp_layer_ != nullptr; }
+  // The MTP head over one sequence (MODEL_SPEC §3): row p (0 .. n-2) drafts the token at p + 2
+  // from the final-normed hidden state hidden[p] and the token tokens[p + 1], with the MTP layer's
+  // attention at positions 0 .. p (its own KV, `mtp_kv`: one attention layer). logits [n-1, V].
+  void mtp_forward(const int32_t* tokens, int64_t n, const float* hidden, KvPool& mtp_kv, std::vector<float>& logits);
+
   // Runs one batch; updates the KV pages and GDN slots of every chunk. Calls are serialized
   // (one workspace): prompt_logits on a user thread may run beside an engine thread.
   void forward(const Batch& batch, KvPool& kv, GdnPool& gdn, ForwardResult& out);
@@ -64,10 +71,16 @@ class Qwen35Model {
   void mixer_attention(const LayerViews& L, int64_t attn_index, const Batch& b, KvPool& kv,
                        const float* x, float* out, Workspace& ws);
   void mlp(const LayerViews& L, int64_t n, const float* x, float* out, Workspace& ws);
+  void decoder_layer(const LayerViews& L, int64_t index, const Batch& b, KvPool& kv, GdnPool* gdn, float* x,
+                     Workspace& ws);
+  void set_positions(const Batch& b, Workspace& ws);
+  LayerViews layer_views(const std::string& prefix, bool full) const;
+  void lm_head(const float* x, int64_t n, float* logits);
 
   ModelConfig cfg_;
   WeightStore weights_;
   std::vector<LayerViews> layers_;
+  std::unique_ptr<LayerViews> mtp_layer_;
   std::unique_ptr<Workspace> ws_;
   std::mutex forward_mu_;
 };
