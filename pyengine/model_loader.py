@@ -55,34 +55,21 @@ class NativeModel:
         if n.lib.pe_model_finalize(self.handle) != 0:
             raise CheckpointError(f"{model_dir}: {n.last_error()}")
 
-    def prompt_logits(self, token_ids, kv_cache_dtype: int = 0):
+    def _run(self, fn, token_ids, min_len: int, rows: int, *extra):
+        """Calls a pe_model_*_logits function on token_ids; returns float32 [len + rows, vocab]."""
         import numpy as np
 
         n = self._n
         ids = np.ascontiguousarray(token_ids, dtype=np.int32)
-        if ids.ndim != 1 or ids.size == 0:
-            raise ValueError("prompt_logits: token_ids must be a non-empty list of ints")
-        out = np.empty((ids.size, self.config.vocab_size), dtype=np.float32)
-        n.check(
-            n.lib.pe_model_prompt_logits_kv(
-                self.handle, n.ffi.cast("int32_t*", n.ffi.from_buffer(ids)), ids.size, kv_cache_dtype,
-                n.ffi.cast("float*", n.ffi.from_buffer(out)),
-            ),
-            "prompt_logits",
-        )  # fmt: skip
+        if ids.ndim != 1 or ids.size < min_len:
+            raise ValueError(f"token_ids must be a list of at least {min_len} int(s)")
+        out = np.empty((ids.size + rows, self.config.vocab_size), dtype=np.float32)
+        ids_p = n.ffi.cast("int32_t*", n.ffi.from_buffer(ids))
+        n.check(fn(self.handle, ids_p, ids.size, *extra, n.ffi.cast("float*", n.ffi.from_buffer(out))), fn.__name__)
         return out
+
+    def prompt_logits(self, token_ids, kv_cache_dtype: int = 0):
+        return self._run(self._n.lib.pe_model_prompt_logits_kv, token_ids, 1, 0, kv_cache_dtype)
 
     def mtp_logits(self, token_ids):
-        import numpy as np
-
-        n = self._n
-        ids = np.ascontiguousarray(token_ids, dtype=np.int32)
-        if ids.ndim != 1 or ids.size < 2:
-            raise ValueError("mtp_logits: token_ids must be a list of at least 2 ints")
-        out = np.empty((ids.size - 1, self.config.vocab_size), dtype=np.float32)
-        n.check(
-            n.lib.pe_model_mtp_logits(self.handle, n.ffi.cast("int32_t*", n.ffi.from_buffer(ids)), ids.size,
-                                      n.ffi.cast("float*", n.ffi.from_buffer(out))),
-            "mtp_logits",
-        )  # fmt: skip
-        return out
+        return self._run(self._n.lib.pe_model_mtp_logits, token_ids, 2, -1)

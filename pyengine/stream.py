@@ -58,7 +58,6 @@ class RequestStream:
         self._stops = StopStringMatcher(sp.stop, sp.include_stop_str_in_output) if sp.stop else None
         self._cancel_lock = threading.Lock()
         self._cancelled = False
-        self._stopped_by_string = False
         self._done = False
         self._n_tokens = 0
 
@@ -84,28 +83,21 @@ class RequestStream:
         return self._merge(raws)
 
     def _merge(self, raws: list[RawEvent]) -> StreamEvent:
+        # A stop-string match ends the stream (finished below), so this never runs after one.
         tokens = [r.token for r in raws if r.token is not None]
-        if self._stopped_by_string:
-            tokens = []  # the engine is finishing a request whose text already ended
         last = raws[-1]
         text = self._detok.add(tokens) if self._detok and tokens else ""
         finished, reason = last.finished, last.finish_reason
-        if finished and self._detok and not self._stopped_by_string:
+        if finished and self._detok:
             text += self._detok.flush()
-        if self._stops and not self._stopped_by_string:
+        if self._stops:
             text, matched = self._stops.feed(text)
             if matched is not None:
-                self._stopped_by_string = True
                 if not finished:
-                    self.cancel()
+                    self.cancel()  # the engine's cancelled event is never read
                 finished, reason = True, "stop"
             elif finished:
                 text += self._stops.flush()
-        elif self._stopped_by_string:
-            text = ""
-        if self._stopped_by_string and last.finished is False:
-            # Stop string: report the end now; the engine's cancelled event is drained quietly.
-            finished, reason = True, "stop"
         logprobs = None
         if self.sampling_params.logprobs is not None and tokens:
             logprobs = [self._logprob_entry(r) for r in raws if r.token is not None]

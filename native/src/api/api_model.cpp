@@ -52,65 +52,61 @@ int32_t pe_model_finalize(pe_model* model) {
 
 void pe_model_free(pe_model* model) { delete model; }
 
+}  // extern "C"
+
+namespace {
+
+// Runs tokens[0..n) as one fresh sequence on private pools (KV of kv_dtype, one GDN slot).
+void run_fresh_sequence(pe_model* model, const int32_t* tokens, int64_t n, pe::DType kv_dtype,
+                        pe::LogitsMode logits, pe::ForwardResult& res) {
+  if (!model || !tokens) fail(PE_ERR_INVALID_ARGUMENT, "null argument");
+  if (!model->finalized) fail(PE_ERR_STATE, "the model is not finalized");
+  if (n < 1) fail(PE_ERR_INVALID_ARGUMENT, "empty prompt");
+  const pe::ModelConfig& cfg = model->model->config();
+  const int64_t page = 64, n_pages = (n + page - 1) / page;
+  pe::KvPool kv(cfg, n_pages, page, kv_dtype);
+  pe::GdnPool gdn(cfg, 1, 0);
+  std::vector<int32_t> table;
+  for (int64_t i = 0; i < n_pages; ++i) table.push_back(kv.alloc());
+  pe::Batch b;
+  b.tokens.assign(tokens, tokens + n);
+  pe::SeqChunk s;
+  s.n_new = n;
+  s.gdn_slot = gdn.alloc_running();
+  s.page_table = table.data();
+  s.logits = logits;
+  b.seqs.push_back(s);
+  model->model->forward(b, kv, gdn, res);
+}
+
+}  // namespace
+
+extern "C" {
+
 int32_t pe_model_prompt_logits_kv(pe_model* model, const int32_t* tokens, int64_t n, int32_t kv_cache_dtype,
                                   float* out_logits) {
   return pe::api::guarded([&] {
-    if (!model || !tokens || !out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_prompt_logits: null argument");
-    if (!model->finalized) fail(PE_ERR_STATE, "pe_model_prompt_logits: the model is not finalized");
-    if (n < 1) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_prompt_logits: empty prompt");
+    if (!out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_prompt_logits: null output");
     if (!pe::dtype_valid(kv_cache_dtype)) fail(PE_ERR_INVALID_ARGUMENT, "unknown kv_cache_dtype code ", kv_cache_dtype);
-    const pe::ModelConfig& cfg = model->model->config();
-    // A private state for one sequence: pages for n tokens and one GDN slot.
-    const int64_t page = 64;
-    const int64_t n_pages = (n + page - 1) / page;
-    pe::KvPool kv(cfg, n_pages, page, static_cast<pe::DType>(kv_cache_dtype));
-    pe::GdnPool gdn(cfg, 1, 0);
-    std::vector<int32_t> table;
-    for (int64_t i = 0; i < n_pages; ++i) table.push_back(kv.alloc());
-    pe::Batch b;
-    b.tokens.assign(tokens, tokens + n);
-    pe::SeqChunk s;
-    s.n_past = 0;
-    s.n_new = n;
-    s.gdn_slot = gdn.alloc_running();
-    s.page_table = table.data();
-    s.logits = pe::LogitsMode::All;
-    b.seqs.push_back(s);
     pe::ForwardResult res;
-    model->model->forward(b, kv, gdn, res);
-    std::memcpy(out_logits, res.logits.data(), sizeof(float) * n * cfg.vocab);
+    run_fresh_sequence(model, tokens, n, static_cast<pe::DType>(kv_cache_dtype), pe::LogitsMode::All, res);
+    std::memcpy(out_logits, res.logits.data(), sizeof(float) * res.logits.size());
   });
 }
 
 int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits) {
   return pe::api::guarded([&] {
-    if (!model || !tokens || !out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: null argument");
-    if (!model->finalized) fail(PE_ERR_STATE, "pe_model_mtp_logits: the model is not finalized");
+    if (!out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: null output");
     if (n < 2) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: needs at least 2 tokens, got ", n);
-    pe::Qwen35Model& m = *model->model;
-    if (!m.has_mtp()) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
-    const pe::ModelConfig& cfg = m.config();
-    const int64_t page = 64, n_pages = (n + page - 1) / page;
-    pe::KvPool kv(cfg, n_pages, page);
-    pe::GdnPool gdn(cfg, 1, 0);
-    std::vector<int32_t> table;
-    for (int64_t i = 0; i < n_pages; ++i) table.push_back(kv.alloc());
-    pe::Batch b;
-    b.tokens.assign(tokens, tokens + n);
-    pe::SeqChunk s;
-    s.n_new = n;
-    s.gdn_slot = gdn.alloc_running();
-    s.page_table = table.data();
-    s.logits = pe::LogitsMode::None;
-    b.seqs.push_back(s);
+    if (model && !model->model->has_mtp()) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
     pe::ForwardResult res;
-    m.forward(b, kv, gdn, res);
-    pe::ModelConfig mtp_cfg = cfg;  // the MTP layer's own KV: one attention layer
+    run_fresh_sequence(model, tokens, n, pe::DType::F32, pe::LogitsMode::None, res);
+    pe::ModelConfig mtp_cfg = model->model->config();  // the MTP layer's own KV: one attention layer
     mtp_cfg.n_layers = 1;
     mtp_cfg.is_full_attention = {true};
-    pe::KvPool mtp_kv(mtp_cfg, n_pages, page);
+    pe::KvPool mtp_kv(mtp_cfg, (n + 63) / 64, 64);
     std::vector<float> logits;
-    m.mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
+    model->model->mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
     std::memcpy(out_logits, logits.data(), sizeof(float) * logits.size());
   });
 }

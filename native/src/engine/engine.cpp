@@ -194,7 +194,7 @@ void Engine::drain_inbox() {
     if (Request* r = sched_->find(id)) finish(r, PE_FINISH_CANCELLED);
 }
 
-void Engine::sample_and_emit(Request& r, const float* logits, int64_t step, std::vector<Request*>& finished) {
+int32_t Engine::sample_and_emit(Request& r, const float* logits, int64_t step) {
   const int64_t V = model_.config().vocab;
   float* work = scratch_.data();
   float* probs = scratch_.data() + V;
@@ -221,9 +221,10 @@ void Engine::sample_and_emit(Request& r, const float* logits, int64_t step, std:
 
   const bool is_eos = std::find(eos_.begin(), eos_.end(), tok) != eos_.end();
   const bool is_stop = std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end();
-  if ((is_eos && !r.ignore_eos) || is_stop || r.n_generated() >= r.max_tokens ||
-      static_cast<int64_t>(r.tokens.size()) >= params_.max_model_len)
-    finished.push_back(&r);
+  if ((is_eos && !r.ignore_eos) || is_stop) return PE_FINISH_STOP;
+  if (r.n_generated() >= r.max_tokens || static_cast<int64_t>(r.tokens.size()) >= params_.max_model_len)
+    return PE_FINISH_LENGTH;
+  return PE_FINISH_NONE;
 }
 
 void Engine::run_step() {
@@ -262,17 +263,14 @@ void Engine::run_step() {
   sched_->commit(chunks);
   const int64_t step = steps_++;
   const int64_t V = model_.config().vocab;
-  std::vector<Request*> finished;
-  for (size_t i = 0; i < chunks.size(); ++i)
-    if (batch.seqs[i].logits == LogitsMode::Last)
-      sample_and_emit(*chunks[i].req, result_.logits.data() + result_.logit_row_begin[i] * V, step, finished);
-  for (Request* r : finished) {
-    const bool length = r->n_generated() >= r->max_tokens || static_cast<int64_t>(r->tokens.size()) >= params_.max_model_len;
-    const int32_t last = r->tokens.back();
-    const bool stopped = std::find(r->stop_ids.begin(), r->stop_ids.end(), last) != r->stop_ids.end() ||
-                         (!r->ignore_eos && std::find(eos_.begin(), eos_.end(), last) != eos_.end());
-    finish(r, stopped || !length ? PE_FINISH_STOP : PE_FINISH_LENGTH);
+  std::vector<std::pair<Request*, int32_t>> finished;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (batch.seqs[i].logits != LogitsMode::Last) continue;
+    const int32_t reason =
+        sample_and_emit(*chunks[i].req, result_.logits.data() + result_.logit_row_begin[i] * V, step);
+    if (reason != PE_FINISH_NONE) finished.emplace_back(chunks[i].req, reason);
   }
+  for (auto& [r, reason] : finished) finish(r, reason);
 }
 
 void Engine::publish_stats() {

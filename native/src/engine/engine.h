@@ -34,7 +34,8 @@ class Engine {
   void loop();
   void drain_inbox();
   void run_step();
-  void sample_and_emit(Request& r, const float* logits, int64_t step, std::vector<Request*>& finished);
+  // Samples r's next token, emits it; returns the finish reason it causes (PE_FINISH_NONE: none).
+  int32_t sample_and_emit(Request& r, const float* logits, int64_t step);
   void finish(Request* r, int32_t reason, const char* message = nullptr);
   void push_event(const pe_event& ev);
   void flush_events();
