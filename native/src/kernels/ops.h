@@ -17,12 +17,20 @@ namespace pe {
 // A 2-D weight matrix [rows = out_features, cols = in_features], row-major.
 // FP8_E4M3 weights carry block scales: W[i,j] = fp8(W[i,j]) * block_scale[(i/block)*n_col_blocks + j/block]
 // with n_col_blocks = ceil(cols / block) (the checkpoints' weight_scale_inv, converted to fp32).
+// I8 (on-load quantization, per output channel): W[i,j] = int8(W[i,j]) * row_scale[i].
+// NVFP4 (on-load quantization): data holds two e2m1 values per byte (even column in the low
+// nibble), row stride cols / 2 bytes, cols a multiple of 16; group_scale holds one fp8 e4m3 scale
+// per 16 consecutive values of a row ([rows, cols / 16] bytes):
+// W[i,j] = e2m1(W[i,j]) * fp8(group_scale[i * cols/16 + j/16]) * global_scale.
 struct WeightView {
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
   const void* data = nullptr;
   const float* block_scale = nullptr;  // FP8 only
   int64_t block = 128;
+  const float* row_scale = nullptr;      // I8 only
+  const uint8_t* group_scale = nullptr;  // NVFP4 only
+  float global_scale = 1.0f;             // NVFP4 only
 };
 
 namespace cpu {
