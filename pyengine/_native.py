@@ -109,3 +109,9 @@ def native() -> Native:
         if _native is None:
             _native = Native()
         return _native
+
+
+def cuda_available() -> bool:
+    """True when this build has the CUDA backend and a GPU is usable (device="auto" picks it)."""
+    n = native()
+    return bool(n.lib.pe_device_available(b"cuda"))

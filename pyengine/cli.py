@@ -46,6 +46,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu_mem_ratio", type=float, default=0.9)
     p.add_argument("--kv_cache_dtype", default="auto",
                    choices=["auto", "fp32", "fp16", "bf16", "fp8_e4m3", "int8", "fp4"])
+    p.add_argument("--weight_quant", default=None, choices=["int8", "fp8", "nvfp4"],
+                   help="quantize 16-bit weights at load (embeddings and lm_head stay as loaded)")
+    p.add_argument("--load_format", default="auto", choices=["auto", "dummy"],
+                   help="dummy: random weights of the config's shapes (benchmarks)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: all cores)")
 
 
@@ -62,6 +66,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         gpu_mem_ratio=args.gpu_mem_ratio,
         num_threads=args.threads,
         kv_cache_dtype=args.kv_cache_dtype,
+        weight_quant=args.weight_quant,
+        load_format=args.load_format,
     )
 
 

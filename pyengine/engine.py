@@ -30,16 +30,32 @@ class EngineArgs:
     kv_cache_bytes: int | None = None
     gpu_mem_ratio: float = 0.9
     num_threads: int = 0
-    kv_cache_dtype: str = "auto"  # auto (fp32 on the CPU), fp32, fp16, bf16, fp8_e4m3, int8, fp4
+    kv_cache_dtype: str = "auto"  # auto (fp32 on the CPU, fp16 on CUDA), fp32, fp16, bf16, fp8_e4m3, int8, fp4
+    weight_quant: str | None = None  # on-load quantization of 16-bit weights: int8, fp8, nvfp4
+    load_format: str = "auto"  # auto (the checkpoint's safetensors) or dummy (random weights, benchmarks)
+    cuda_graphs: bool = False  # CUDA: replay decode steps from captured graphs
 
 
 # kv_cache_dtype names -> PE_DTYPE_* codes.
 KV_CACHE_DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8": 3, "int8": 4, "fp4": 6}
 
 
-def kv_dtype_code(name: str) -> int:
+# weight_quant names -> PE_DTYPE_* codes.
+WEIGHT_QUANTS = {"int8": 4, "fp8": 3, "fp8_e4m3": 3, "nvfp4": 6}
+LOAD_FORMATS = ("auto", "dummy")
+
+
+def weight_quant_code(name: str | None) -> int | None:
+    if name is None or name == "none":
+        return None
+    if name not in WEIGHT_QUANTS:
+        raise ValueError(f"weight_quant must be one of none, {', '.join(WEIGHT_QUANTS)}; got {name!r}")
+    return WEIGHT_QUANTS[name]
+
+
+def kv_dtype_code(name: str, device: str = "cpu") -> int:
     if name == "auto":
-        return KV_CACHE_DTYPES["fp32"]
+        return KV_CACHE_DTYPES["fp16" if device == "cuda" else "fp32"]
     if name not in KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype must be one of auto, {', '.join(KV_CACHE_DTYPES)}; got {name!r}")
     return KV_CACHE_DTYPES[name]
@@ -78,7 +94,8 @@ class NativeEngine:
         p.prefix_cache = int(bool(args.prefix_cache))
         p.kv_cache_bytes = int(args.kv_cache_bytes or 0)
         p.gpu_mem_ratio = float(args.gpu_mem_ratio)
-        p.kv_cache_dtype = kv_dtype_code(args.kv_cache_dtype)
+        p.kv_cache_dtype = kv_dtype_code(args.kv_cache_dtype, model.device)
+        p.cuda_graphs = int(bool(args.cuda_graphs))
         for i in range(8):
             p.eos_token_ids[i] = eos_token_ids[i] if i < len(eos_token_ids) else -1
         out = n.ffi.new("pe_engine**")

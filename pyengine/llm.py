@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from .chat_template import ChatTemplate, ChatTemplateError
 from .config import ModelConfig
+from ._native import cuda_available
 from .engine import EngineArgs, NativeEngine, default_seed, kv_dtype_code
 from .model_loader import NativeModel
 from .sampling_params import SamplingParams
@@ -32,7 +33,9 @@ class LLM:
         if not os.path.isdir(self.model_path):
             raise ValueError(f"model path {self.model_path} is not a directory")
         if device == "auto":
-            device = "cpu"
+            device = "cuda" if cuda_available() else "cpu"
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu, cuda or auto; got {device!r}")
         self.device = device
         self.config = ModelConfig.from_dir(self.model_path)
         self.model_name = os.path.basename(self.model_path.rstrip(os.sep))
@@ -48,7 +51,8 @@ class LLM:
             engine_args["max_model_len"] = min(_DEFAULT_MAX_MODEL_LEN, self.config.max_position_embeddings)
         self.engine_args = EngineArgs(**engine_args)
         self.max_model_len = self.engine_args.max_model_len
-        self._model = NativeModel(self.model_path, self.config, device)
+        self._model = NativeModel(self.model_path, self.config, device, weight_quant=self.engine_args.weight_quant,
+                                  load_format=self.engine_args.load_format)  # fmt: skip
         self._engine = NativeEngine(self._model, self.engine_args, list(self.tokenizer.eos_token_ids))
 
     # ---- prompts ----
@@ -109,7 +113,7 @@ class LLM:
     def prompt_logits(self, token_ids: Sequence[int], kv_cache_dtype: str = "auto"):
         """float32 numpy [n_tokens, vocab]: the logits of every position of one fresh sequence
         (its KV cache stored as kv_cache_dtype, to measure what a quantized cache costs)."""
-        return self._model.prompt_logits(list(token_ids), kv_dtype_code(kv_cache_dtype))
+        return self._model.prompt_logits(list(token_ids), kv_dtype_code(kv_cache_dtype, self.device))
 
     def mtp_logits(self, token_ids: Sequence[int]):
         """float32 numpy [n_tokens - 1, vocab]: the MTP head's draft logits; row p drafts the token
@@ -123,6 +127,9 @@ class LLM:
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close()
+        model = getattr(self, "_model", None)
+        if model is not None:
+            model.close()  # the engine is gone: the weights can go now, not at garbage collection
 
     def __enter__(self) -> LLM:
         return self

@@ -17,10 +17,17 @@ from .errors import CheckpointError
 class NativeModel:
     """Owns a pe_model handle."""
 
-    def __init__(self, model_dir: str, config: ModelConfig, device: str = "cpu"):
+    def __init__(self, model_dir: str, config: ModelConfig, device: str = "cpu", weight_quant: str | None = None,
+                 load_format: str = "auto"):  # fmt: skip
+        from .engine import LOAD_FORMATS, weight_quant_code
+
         n = native()
         self._n = n
         self.config = config
+        self.device = device
+        if load_format not in LOAD_FORMATS:
+            raise ValueError(f"load_format must be one of {', '.join(LOAD_FORMATS)}; got {load_format!r}")
+        quant = weight_quant_code(weight_quant)
         self._layer_types = n.ffi.new("int32_t[]", config.layer_type_codes)
         c = n.ffi.new("pe_model_config*")
         for field in (
@@ -39,6 +46,16 @@ class NativeModel:
         except ValueError as e:
             raise CheckpointError(f"{os.path.join(model_dir, 'config.json')}: {e}") from None
         self.handle = n.ffi.gc(out[0], n.lib.pe_model_free)
+        if load_format == "dummy":
+            # Random weights of the config's shapes (on the GPU for device="cuda"). FP8 matrices
+            # are generated directly when fp8 is asked; other formats quantize bf16 ones.
+            fp8 = quant == 3
+            if quant is not None and not fp8:
+                n.check(n.lib.pe_model_set_weight_quant(self.handle, quant), "weight_quant")
+            n.check(n.lib.pe_model_load_dummy(self.handle, 3 if fp8 else 2, 0x5EED), "dummy weights")
+            return
+        if quant is not None:
+            n.check(n.lib.pe_model_set_weight_quant(self.handle, quant), "weight_quant")
         self._load(model_dir)
 
     def _load(self, model_dir: str) -> None:
@@ -55,11 +72,27 @@ class NativeModel:
         if n.lib.pe_model_finalize(self.handle) != 0:
             raise CheckpointError(f"{model_dir}: {n.last_error()}")
 
+    def close(self) -> None:
+        """Frees the native model (weights, device memory) now instead of at garbage collection."""
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle is not None:
+            self._n.ffi.release(handle)
+
+    def weight_bytes(self) -> int:
+        """Bytes the weights take on the model's device."""
+        if self.handle is None:
+            raise RuntimeError("the model is closed")
+        out = self._n.ffi.new("int64_t*")
+        self._n.check(self._n.lib.pe_model_weight_bytes(self.handle, out), "weight_bytes")
+        return int(out[0])
+
     def _run(self, fn, token_ids, min_len: int, rows: int, *extra):
         """Calls a pe_model_*_logits function on token_ids; returns float32 [len + rows, vocab]."""
         import numpy as np
 
         n = self._n
+        if self.handle is None:
+            raise RuntimeError("the model is closed")
         ids = np.ascontiguousarray(token_ids, dtype=np.int32)
         if ids.ndim != 1 or ids.size < min_len:
             raise ValueError(f"token_ids must be a list of at least {min_len} int(s)")

@@ -1,6 +1,7 @@
 """The cffi binding: the header parses, the API version is checked, errors carry messages."""
 
 import os
+import re
 
 import cffi
 import pytest
@@ -26,7 +27,8 @@ def test_library_reports_the_header_version():
 def test_a_library_of_another_version_is_refused(monkeypatch, tmp_path):
     with open(_native.header_path()) as f:
         header = f.read()
-    bumped = header.replace("#define PE_API_VERSION 1", "#define PE_API_VERSION 999")
+    bumped = re.sub(r"#define PE_API_VERSION \d+", "#define PE_API_VERSION 999", header)
+    assert bumped != header
     fake = tmp_path / "pyengine.h"
     fake.write_text(bumped)
     monkeypatch.setattr(_native, "header_path", lambda: str(fake))

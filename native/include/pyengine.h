@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* cffi-begin */
-#define PE_API_VERSION 1
+#define PE_API_VERSION 2
 
 /* Status codes. */
 #define PE_OK 0
@@ -39,7 +39,7 @@ extern "C" {
 #define PE_DTYPE_FP8_E4M3 3
 #define PE_DTYPE_I8 4
 #define PE_DTYPE_I32 5
-#define PE_DTYPE_NVFP4 6 /* e2m1 + a scale per 16 values (KV cache) */
+#define PE_DTYPE_NVFP4 6 /* e2m1 + a scale per 16 values (KV cache, quantized weights) */
 
 /* Layer kinds of pe_model_config.layer_types. */
 #define PE_LAYER_LINEAR_ATTENTION 0
@@ -61,6 +61,8 @@ extern "C" {
 int32_t pe_api_version(void);
 /* Static string such as "cpu" or "cpu,cuda(75;90)". */
 const char* pe_build_info(void);
+/* 1 when `device` ("cpu", "cuda") can run models in this build on this machine, else 0. */
+int32_t pe_device_available(const char* device);
 /* Message of the last failing call on this thread ("" if none). Owned by the library. */
 const char* pe_last_error(void);
 
@@ -92,8 +94,9 @@ typedef struct pe_model_config {
 
 typedef struct pe_model pe_model;
 
-/* Creates an empty model for cfg on `device` ("cpu"; "cuda" when built with CUDA).
- * Errors: INVALID_ARGUMENT naming the config field; UNSUPPORTED for a device not built. */
+/* Creates an empty model for cfg on `device` ("cpu"; "cuda" when built with CUDA and a GPU is
+ * present: weights, KV cache, GDN state, activations and sampling then live on the GPU).
+ * Errors: INVALID_ARGUMENT naming the config field; UNSUPPORTED for a device not built or absent. */
 int32_t pe_model_create(const pe_model_config* cfg, const char* device, pe_model** out_model);
 
 /* Hands one checkpoint tensor to the model, which copies it (data may be unmapped after the
@@ -108,6 +111,20 @@ int32_t pe_model_set_tensor(pe_model* model, const char* name, int32_t dtype, in
 /* Checks that every tensor is present (the message names the first missing one), then prepares
  * the weights for the backend. After it, no more pe_model_set_tensor. */
 int32_t pe_model_finalize(pe_model* model);
+
+/* On-load weight quantization, applied at pe_model_finalize to every layer matrix loaded as
+ * F32/F16/BF16: PE_DTYPE_I8 (per output channel), PE_DTYPE_FP8_E4M3 (128x128 block scales),
+ * PE_DTYPE_NVFP4 (e2m1, fp8 scale per 16, fp32 global scale); PE_DTYPE_F32 turns it off.
+ * embed_tokens and lm_head are kept as loaded. Call before pe_model_finalize. */
+int32_t pe_model_set_weight_quant(pe_model* model, int32_t dtype);
+
+/* load_format "dummy": fills every tensor of the config with random values (matrices as
+ * matrix_dtype: F32, F16, BF16 or FP8_E4M3 with block scales; on a CUDA model generated on the
+ * GPU) and finalizes, instead of pe_model_set_tensor + pe_model_finalize. For benchmarks. */
+int32_t pe_model_load_dummy(pe_model* model, int32_t matrix_dtype, uint64_t seed);
+
+/* Bytes the model's weights take (device memory for a CUDA model). */
+int32_t pe_model_weight_bytes(pe_model* model, int64_t* out_bytes);
 
 /* Frees the model. Engines using it must be freed first. NULL is allowed. */
 void pe_model_free(pe_model* model);
@@ -144,6 +161,7 @@ typedef struct pe_engine_params {
   int32_t num_threads;           /* CPU worker threads (0: all cores) */
   int32_t kv_cache_dtype;        /* PE_DTYPE_*: F32 (CPU default), F16, BF16, FP8_E4M3, I8, NVFP4 */
   int32_t eos_token_ids[8];      /* ids that end a request unless ignore_eos (-1: unused) */
+  int32_t cuda_graphs;           /* CUDA: replay decode steps from captured graphs (0: off) */
 } pe_engine_params;
 
 /* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,
@@ -235,6 +253,8 @@ typedef struct pe_engine_stats {
   int64_t prefix_cache_hit_tokens;/* total prompt tokens served from the cache */
   int64_t prompt_tokens;          /* total prompt tokens computed */
   int64_t generated_tokens;
+  int64_t device_bytes_in_use;    /* CUDA: device memory in use now (driver view); CPU: 0 */
+  int64_t device_bytes_baseline;  /* the same right after the engine started */
 } pe_engine_stats;
 
 int32_t pe_engine_get_stats(pe_engine* engine, pe_engine_stats* out);

@@ -1,17 +1,22 @@
-// CUDA kv_write + attention_paged against the CPU twins: the test checkpoints' head layouts
-// (3 q / 1 kv, 6/2, 6/3) and the 27B one (24/4, D 256), F32 / F16 / BF16 caches, shuffled pages
-// of an awkward size, prefill from 0, chunked prefill after a cached prefix, decode at depth
-// (split-K + combine), with and without the output gate.
+// CUDA kv_write + attention_paged against the CPU twins, every cache dtype (F32, F16, BF16,
+// FP8_E4M3, I8 + row scales, NVFP4 + group scales).
+// kv_write: the same fp32 K/V written by both backends must give the same bytes AND scales
+// (the codecs round identically). attention: the GPU reads the cache the CPU wrote (uploaded),
+// the CPU reads its own; outputs within the cuda_ops.h tolerance.
+// Sizes: the test checkpoints' head layouts (4 q / 2 kv D64, 8/2 D128, 6/3 D16, 3/1 D32) and the
+// 27B one (24/4 D256), shuffled pages of 16 / 64 / 7 tokens, prefill from 0 (n_q 1 .. 1000),
+// decode and chunked prefill after contexts of 1, 63, 65, 1000 (split-K + combine), the
+// speculative-verify block (n_q 8 at depth), gate on/off, and an odd head_dim (tiled fallback).
 #include <algorithm>
 #include <numeric>
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/kv_codec.h"
 #include "kernels/ops.h"
 #include "test_cuda_util.h"
 
 using namespace pe;
-using cpu::GdnArgs;
 using cpu::PagedKV;
 using pe_test::DevBuf;
 
@@ -21,79 +26,146 @@ struct Shape {
   int64_t hq, hkv, d;
 };
 
-void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool gated,
+const DType kAllKv[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::I8, DType::NVFP4};
+
+// Normalized-error limit of a cache dtype (cuda_ops.h): both backends decode the same bytes to the
+// same values, so only fp32 summation order differs.
+double tol_of(DType t) { return t == DType::F32 ? 1e-5 : 1e-4; }
+
+void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool gated, int64_t page,
                      uint64_t seed) {
   pe_test::Rng rng(seed);
-  const int64_t page = 7, total = start + n_q;
+  const int64_t total = start + n_q;
   const int64_t n_pages = (total + page - 1) / page + 3;
   std::vector<int32_t> pt(n_pages);
   std::iota(pt.begin(), pt.end(), 0);
   for (int64_t i = n_pages - 1; i > 0; --i) std::swap(pt[i], pt[rng.below(i + 1)]);
-  const int64_t row = s.hkv * s.d, es = static_cast<int64_t>(dtype_size(kvt));
-  const size_t cache_bytes = static_cast<size_t>(n_pages * page * row * es);
-  std::vector<uint8_t> hk(cache_bytes, 0), hv(cache_bytes, 0);
-  PagedKV ckv{kvt, hk.data(), hv.data(), nullptr, nullptr, page, s.hkv, s.d};
+  const cpu::KvRowFormat fmt = cpu::kv_row_format(kvt, s.d);
+  const int64_t rows = n_pages * page * s.hkv, row = s.hkv * s.d;
+  std::vector<uint8_t> hk(rows * fmt.bytes, 0), hv(rows * fmt.bytes, 0);
+  std::vector<float> hks(std::max<int64_t>(rows * fmt.scales, 1), 0.0f), hvs(hks.size(), 0.0f);
+  PagedKV ckv{kvt, hk.data(), hv.data(), hks.data(), hvs.data(), page, s.hkv, s.d};
   DevBuf<uint8_t> dk(hk), dv(hv);
-  PagedKV gkv{kvt, dk.p, dv.p, nullptr, nullptr, page, s.hkv, s.d};
+  DevBuf<float> dks(hks), dvs(hvs);
+  PagedKV gkv{kvt, dk.p, dv.p, dks.p, dvs.p, page, s.hkv, s.d};
   DevBuf<int32_t> dpt(pt);
-  // Cache the prefix and the new tokens in two writes (as a chunked prefill does).
-  const std::vector<float> k = rng.normals(total * row), v = rng.normals(total * row);
+  // Cache the prefix and the new tokens in two writes (as a chunked prefill does). K/V spread
+  // like post-norm activations, with a few outliers so the I8/NVFP4 scales vary.
+  std::vector<float> k = rng.normals(total * row), v = rng.normals(total * row);
+  for (int64_t i = 0; i < total * row; i += 37) k[i] *= 8.0f, v[i] *= 5.0f;
   DevBuf<float> gk(k), gv(v);
   for (auto [b, e] : {std::pair<int64_t, int64_t>{0, start}, {start, total}}) {
     if (e <= b) continue;
     cpu::kv_write(ckv, pt.data(), b, e - b, k.data() + b * row, v.data() + b * row);
     cuda::kv_write(gkv, dpt.p, b, e - b, gk.p + b * row, gv.p + b * row, nullptr);
   }
-  const std::vector<uint8_t> gk_bytes = dk.download();
-  CHECK(gk_bytes == hk);
+  const std::string cfg = cfgs("%s H%lld/%lld D%lld start=%lld n=%lld pg%lld%s", dtype_name(kvt),
+                               (long long)s.hq, (long long)s.hkv, (long long)s.d, (long long)start,
+                               (long long)n_q, (long long)page, gated ? " gate" : "");
+  // Same bytes and the same scales (bit for bit) from both encoders.
+  CHECK(dk.download() == hk);
   CHECK(dv.download() == hv);
+  CHECK(dks.download() == hks);
+  CHECK(dvs.download() == hvs);
 
   const std::vector<float> q = rng.normals(n_q * s.hq * s.d), gate = rng.normals(n_q * s.hq * s.d, 2.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
   std::vector<float> ref(n_q * s.hq * s.d);
   cpu::attention_paged(q.data(), n_q, start, s.hq, ckv, pt.data(), scale, gated ? gate.data() : nullptr,
                        ref.data());
+  // The GPU reads the pages the CPU wrote.
+  dk.upload(hk);
+  dv.upload(hv);
+  dks.upload(hks);
+  dvs.upload(hvs);
   DevBuf<float> dq(q), dgate(gate), dout(ref.size());
   const size_t sb = cuda::attention_paged_scratch_bytes(n_q, start, s.hq, s.hkv, s.d);
   DevBuf<uint8_t> scratch(sb);
   cuda::attention_paged(dq.p, n_q, start, s.hq, gkv, dpt.p, scale, gated ? dgate.p : nullptr, dout.p,
                         scratch.p, sb, nullptr);
-  EXPECT_CLOSE("attention", cfgs("%s H%lld/%lld D%lld start=%lld n=%lld%s", dtype_name(kvt),
-                                 (long long)s.hq, (long long)s.hkv, (long long)s.d, (long long)start,
-                                 (long long)n_q, gated ? " gate" : ""),
-               dout.download(), ref, kvt == DType::F32 ? 1e-5 : 1e-4);
+  EXPECT_CLOSE("attention", cfg, dout.download(), ref, tol_of(kvt));
 }
 
-const Shape kSmall[] = {{3, 1, 32}, {6, 2, 64}, {6, 3, 16}};
+const Shape kCkpt[] = {{4, 2, 64}, {8, 2, 128}};
+const Shape kOdd[] = {{6, 3, 16}, {3, 1, 32}};
 
 }  // namespace
 
+TEST(cuda_kv_codec_edge_values) {
+  // Rows with ties, saturation, zeros and subnormal-range values: both encoders agree bit for bit.
+  const int64_t D = 32;
+  std::vector<float> k(D), v(D);
+  const float specials[] = {0.0f, -0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 448.0f,
+                            500.0f, -1e6f, 1e-3f, 0.001953125f, 0.0029296875f, 65520.0f};
+  for (int64_t i = 0; i < D; ++i) {
+    k[i] = specials[i % 16] * (i < 16 ? 1.0f : -0.37f);
+    v[i] = i == 5 ? 0.0f : specials[(i * 7) % 16] / 6.0f;
+  }
+  std::vector<float> zeros(D, 0.0f);
+  for (DType t : kAllKv) {
+    const cpu::KvRowFormat fmt = cpu::kv_row_format(t, D);
+    for (const std::vector<float>* src : {&k, &zeros}) {
+      std::vector<uint8_t> hk(2 * fmt.bytes, 0), hv(2 * fmt.bytes, 0);
+      std::vector<float> hks(std::max<int64_t>(2 * fmt.scales, 1), 0.0f), hvs(hks.size(), 0.0f);
+      PagedKV ckv{t, hk.data(), hv.data(), hks.data(), hvs.data(), 2, 1, D};
+      const std::vector<int32_t> pt = {0};
+      cpu::kv_write(ckv, pt.data(), 1, 1, src->data(), v.data());
+      DevBuf<uint8_t> dk(hk.size()), dv(hv.size());
+      dk.upload(std::vector<uint8_t>(hk.size(), 0));
+      dv.upload(std::vector<uint8_t>(hv.size(), 0));
+      DevBuf<float> dks(std::vector<float>(hks.size(), 0.0f)), dvs(std::vector<float>(hvs.size(), 0.0f));
+      DevBuf<int32_t> dpt(pt);
+      DevBuf<float> gk(*src), gv(v);
+      PagedKV gkv{t, dk.p, dv.p, dks.p, dvs.p, 2, 1, D};
+      cuda::kv_write(gkv, dpt.p, 1, 1, gk.p, gv.p, nullptr);
+      const bool same = dk.download() == hk && dv.download() == hv && dks.download() == hks &&
+                        dvs.download() == hvs;
+      std::printf("  %-16s %-44s %s\n", "kv_codec", dtype_name(t), same ? "ok" : "FAIL");
+      CHECK(same);
+    }
+  }
+}
+
 TEST(cuda_attention_prefill) {
   const bool small = small_only();
-  for (DType t : {DType::F32, DType::F16, DType::BF16})
-    for (const Shape& s : kSmall)
+  for (DType t : kAllKv)
+    for (const Shape& s : kCkpt)
       for (int64_t n : {1, 3, 17, 63, 65, 1000}) {
         if (small && n > 65) continue;
-        check_attention(s, t, 0, n, n % 2 == 1, 11 + n);
+        check_attention(s, t, 0, n, n % 2 == 1, n % 3 ? 16 : 64, 11 + n);
       }
 }
 
-TEST(cuda_attention_chunked_prefill_and_decode) {
+TEST(cuda_attention_decode_and_chunked_prefill) {
   const bool small = small_only();
-  for (DType t : {DType::F32, DType::F16})
-    for (const Shape& s : kSmall)
-      for (int64_t start : {5, 100, 3000}) {
-        if (small && start > 100) continue;
-        for (int64_t n : {1, 3, 17, 65}) check_attention(s, t, start, n, true, 31 + n + start);
+  for (DType t : kAllKv)
+    for (const Shape& s : kCkpt)
+      for (int64_t ctx : {1, 63, 65, 1000}) {
+        if (small && ctx > 65) continue;
+        for (int64_t n : {1, 3, 17}) check_attention(s, t, ctx, n, (n + ctx) % 2 == 0, ctx % 2 ? 16 : 64, 31 + n + ctx);
       }
+}
+
+TEST(cuda_attention_odd_shapes) {
+  const bool small = small_only();
+  for (DType t : kAllKv)
+    for (const Shape& s : kOdd)
+      for (int64_t ctx : {0, 100}) {
+        check_attention(s, t, ctx, 1, true, 7, 3 + ctx);
+        check_attention(s, t, ctx, small ? 17 : 65, false, 7, 4 + ctx);
+      }
+  // head_dim % 8 != 0: the tiled kernel serves decode too.
+  for (DType t : {DType::F32, DType::F16, DType::FP8_E4M3, DType::I8})
+    check_attention({4, 2, 20}, t, 100, 1, true, 16, 9);
 }
 
 TEST(cuda_attention_27b_shape) {
   const bool small = small_only();
   const Shape s{24, 4, 256};
-  for (DType t : {DType::F32, DType::F16}) {
-    check_attention(s, t, 0, small ? 17 : 300, true, 5);
-    check_attention(s, t, small ? 40 : 4000, 1, true, 6);  // decode at depth: split-K
-    check_attention(s, t, small ? 40 : 2000, 8, true, 7);  // speculative verify block
+  for (DType t : kAllKv) {
+    check_attention(s, t, 0, small ? 17 : 65, true, 16, 5);
+    check_attention(s, t, small ? 40 : 4000, 1, true, 64, 6);   // decode at depth: split-K
+    check_attention(s, t, small ? 40 : 1000, 1, false, 16, 8);
+    check_attention(s, t, small ? 40 : 2000, 8, true, 16, 7);   // speculative verify block
   }
 }

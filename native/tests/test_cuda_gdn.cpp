@@ -45,10 +45,15 @@ GdnInputs make_inputs(const GdnShape& s, int64_t n, pe_test::Rng& rng) {
   return in;
 }
 
-void check_gdn(const GdnShape& s, int64_t n, bool chunked, uint64_t seed) {
+// chunked: gdn_chunked instead of gdn_recurrent; scratch_chunks > 0 passes a scratch that holds
+// that many chunks (several segments per call), 0 takes the convenience form.
+void check_gdn(const GdnShape& s, int64_t n, bool chunked, uint64_t seed, int64_t chunk = 64,
+               int64_t scratch_chunks = 0) {
   pe_test::Rng rng(seed);
   GdnInputs in = make_inputs(s, n, rng);
   DevBuf<float> q(in.q), k(in.k), v(in.v), g(in.g), beta(in.beta), st(in.state), out(n * s.hv * s.dv);
+  const size_t scratch_bytes = cuda::gdn_chunked_scratch_bytes(scratch_chunks * chunk, s.hv, chunk);
+  DevBuf<uint8_t> scratch(scratch_bytes);
   std::vector<float> ref(n * s.hv * s.dv), ref_state = in.state;
   GdnArgs c{in.q.data(), in.k.data(), in.qk_stride, in.v.data(), in.v_stride, in.g.data(),
             in.beta.data(), n, s.hk, s.hv, s.dk, s.dv, ref_state.data(), ref.data()};
@@ -64,11 +69,14 @@ void check_gdn(const GdnShape& s, int64_t n, bool chunked, uint64_t seed) {
     dd.q += t0 * in.qk_stride; dd.k += t0 * in.qk_stride; dd.v += t0 * in.v_stride;
     dd.g += t0 * s.hv; dd.beta += t0 * s.hv; dd.out += t0 * s.hv * s.dv; dd.n = len;
     cpu::gdn_recurrent(cc);
-    if (chunked) cuda::gdn_chunked(dd, nullptr);
-    else cuda::gdn_recurrent(dd, nullptr);
+    if (!chunked) cuda::gdn_recurrent(dd, nullptr);
+    else if (scratch_chunks > 0) cuda::gdn_chunked(dd, scratch.p, scratch_bytes, nullptr, chunk);
+    else cuda::gdn_chunked(dd, nullptr, chunk);
   }
-  const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld n=%lld", (long long)s.hk, (long long)s.hv,
-                               (long long)s.dk, (long long)s.dv, (long long)n);
+  std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld n=%lld", (long long)s.hk, (long long)s.hv,
+                         (long long)s.dk, (long long)s.dv, (long long)n);
+  if (chunked && (chunk != 64 || scratch_chunks > 0))
+    cfg += cfgs(" C%lld scr%lld", (long long)chunk, (long long)scratch_chunks);
   const char* op = chunked ? "gdn_chunked" : "gdn_recurrent";
   EXPECT_CLOSE(op, cfg, out.download(), ref, chunked ? 1e-4 : 1e-5);
   EXPECT_CLOSE(op, cfg + " state", st.download(), ref_state, chunked ? 1e-4 : 1e-5);
@@ -90,12 +98,20 @@ TEST(cuda_gdn_recurrent) {
 
 TEST(cuda_gdn_chunked) {
   const bool small = small_only();
-  for (const GdnShape& s : kShapes)
-    for (int64_t n : {1, 3, 17, 63, 65, 200, 1000}) {
+  const GdnShape shapes[] = {kShapes[0], kShapes[1], kShapes[2], kShapes[3],
+                             {2, 4, 32, 32}, {2, 2, 64, 64}, {2, 2, 128, 128}};
+  for (const GdnShape& s : shapes)
+    for (int64_t n : {1, 2, 3, 17, 63, 64, 65, 128, 129, 200, 1000}) {
       if (small && n > 65) continue;
       check_gdn(s, n, true, 50 + n);
     }
+  // Segments: a scratch of 1 or 3 chunks (many launches, state carried), and chunks of 16 / 37.
+  check_gdn({2, 4, 32, 32}, 300, true, 5, 64, 1);
+  check_gdn({2, 6, 20, 24}, 300, true, 6, 16, 3);
+  check_gdn({2, 4, 64, 64}, small ? 65 : 1000, true, 7, 37, 2);
+  // The 27B heads; at 4100 tokens the segments of 32 chunks and the last partial chunk.
   check_gdn({16, 48, 128, 128}, small ? 17 : 300, true, 4);
+  if (!small) check_gdn({16, 48, 128, 128}, 4100, true, 8);
 }
 
 TEST(cuda_conv1d) {

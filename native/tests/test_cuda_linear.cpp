@@ -1,7 +1,8 @@
 // CUDA linear (GEMV for n <= 8, tensor-core GEMM above) and embedding against the CPU twins:
-// every weight dtype (F32, F16, BF16, FP8 e4m3 with 128x128 block scales), token counts around
-// the GEMV/GEMM switch and the tile edges, shapes that take the vector and the scalar paths,
-// and the 27B shapes for decode.
+// every weight dtype (F32, F16, BF16, FP8 e4m3 with 128x128 (and 256x256) block scales, I8 with
+// row scales, NVFP4 with group + global scales), token counts around the GEMV/GEMM switch and the
+// tile edges, shapes that take the vector and the scalar paths, the three row tilings of the
+// quantized GEMV (T = 1, 2, 4), and the 27B shapes for decode.
 #include <vector>
 
 #include "core/dtype.h"
@@ -17,10 +18,11 @@ namespace {
 struct HostWeight {
   WeightView view;  // host pointers
   std::vector<uint8_t> bytes;
-  std::vector<float> scales;
+  std::vector<float> scales;         // FP8 block / I8 row scales
+  std::vector<uint8_t> group_scale;  // NVFP4
 };
 
-HostWeight make_weight(DType t, int64_t rows, int64_t cols, uint64_t seed) {
+HostWeight make_weight(DType t, int64_t rows, int64_t cols, uint64_t seed, int64_t block = 128) {
   pe_test::Rng rng(seed);
   HostWeight w;
   w.view.dtype = t;
@@ -29,13 +31,25 @@ HostWeight make_weight(DType t, int64_t rows, int64_t cols, uint64_t seed) {
   const std::vector<float> src = rng.normals(rows * cols, 0.5f);
   w.bytes.resize(dtype_bytes_for(t, rows * cols));
   if (t == DType::FP8_E4M3) {
-    const int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+    const int64_t rb = (rows + block - 1) / block, cb = (cols + block - 1) / block;
     w.scales.resize(rb * cb);
     for (auto& s : w.scales) s = rng.uniform(0.001f, 0.02f);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j)
-        w.bytes[i * cols + j] = f32_to_fp8e4m3(src[i * cols + j] / w.scales[(i / 128) * cb + j / 128]);
+        w.bytes[i * cols + j] = f32_to_fp8e4m3(src[i * cols + j] / w.scales[(i / block) * cb + j / block]);
     w.view.block_scale = w.scales.data();
+    w.view.block = block;
+  } else if (t == DType::I8) {
+    w.scales.resize(rows);
+    for (auto& s : w.scales) s = rng.uniform(0.001f, 0.02f);
+    for (int64_t i = 0; i < rows * cols; ++i) w.bytes[i] = static_cast<uint8_t>(rng.below(256));
+    w.view.row_scale = w.scales.data();
+  } else if (t == DType::NVFP4) {  // every code, group scales over e4m3's normal and subnormal range
+    w.group_scale.resize(rows * cols / 16);
+    for (auto& g : w.group_scale) g = static_cast<uint8_t>(rng.below(0x7f));  // 0x00 .. 0x7e
+    for (auto& b : w.bytes) b = static_cast<uint8_t>(rng.below(256));
+    w.view.group_scale = w.group_scale.data();
+    w.view.global_scale = 0.0173f;
   } else if (t == DType::F32) {
     std::memcpy(w.bytes.data(), src.data(), src.size() * 4);
   } else {
@@ -50,19 +64,23 @@ HostWeight make_weight(DType t, int64_t rows, int64_t cols, uint64_t seed) {
 struct DevWeight {
   DevBuf<uint8_t> bytes;
   DevBuf<float> scales;
+  DevBuf<uint8_t> group_scale;
   WeightView view;
-  explicit DevWeight(const HostWeight& h) : bytes(h.bytes), scales(h.scales) {
+  explicit DevWeight(const HostWeight& h) : bytes(h.bytes), scales(h.scales), group_scale(h.group_scale) {
     view = h.view;
     view.data = bytes.p;
-    view.block_scale = h.scales.empty() ? nullptr : scales.p;
+    if (h.view.block_scale) view.block_scale = scales.p;
+    if (h.view.row_scale) view.row_scale = scales.p;
+    if (h.view.group_scale) view.group_scale = group_scale.p;
   }
 };
 
-const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3};
+const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::I8, DType::NVFP4};
+const DType kTableDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3};
 
-void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed) {
+void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed, int64_t block = 128) {
   pe_test::Rng rng(seed);
-  const HostWeight hw = make_weight(t, rows, cols, seed + 1);
+  const HostWeight hw = make_weight(t, rows, cols, seed + 1, block);
   const DevWeight dw(hw);
   const std::vector<float> x = rng.normals(n * cols);
   std::vector<float> ref(n * rows);
@@ -71,18 +89,41 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed)
   cuda::linear(dx.p, n, dw.view, dout.p, nullptr);
   // GEMM rounds x and W to fp16 (2^-11 relative each).
   const double tol = n <= 8 ? 1e-5 : 3e-3;
-  EXPECT_CLOSE("linear", cfgs("%s n=%lld %lldx%lld", dtype_name(t), (long long)n, (long long)rows,
-                              (long long)cols),
+  EXPECT_CLOSE("linear", cfgs("%s n=%lld %lldx%lld b%lld", dtype_name(t), (long long)n, (long long)rows,
+                              (long long)cols, (long long)block),
                dout.download(), ref, tol);
 }
 
 }  // namespace
 
+// Columns a format cannot take (NVFP4 needs cols % 16 == 0) are rounded up to the next 16.
+int64_t fit_cols(DType t, int64_t cols) { return t == DType::NVFP4 ? (cols + 15) / 16 * 16 : cols; }
+
 TEST(cuda_linear_gemv_all_dtypes) {
+  // 131 x 256, 96 x 128: the vector paths (quantized: 16-byte chunks, tails of the 512/1024
+  // column steps); 67 x 200 (FP8/I8 cols % 16 = 8), 33 x 111 and NVFP4 x 208 (cols % 32 = 16):
+  // the scalar path; 300 x 4096: one step per warp.
   for (DType t : kDtypes)
     for (int64_t n : {1, 2, 3, 5, 8})
-      for (auto rc : {std::pair<int64_t, int64_t>{96, 128}, {131, 256}, {67, 200}, {33, 111}})
-        check_linear(t, n, rc.first, rc.second, 100 + n);
+      for (auto rc : {std::pair<int64_t, int64_t>{96, 128}, {131, 256}, {67, 200}, {33, 111}, {300, 4096}})
+        check_linear(t, n, rc.first, fit_cols(t, rc.second), 100 + n);
+}
+
+TEST(cuda_linear_gemv_quantized_tilings) {
+  // Rows per warp 8 (< 2048 rows), 16 (< 4224) and 32, each with a partial last row group and
+  // columns that leave the last step partly empty; FP8 with 256-wide blocks too.
+  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
+    for (int64_t n : {1, 2, 8})
+      for (auto rc : {std::pair<int64_t, int64_t>{1, 32}, {48, 5120}, {3001, 160}, {4301, 96}})
+        check_linear(t, n, rc.first, rc.second, 300 + n);
+  for (int64_t n : {1, 4})
+    for (auto rc : {std::pair<int64_t, int64_t>{300, 640}, {2500, 384}, {4500, 256}})
+      check_linear(DType::FP8_E4M3, n, rc.first, rc.second, 400 + n, 256);
+  // 16-bit weights: few rows split the columns over up to 8 warps.
+  for (DType t : {DType::BF16, DType::F16})
+    for (int64_t n : {1, 8})
+      for (auto rc : {std::pair<int64_t, int64_t>{48, 5120}, {1024, 640}, {5, 4096}})
+        check_linear(t, n, rc.first, rc.second, 500 + n);
 }
 
 TEST(cuda_linear_gemm_all_dtypes) {
@@ -91,7 +132,7 @@ TEST(cuda_linear_gemm_all_dtypes) {
     for (int64_t n : {9, 17, 63, 65, 1000}) {
       if (small && n > 65) continue;
       for (auto rc : {std::pair<int64_t, int64_t>{96, 128}, {131, 264}, {260, 200}, {33, 111}})
-        check_linear(t, n, rc.first, rc.second, 200 + n);
+        check_linear(t, n, rc.first, fit_cols(t, rc.second), 200 + n);
     }
 }
 
@@ -103,11 +144,14 @@ TEST(cuda_linear_27b_shapes) {
   check_linear(DType::FP8_E4M3, 3, 2 * 17408 / 8, 5120, 3);
   check_linear(DType::BF16, 1, 4096, 5120, 4);
   check_linear(DType::FP8_E4M3, 65, 512, 5120, 5);
+  check_linear(DType::I8, 1, 2048, 5120, 6);
+  check_linear(DType::NVFP4, 2, 2048, 17408, 7);
+  check_linear(DType::NVFP4, 8, 10240, 5120, 8);
 }
 
 TEST(cuda_embedding_all_dtypes) {
   pe_test::Rng rng(7);
-  for (DType t : kDtypes)
+  for (DType t : kTableDtypes)
     for (int64_t H : {1, 64, 111}) {
       const int64_t V = 300, n = 17;
       const HostWeight hw = make_weight(t, V, H, 9);

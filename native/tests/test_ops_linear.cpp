@@ -1,4 +1,5 @@
-// linear (F32, F16, BF16, FP8 e4m3 with 128x128 block scales) and embedding (F32/F16/BF16 tables)
+// linear (F32, F16, BF16, FP8 e4m3 with 128x128 block scales, I8 with row scales, NVFP4 with
+// group + global scales) and embedding (F32/F16/BF16 tables)
 // against double-precision references on the dequantized weights.
 #include <vector>
 
@@ -16,6 +17,7 @@ struct TestWeight {
   WeightView view;
   std::vector<uint8_t> bytes;
   std::vector<float> scales;
+  std::vector<uint8_t> group_scale;  // NVFP4
   std::vector<float> dequant;  // [rows, cols]
 };
 
@@ -28,7 +30,26 @@ TestWeight make_weight(DType t, int64_t rows, int64_t cols, uint64_t seed) {
   w.dequant.resize(rows * cols);
   std::vector<float> src = rng.normals(rows * cols, 0.5f);
   w.bytes.resize(dtype_bytes_for(t, rows * cols));
-  if (t == DType::FP8_E4M3) {
+  if (t == DType::I8) {  // int8 codes, per-row scales
+    w.scales.resize(rows);
+    for (auto& s : w.scales) s = rng.uniform(0.001f, 0.02f);
+    w.view.row_scale = w.scales.data();
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const int8_t q = static_cast<int8_t>(static_cast<int>(rng.below(255)) - 127);
+      w.bytes[i] = static_cast<uint8_t>(q);
+      w.dequant[i] = static_cast<float>(q) * w.scales[i / cols];
+    }
+  } else if (t == DType::NVFP4) {  // random e2m1 codes, random e4m3 group scales, a global scale
+    w.group_scale.resize(rows * cols / 16);
+    for (auto& g : w.group_scale) g = f32_to_fp8e4m3(rng.uniform(0.01f, 2.0f));
+    w.view.group_scale = w.group_scale.data();
+    w.view.global_scale = 0.0123f;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const uint8_t code = static_cast<uint8_t>(rng.below(16));
+      w.bytes[i / 2] |= static_cast<uint8_t>(code << ((i & 1) * 4));
+      w.dequant[i] = fp4e2m1_to_f32(code) * fp8e4m3_to_f32(w.group_scale[i / 16]) * 0.0123f;
+    }
+  } else if (t == DType::FP8_E4M3) {
     const int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128;
     w.scales.resize(rb * cb);
     for (auto& s : w.scales) s = rng.uniform(0.001f, 0.02f);
@@ -120,6 +141,55 @@ TEST(linear_fp8_block_scales) {
     for (auto rc : {std::pair<int64_t, int64_t>{128, 128}, {200, 300}, {129, 127}, {5, 260},
                     {384, 129}})
       check_linear(DType::FP8_E4M3, n, rc.first, rc.second, 31 + n);
+}
+
+TEST(linear_i8_nvfp4) {
+  // Decode (n <= 4: row tiles) and the packed GEMM (n > 4), rows on and off the 16-row panels,
+  // NVFP4 columns multiples of 16 only (ops.h).
+  const int before = num_threads();
+  uint64_t seed = 81;
+  for (int threads : {1, 3}) {
+    set_num_threads(threads);
+    for (DType t : {DType::I8, DType::NVFP4})
+      for (int64_t n : {1, 2, 3, 4, 5, 8, 17, 65})
+        for (auto rc : {std::pair<int64_t, int64_t>{1, 16}, {5, 48}, {17, 96}, {130, 272}, {33, 4096}})
+          check_linear(t, n, rc.first, rc.second, ++seed);
+    for (int64_t n : {1, 6})
+      for (auto rc : {std::pair<int64_t, int64_t>{7, 9}, {67, 129}}) check_linear(DType::I8, n, rc.first, rc.second, ++seed);
+  }
+  set_num_threads(before);
+}
+
+TEST(linear_i8_nvfp4_known_values) {
+  // I8: W = [[1, -2], [127, 0]] * row scales [0.5, 2]; NVFP4: one row of 16, codes 1 (0.5) and
+  // 15 (-6) alternating, group scale 2.0 (e4m3 0x40), global 0.25 -> W = 0.25, -3, 0.25, -3 ...
+  const int8_t q[4] = {1, -2, 127, 0};
+  const float rs[2] = {0.5f, 2.0f};
+  WeightView w;
+  w.dtype = DType::I8;
+  w.rows = 2;
+  w.cols = 2;
+  w.data = q;
+  w.row_scale = rs;
+  const float x[2] = {1.0f, 3.0f};
+  float out[2];
+  cpu::linear(x, 1, w, out);
+  CHECK_EQ(out[0], 0.5f * (1.0f - 6.0f));
+  CHECK_EQ(out[1], 254.0f);
+  uint8_t codes[8];
+  for (auto& c : codes) c = 0xf1;
+  const uint8_t gs = 0x40;
+  CHECK_EQ(fp8e4m3_to_f32(gs), 2.0f);
+  WeightView f4;
+  f4.dtype = DType::NVFP4;
+  f4.rows = 1;
+  f4.cols = 16;
+  f4.data = codes;
+  f4.group_scale = &gs;
+  f4.global_scale = 0.25f;
+  std::vector<float> x16(16, 1.0f);
+  cpu::linear(x16.data(), 1, f4, out);
+  CHECK_EQ(out[0], 8 * (0.25f - 3.0f));
 }
 
 TEST(linear_large_prefill_multithread) {

@@ -95,11 +95,13 @@ int main(int argc, char** argv) {
   const size_t pool_bytes = size_t(6) << 30;  // weight copies rotate through it (L2 is ~50 MB)
   void* pool = dalloc(pool_bytes, 9);
 
-  // 2. Decode GEMV on the 27B layer shapes; weights rotate over a 2 GiB pool (> L2).
+  // 2. Decode GEMV on the 27B layer shapes (MODEL_SPEC), every weight format; weights rotate over
+  // the pool (> L2). Bytes = weights + their scales + x + out.
   struct Shape { const char* name; int64_t rows, cols; };
   const Shape shapes[] = {{"gdn in_proj_qkv 10240x5120", 10240, 5120}, {"gdn in_proj_z 6144x5120", 6144, 5120},
-                          {"gdn out_proj 5120x6144", 5120, 6144},      {"mlp gate|up 34816x5120", 34816, 5120},
+                          {"gdn out_proj|o_proj 5120x6144", 5120, 6144}, {"mlp gate|up 34816x5120", 34816, 5120},
                           {"mlp down 5120x17408", 5120, 17408},        {"attn q_proj 12288x5120", 12288, 5120},
+                          {"attn k|v_proj 1024x5120", 1024, 5120},     {"gdn in_proj_a|b 48x5120", 48, 5120},
                           {"lm_head 248320x5120 (bf16)", 248320, 5120}};
   float* x = static_cast<float*>(dalloc(size_t(4096) * 17408 * 4, 3));
   CK(cudaMemset(x, 0, 16));
@@ -114,11 +116,18 @@ int main(int argc, char** argv) {
   float* scale;
   CK(cudaMalloc(&scale, hscale.size() * 4));
   CK(cudaMemcpy(scale, hscale.data(), hscale.size() * 4, cudaMemcpyHostToDevice));
-  for (DType dt : {DType::FP8_E4M3, DType::BF16}) {
+  // NVFP4 group scales (e4m3 1.0) for the largest non-lm_head shape.
+  void* gscale = dalloc(size_t(34816) * 5120 / 16, 0);
+  CK(cudaMemset(gscale, 0x38, size_t(34816) * 5120 / 16));
+  for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::I8, DType::NVFP4}) {
     for (const Shape& s : shapes) {
       const bool lm = s.rows == 248320;
       if (lm && dt != DType::BF16) continue;
-      const size_t wbytes = size_t(s.rows) * s.cols * (dt == DType::BF16 ? 2 : 1);
+      const size_t wbytes = dtype_bytes_for(dt, s.rows * s.cols);
+      const double sbytes = dt == DType::FP8_E4M3 ? 4.0 * ((s.rows + 127) / 128) * ((s.cols + 127) / 128)
+                            : dt == DType::I8     ? 4.0 * s.rows
+                            : dt == DType::NVFP4  ? s.rows * s.cols / 16.0
+                                                  : 0.0;
       const int copies = static_cast<int>(std::max<size_t>(1, std::min<size_t>(pool_bytes / wbytes, 8)));
       for (int n : {1, 2, 4, 8}) {
         if (quick && n == 2) continue;
@@ -127,58 +136,82 @@ int main(int argc, char** argv) {
         w.rows = s.rows;
         w.cols = s.cols;
         w.block_scale = scale;
+        w.row_scale = scale;
+        w.group_scale = static_cast<const uint8_t*>(gscale);
+        w.global_scale = 0.01f;
         const float ms = time_ms([&](int i) {
           w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
           cuda::linear(x, n, w, out, nullptr);
         });
         char name[96];
-        std::snprintf(name, sizeof name, "gemv %s %s n=%d", dt == DType::BF16 ? "bf16" : "fp8", s.name, n);
-        report(name, ms, double(wbytes) + 4.0 * n * (s.cols + s.rows));
+        std::snprintf(name, sizeof name, "gemv %s %s n=%d", dtype_name(dt), s.name, n);
+        report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
       }
     }
   }
   // 3. Prefill GEMM.
-  for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::F16})
+  for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::F16, DType::I8, DType::NVFP4})
     for (int n : {512, 4096}) {
       WeightView w;
       w.dtype = dt;
       w.rows = 17408;
       w.cols = 5120;
       w.block_scale = scale;
+      w.row_scale = scale;
+      w.group_scale = static_cast<const uint8_t*>(gscale);
+      w.global_scale = 0.01f;
       w.data = pool;
       const float ms = time_ms([&](int) { cuda::linear(x, n, w, out, nullptr); });
       char name[96];
       std::snprintf(name, sizeof name, "gemm %s 17408x5120 n=%d", dtype_name(dt), n);
-      const size_t wb = size_t(w.rows) * w.cols * dtype_size(dt);
+      const size_t wb = dtype_bytes_for(dt, w.rows * w.cols);
       report(name, ms, double(wb) + 4.0 * n * (w.cols + w.rows), 2.0 * n * w.rows * w.cols);
     }
-  // 4. Attention decode at depth (27B: 24 q heads, 4 kv heads, D 256), F16 and F32 cache.
-  for (DType kvt : {DType::F16, DType::F32})
-    for (int64_t depth : {1024, 8192, 32768}) {
-      const int64_t page = 16, n_pages = (depth + 1 + page - 1) / page;
-      const size_t es = dtype_size(kvt), cache = size_t(n_pages) * page * 4 * 256 * es;
-      void* kc = dalloc(cache, 5);
-      void* vc = dalloc(cache, 6);
+  // 4. Attention decode at depth (27B: 24 q heads, 4 kv heads, D 256), batch 1, one layer, every
+  // cache dtype. Bytes = K + V values + scales; caches rotate over copies of >= 256 MiB in all so
+  // the reads come from HBM, not L2.
+  for (DType kvt : {DType::F16, DType::BF16, DType::FP8_E4M3, DType::I8, DType::NVFP4, DType::F32})
+    for (int64_t depth : {1024, 8192, 32768, 65536}) {
+      const int64_t page = 16, n_pages = (depth + 1 + page - 1) / page, rows = n_pages * page * 4;
+      const size_t vb = kvt == DType::NVFP4 ? 128 : 256 * dtype_size(kvt);  // value bytes per row
+      const size_t sc = kvt == DType::I8 ? 1 : kvt == DType::NVFP4 ? 16 : 0;   // scales per row
+      const size_t cache = size_t(rows) * vb, scales = size_t(rows) * sc * 4;
+      const int copies = static_cast<int>(std::clamp<size_t>((size_t(256) << 20) / (2 * (cache + scales)) + 1, 1, 64));
+      char* kc = static_cast<char*>(dalloc(cache * copies, 5));
+      char* vc = static_cast<char*>(dalloc(cache * copies, 6));
+      char *ks = nullptr, *vs = nullptr;
       if (kvt == DType::F32) {  // finite floats
-        CK(cudaMemset(kc, 0x3c, cache));
-        CK(cudaMemset(vc, 0x3c, cache));
+        CK(cudaMemset(kc, 0x3c, cache * copies));
+        CK(cudaMemset(vc, 0x3c, cache * copies));
+      }
+      if (scales) {
+        CK(cudaMalloc(&ks, scales * copies));
+        CK(cudaMalloc(&vs, scales * copies));
+        CK(cudaMemset(ks, 0x3c, scales * copies));  // 0.0115f
+        CK(cudaMemset(vs, 0x3c, scales * copies));
       }
       std::vector<int32_t> hpt(n_pages);
       for (int64_t i = 0; i < n_pages; ++i) hpt[i] = static_cast<int32_t>((i * 7) % n_pages);
       int32_t* pt;
       CK(cudaMalloc(&pt, n_pages * 4));
       CK(cudaMemcpy(pt, hpt.data(), n_pages * 4, cudaMemcpyHostToDevice));
-      cpu::PagedKV kv{kvt, kc, vc, nullptr, nullptr, page, 4, 256};
       const size_t sb = cuda::attention_paged_scratch_bytes(1, depth, 24, 4, 256);
       void* scr;
       CK(cudaMalloc(&scr, std::max<size_t>(sb, 1)));
+      int call = 0;  // a new copy every call, warm-ups included
       const float ms = time_ms([&](int) {
+        const int c = call++ % copies;
+        cpu::PagedKV kv{kvt, kc + c * cache, vc + c * cache,
+                        scales ? reinterpret_cast<float*>(ks + c * scales) : nullptr,
+                        scales ? reinterpret_cast<float*>(vs + c * scales) : nullptr, page, 4, 256};
         cuda::attention_paged(x, 1, depth, 24, kv, pt, 0.0625f, x + 8192, out, scr, sb, nullptr);
       });
       char name[96];
-      std::snprintf(name, sizeof name, "attn decode %s depth=%lld", dtype_name(kvt), (long long)depth);
-      report(name, ms, 2.0 * (depth + 1) * 4 * 256 * es);
+      std::snprintf(name, sizeof name, "attn decode %s depth=%lld (%.1f us)", dtype_name(kvt), (long long)depth,
+                    ms * 1e3);
+      report(name, ms, 2.0 * (depth + 1) * 4 * (vb + 4.0 * sc));
       CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt)); CK(cudaFree(scr));
+      if (ks) { CK(cudaFree(ks)); CK(cudaFree(vs)); }
     }
   // 5. GDN: decode step (state read + written) and chunked prefill of 4096 tokens, 27B shape.
   {
@@ -196,11 +229,22 @@ int main(int argc, char** argv) {
     cpu::GdnArgs a{x, x + Hk * dk, qk_stride, x + 2 * Hk * dk, qk_stride, gb, gb + n * Hv, 1, Hk, Hv, dk, dv, state, out};
     float ms = time_ms([&](int) { cuda::gdn_recurrent(a, nullptr); });
     report("gdn_recurrent decode 27B (state r+w)", ms, 2.0 * Hv * dk * dv * 4);
-    a.n = n;
-    ms = time_ms([&](int) { cuda::gdn_chunked(a, nullptr); });
-    char name[96];
-    std::snprintf(name, sizeof name, "gdn_chunked n=%lld 27B (%.0f tok/s/layer)", (long long)n, n / (ms * 1e-3));
-    report(name, ms, 4.0 * n * (qk_stride + Hv * dv));
+    // Chunked prefill at 1024 and n tokens (scratch passed, as the model does). FLOPs as computed:
+    // per token and value head the two 64-wide Gram products (Q K^T, K K^T), Q S, K S and the state
+    // update (dk x dv each), T' Y and P V' (64 x dv each).
+    const std::vector<int64_t> sizes = n == 1024 ? std::vector<int64_t>{n} : std::vector<int64_t>{1024, n};
+    for (const int64_t nc : sizes) {
+      a.n = nc;
+      const size_t sb = cuda::gdn_chunked_scratch_bytes(nc, Hv);
+      void* scr;
+      CK(cudaMalloc(&scr, sb));
+      ms = time_ms([&](int) { cuda::gdn_chunked(a, scr, sb, nullptr); });
+      char name[96];
+      std::snprintf(name, sizeof name, "gdn_chunked n=%lld 27B (%.0f tok/s/layer)", (long long)nc, nc / (ms * 1e-3));
+      const double flops = 2.0 * nc * Hv * (2 * 64 * dk + 3 * dk * dv + 2 * 64 * dv);
+      report(name, ms, 4.0 * nc * (qk_stride + Hv * dv), flops);
+      CK(cudaFree(scr));
+    }
     CK(cudaFree(state)); CK(cudaFree(gb));
   }
   // 6. Attention prefill 4096 tokens (27B, F16 cache).
@@ -221,6 +265,88 @@ int main(int argc, char** argv) {
     char name[96];
     std::snprintf(name, sizeof name, "attn prefill F16 n=%lld (%.0f tok/s/layer)", (long long)n, n / (ms * 1e-3));
     report(name, ms, 2.0 * n * 4 * 256 * 2 + 8.0 * n * 24 * 256, 4.0 * n * n / 2 * 24 * 256);
+  }
+  // 7. GDN decode step batched over sequences (27B shape): gdn_decode (2 launches per layer for
+  // all sequences) vs the per-sequence ops the model calls today (conv1d, 2 l2_norms, gates,
+  // recurrent: 6 launches per sequence). States live in a pool of 48 layers per slot (slot stride
+  // = all layers, as GdnPool); one timed run = the 48 layers in turn, so the state comes from HBM
+  // as in a real step. "eager": plain launches (host launch cost included where it dominates);
+  // "graph": the same launches replayed from a CUDA graph (device time). Bytes = state r+w.
+  {
+    const int64_t Hk = 16, Hv = 48, dk = 128, dv = 128, K = 4, C = 2 * Hk * dk + Hv * dv;
+    const int64_t n_layers = 48, max_seqs = 32, rec_layer = Hv * dk * dv, conv_layer = (K - 1) * C;
+    const size_t rec_bytes = size_t(max_seqs) * n_layers * rec_layer * 4;
+    const size_t conv_bytes = size_t(max_seqs) * n_layers * conv_layer * 4;
+    float *rec, *conv, *scr;
+    int32_t* slots;
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    CK(cudaMalloc(&rec, rec_bytes));
+    CK(cudaMalloc(&conv, conv_bytes));
+    CK(cudaMemset(rec, 0x3c, rec_bytes));  // 0.0115 everywhere: finite, not zero
+    CK(cudaMemset(conv, 0x3c, conv_bytes));
+    CK(cudaMalloc(&scr, size_t(max_seqs) * (C + 2 * Hv) * 4));
+    std::vector<int32_t> hs(max_seqs);
+    for (int64_t i = 0; i < max_seqs; ++i) hs[i] = static_cast<int32_t>((i * 7) % max_seqs);
+    CK(cudaMalloc(&slots, max_seqs * 4));
+    CK(cudaMemcpy(slots, hs.data(), max_seqs * 4, cudaMemcpyHostToDevice));
+    // x holds small finite floats: inputs, conv weights, A_log, dt_bias.
+    const float* qkv = x;
+    const float* ab = x + max_seqs * C;
+    const float* conv_w = x + 2 * max_seqs * C;
+    const float* hv_params = conv_w + C * K;
+    for (int64_t n : {1, 2, 8, 32}) {
+      auto batched = [&]() {
+        for (int64_t layer = 0; layer < n_layers; ++layer) {
+          cuda::GdnDecodeArgs a{n, qkv, ab, ab + max_seqs * Hv, conv_w, hv_params, hv_params + Hv, slots,
+                                conv + layer * conv_layer, n_layers * conv_layer, rec + layer * rec_layer,
+                                n_layers * rec_layer, Hk, Hv, dk, dv, K, out};
+          cuda::gdn_decode(a, st);
+        }
+      };
+      auto per_seq = [&]() {
+        float* g = scr + n * C;
+        float* beta = g + n * Hv;
+        for (int64_t layer = 0; layer < n_layers; ++layer)
+          for (int64_t i = 0; i < n; ++i) {
+            float* cs = conv + (hs[i] * n_layers + layer) * conv_layer;
+            float* rs = rec + (hs[i] * n_layers + layer) * rec_layer;
+            float* yi = scr + i * C;
+            cuda::conv1d_causal(qkv + i * C, 1, C, C, conv_w, K, cs, yi, st);
+            cuda::l2_norm(yi, Hk, dk, 1e-6f, 0.0884f, st);
+            cuda::l2_norm(yi + Hk * dk, Hk, dk, 1e-6f, 1.0f, st);
+            cuda::gdn_gates(ab + i * Hv, ab + max_seqs * Hv + i * Hv, Hv, 1, Hv, hv_params, hv_params + Hv,
+                            g + i * Hv, beta + i * Hv, st);
+            cpu::GdnArgs r{yi, yi + Hk * dk, C, yi + 2 * Hk * dk, C, g + i * Hv, beta + i * Hv, 1, Hk, Hv, dk, dv, rs,
+                           out + i * Hv * dv};
+            cuda::gdn_recurrent(r, st);
+          }
+      };
+      const double bytes = 2.0 * n * rec_layer * 4 * n_layers;
+      for (int variant = 0; variant < 2; ++variant) {
+        const std::function<void()>& body = variant == 0 ? std::function<void()>(batched) : std::function<void()>(per_seq);
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        body();
+        CK(cudaStreamEndCapture(st, &graph));
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int mode = 0; mode < 2; ++mode) {
+          const float ms = time_ms([&](int) {
+            if (mode == 0) body();
+            else CK(cudaGraphLaunch(exec, st));
+          });
+          char name[96];
+          std::snprintf(name, sizeof name, "%s %s 27B n=%lld: %.1f us/layer", variant ? "gdn per-seq ops" : "gdn_decode",
+                        mode ? "graph" : "eager", (long long)n, ms * 1e3 / n_layers);
+          report(name, ms, bytes);
+        }
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(graph));
+      }
+    }
+    CK(cudaFree(rec)); CK(cudaFree(conv)); CK(cudaFree(scr)); CK(cudaFree(slots));
+    CK(cudaStreamDestroy(st));
   }
   CK(cudaDeviceSynchronize());
   std::printf("bench done\n");

@@ -57,7 +57,7 @@ fi
 B75="${BUILD}_sm75"
 if cmake -S "$ROOT" -B "$B75" $GEN -DPYENGINE_CUDA=ON -DPYENGINE_TESTS=ON \
      -DCMAKE_CUDA_ARCHITECTURES="75-virtual" > "$OUT/build_sm75.log" 2>&1 &&
-   cmake --build "$B75" -j"$JOBS" --target test_cuda_linear test_cuda_attention test_cuda_gdn test_cuda_ops test_cuda_sampling >> "$OUT/build_sm75.log" 2>&1; then
+   cmake --build "$B75" -j"$JOBS" --target test_cuda_linear test_cuda_attention test_cuda_gdn test_cuda_ops test_cuda_sampling test_cuda_gdn_decode test_cuda_glue >> "$OUT/build_sm75.log" 2>&1; then
   : > "$OUT/tests_sm75.log"; rc=0
   for t in "$B75"/test_cuda_*; do [ -x "$t" ] || continue
     PE_TEST_SMALL=1 timeout 120 "$t" >> "$OUT/tests_sm75.log" 2>&1 || rc=1; done

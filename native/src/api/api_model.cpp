@@ -7,6 +7,9 @@
 #include "api/api_common.h"
 #include "api/handles.h"
 #include "model/qwen35.h"
+#ifdef PE_WITH_CUDA
+#include "model/qwen35_cuda.h"
+#endif
 #include "pyengine.h"
 
 using pe::fail;
@@ -17,14 +20,21 @@ int32_t pe_model_create(const pe_model_config* cfg, const char* device, pe_model
   return pe::api::guarded([&] {
     if (!cfg || !out_model) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_create: null argument");
     std::string dev = device ? device : "cpu";
-    // The CUDA kernels are built and tested (kernels/cuda), but the model forward does not use
-    // them yet: say so rather than silently running on the CPU.
-    if (dev == "cuda")
-      fail(PE_ERR_UNSUPPORTED, "device 'cuda': the CUDA model path is not implemented yet (build: ", pe_build_info(),
-           "); use device='cpu'");
-    if (dev != "cpu") fail(PE_ERR_UNSUPPORTED, "unknown device '", dev, "' (use 'cpu')");
+    if (dev != "cpu" && dev != "cuda") fail(PE_ERR_UNSUPPORTED, "unknown device '", dev, "' (use 'cpu' or 'cuda')");
     auto m = std::make_unique<pe_model>();
-    m->model = std::make_unique<pe::Qwen35Model>(pe::ModelConfig::from_c(*cfg));
+    const pe::ModelConfig mc = pe::ModelConfig::from_c(*cfg);
+    if (dev == "cuda") {
+#ifdef PE_WITH_CUDA
+      if (!pe::device_usable(pe::Device::CUDA))
+        fail(PE_ERR_UNSUPPORTED, "device 'cuda': no usable CUDA device found (build: ", pe_build_info(), ")");
+      m->model = pe::make_cuda_model(mc);
+#else
+      fail(PE_ERR_UNSUPPORTED, "device 'cuda': this build has no CUDA backend (build: ", pe_build_info(),
+           "); install with nvcc on PATH or use device='cpu'");
+#endif
+    } else {
+      m->model = std::make_unique<pe::Qwen35Model>(mc);
+    }
     *out_model = m.release();
   });
 }
@@ -50,6 +60,32 @@ int32_t pe_model_finalize(pe_model* model) {
   });
 }
 
+int32_t pe_model_set_weight_quant(pe_model* model, int32_t dtype) {
+  return pe::api::guarded([&] {
+    if (!model) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_set_weight_quant: null model");
+    if (model->finalized) fail(PE_ERR_STATE, "weight_quant must be set before the model is finalized");
+    if (!pe::dtype_valid(dtype)) fail(PE_ERR_INVALID_ARGUMENT, "weight_quant: unknown dtype code ", dtype);
+    model->model->set_weight_quant(static_cast<pe::DType>(dtype));
+  });
+}
+
+int32_t pe_model_load_dummy(pe_model* model, int32_t matrix_dtype, uint64_t seed) {
+  return pe::api::guarded([&] {
+    if (!model) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_load_dummy: null model");
+    if (model->finalized) fail(PE_ERR_STATE, "the model is already finalized");
+    if (!pe::dtype_valid(matrix_dtype)) fail(PE_ERR_INVALID_ARGUMENT, "dummy weights: unknown dtype code ", matrix_dtype);
+    model->model->load_dummy(static_cast<pe::DType>(matrix_dtype), seed);
+    model->finalized = true;
+  });
+}
+
+int32_t pe_model_weight_bytes(pe_model* model, int64_t* out_bytes) {
+  return pe::api::guarded([&] {
+    if (!model || !out_bytes) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_weight_bytes: null argument");
+    *out_bytes = model->model->weight_bytes();
+  });
+}
+
 void pe_model_free(pe_model* model) { delete model; }
 
 }  // extern "C"
@@ -64,8 +100,9 @@ void run_fresh_sequence(pe_model* model, const int32_t* tokens, int64_t n, pe::D
   if (n < 1) fail(PE_ERR_INVALID_ARGUMENT, "empty prompt");
   const pe::ModelConfig& cfg = model->model->config();
   const int64_t page = 64, n_pages = (n + page - 1) / page;
-  pe::KvPool kv(cfg, n_pages, page, kv_dtype);
-  pe::GdnPool gdn(cfg, 1, 0);
+  const pe::Device dev = model->model->device();
+  pe::KvPool kv(cfg, n_pages, page, kv_dtype, dev);
+  pe::GdnPool gdn(cfg, 1, 0, dev);
   std::vector<int32_t> table;
   for (int64_t i = 0; i < n_pages; ++i) table.push_back(kv.alloc());
   pe::Batch b;
@@ -98,6 +135,8 @@ int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, f
   return pe::api::guarded([&] {
     if (!out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: null output");
     if (n < 2) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: needs at least 2 tokens, got ", n);
+    auto* cpu_model = model ? dynamic_cast<pe::Qwen35Model*>(model->model.get()) : nullptr;
+    if (model && !cpu_model) fail(PE_ERR_UNSUPPORTED, "pe_model_mtp_logits: the MTP head runs on the CPU model only");
     if (model && !model->model->has_mtp()) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
     pe::ForwardResult res;
     run_fresh_sequence(model, tokens, n, pe::DType::F32, pe::LogitsMode::None, res);
@@ -106,7 +145,7 @@ int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, f
     mtp_cfg.is_full_attention = {true};
     pe::KvPool mtp_kv(mtp_cfg, (n + 63) / 64, 64);
     std::vector<float> logits;
-    model->model->mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
+    cpu_model->mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
     std::memcpy(out_logits, logits.data(), sizeof(float) * logits.size());
   });
 }

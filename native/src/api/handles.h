@@ -3,10 +3,10 @@
 #include <memory>
 
 #include "engine/engine.h"
-#include "model/qwen35.h"
+#include "model/model.h"
 
 struct pe_model {
-  std::unique_ptr<pe::Qwen35Model> model;
+  std::unique_ptr<pe::Model> model;
   bool finalized = false;
 };
 

@@ -7,13 +7,13 @@
 
 namespace pe {
 
-GdnPool::GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot)
+GdnPool::GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot, Device device)
     : n_running_(n_running), n_snapshot_(n_snapshot) {
   conv_floats_ = (cfg.conv_kernel - 1) * cfg.conv_dim();
   rec_floats_ = cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim;
   slot_floats_ = cfg.n_gdn_layers() * (conv_floats_ + rec_floats_);
   const int64_t n = n_running + n_snapshot;
-  data_.assign(static_cast<size_t>(n * slot_floats_), 0.0f);
+  data_ = Buffer(device, static_cast<size_t>(n * slot_floats_) * sizeof(float));
   in_use_.assign(n, false);
   for (int64_t s = n_running - 1; s >= 0; --s) free_running_.push_back(static_cast<int32_t>(s));
   for (int64_t s = n - 1; s >= n_running; --s) free_snapshot_.push_back(static_cast<int32_t>(s));
@@ -26,7 +26,7 @@ int64_t GdnPool::slot_bytes(const ModelConfig& cfg) {
 }
 
 float* GdnPool::conv_state(int32_t slot, int64_t l) {
-  return data_.data() + slot * slot_floats_ + l * (conv_floats_ + rec_floats_);
+  return data_.as<float>() + slot * slot_floats_ + l * (conv_floats_ + rec_floats_);
 }
 
 float* GdnPool::recurrent_state(int32_t slot, int64_t l) { return conv_state(slot, l) + conv_floats_; }
@@ -55,12 +55,12 @@ void GdnPool::release(int32_t s) {
 }
 
 void GdnPool::zero(int32_t s) {
-  std::fill_n(data_.data() + s * slot_floats_, slot_floats_, 0.0f);
+  mem_zero(data_.device(), data_.as<float>() + s * slot_floats_, sizeof(float) * slot_floats_);
 }
 
 void GdnPool::copy(int32_t dst, int32_t src) {
-  std::memcpy(data_.data() + dst * slot_floats_, data_.data() + src * slot_floats_,
-              sizeof(float) * slot_floats_);
+  mem_copy(data_.device(), data_.as<float>() + dst * slot_floats_, data_.as<float>() + src * slot_floats_,
+           sizeof(float) * slot_floats_);
 }
 
 }  // namespace pe

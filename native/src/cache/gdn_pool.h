@@ -6,16 +6,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
 #include "model/config.h"
 
 namespace pe {
 
 class GdnPool {
  public:
-  GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot);
+  GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot, Device device = Device::CPU);
 
   static int64_t slot_bytes(const ModelConfig& cfg);
 
+  // Pointers into the pool's memory (device memory for a CUDA pool).
   float* conv_state(int32_t slot, int64_t gdn_layer);
   float* recurrent_state(int32_t slot, int64_t gdn_layer);
 
@@ -25,6 +27,9 @@ class GdnPool {
   void zero(int32_t slot);
   void copy(int32_t dst, int32_t src);
 
+  Device device() const { return data_.device(); }
+  int64_t slot_floats() const { return slot_floats_; }
+  float* base() const { return data_.as<float>(); }
   int64_t n_running() const { return n_running_; }
   int64_t n_snapshot() const { return n_snapshot_; }
   int64_t n_running_free() const { return static_cast<int64_t>(free_running_.size()); }
@@ -33,7 +38,7 @@ class GdnPool {
  private:
   int64_t n_running_, n_snapshot_;
   int64_t conv_floats_, rec_floats_, slot_floats_;
-  std::vector<float> data_;
+  Buffer data_;
   std::vector<int32_t> free_running_, free_snapshot_;
   std::vector<bool> in_use_;
 };

@@ -5,21 +5,15 @@
 
 namespace pe {
 
-KvPool::KvPool(const ModelConfig& cfg, int64_t n_pages, int64_t page_size, DType dtype)
-    : n_pages_(n_pages), page_size_(page_size), n_kv_heads_(cfg.n_kv_heads), head_dim_(cfg.head_dim), dtype_(dtype) {
-  const int64_t n_layers = cfg.n_full_layers();
-  const int64_t rows = n_pages * page_size * cfg.n_kv_heads;
+KvPool::KvPool(const ModelConfig& cfg, int64_t n_pages, int64_t page_size, DType dtype, Device device)
+    : n_pages_(n_pages), page_size_(page_size), n_kv_heads_(cfg.n_kv_heads), head_dim_(cfg.head_dim), dtype_(dtype),
+      device_(device) {
   const cpu::KvRowFormat fmt = cpu::kv_row_format(dtype, cfg.head_dim);
-  k_.resize(n_layers);
-  v_.resize(n_layers);
-  k_scale_.resize(n_layers);
-  v_scale_.resize(n_layers);
-  for (int64_t l = 0; l < n_layers; ++l) {
-    k_[l].assign(static_cast<size_t>(rows * fmt.bytes), 0);
-    v_[l].assign(static_cast<size_t>(rows * fmt.bytes), 0);
-    k_scale_[l].assign(static_cast<size_t>(rows * fmt.scales), 0.0f);
-    v_scale_[l].assign(static_cast<size_t>(rows * fmt.scales), 0.0f);
-  }
+  rows_ = n_pages * page_size * cfg.n_kv_heads;
+  row_bytes_ = fmt.bytes;
+  scale_floats_ = fmt.scales;
+  const size_t values = static_cast<size_t>(rows_ * row_bytes_), scales = static_cast<size_t>(rows_ * scale_floats_) * 4;
+  for (int64_t l = 0; l < cfg.n_full_layers(); ++l) layers_.emplace_back(device, 2 * values + 2 * scales);
   refs_.assign(n_pages, 0);
   free_.reserve(n_pages);
   for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
@@ -31,12 +25,16 @@ int64_t KvPool::page_bytes(const ModelConfig& cfg, int64_t page_size, DType dtyp
 }
 
 cpu::PagedKV KvPool::layer(int64_t l) {
+  uint8_t* base = layers_[l].as<uint8_t>();
+  const int64_t values = rows_ * row_bytes_;
   cpu::PagedKV kv;
   kv.dtype = dtype_;
-  kv.k = k_[l].data();
-  kv.v = v_[l].data();
-  kv.k_scale = k_scale_[l].empty() ? nullptr : k_scale_[l].data();
-  kv.v_scale = v_scale_[l].empty() ? nullptr : v_scale_[l].data();
+  kv.k = base;
+  kv.v = base + values;
+  if (scale_floats_ > 0) {
+    kv.k_scale = reinterpret_cast<float*>(base + 2 * values);
+    kv.v_scale = kv.k_scale + rows_ * scale_floats_;
+  }
   kv.page_size = page_size_;
   kv.n_kv_heads = n_kv_heads_;
   kv.head_dim = head_dim_;

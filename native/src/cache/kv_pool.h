@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
 #include "kernels/ops.h"
 #include "model/config.h"
 
@@ -12,12 +13,16 @@ namespace pe {
 
 class KvPool {
  public:
-  KvPool(const ModelConfig& cfg, int64_t n_pages, int64_t page_size, DType dtype = DType::F32);
+  KvPool(const ModelConfig& cfg, int64_t n_pages, int64_t page_size, DType dtype = DType::F32,
+         Device device = Device::CPU);
 
   // Bytes one page takes over all attention layers (K and V).
   static int64_t page_bytes(const ModelConfig& cfg, int64_t page_size, DType dtype = DType::F32);
 
+  // Pointers into the pool's memory (device memory for a CUDA pool).
   cpu::PagedKV layer(int64_t attention_layer_index);
+  Device device() const { return device_; }
+  DType dtype() const { return dtype_; }
   int64_t n_pages() const { return n_pages_; }
   int64_t page_size() const { return page_size_; }
   int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
@@ -30,8 +35,10 @@ class KvPool {
  private:
   int64_t n_pages_, page_size_, n_kv_heads_, head_dim_;
   DType dtype_;
-  std::vector<std::vector<uint8_t>> k_, v_;      // per attention layer: row values
-  std::vector<std::vector<float>> k_scale_, v_scale_;  // per attention layer: row scales (I8, NVFP4)
+  Device device_;
+  // One allocation per attention layer: K rows, V rows, then (I8, NVFP4) K and V row scales.
+  std::vector<Buffer> layers_;
+  int64_t row_bytes_ = 0, scale_floats_ = 0, rows_ = 0;
   std::vector<int32_t> refs_;
   std::vector<int32_t> free_;
 };

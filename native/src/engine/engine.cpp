@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "cache/planner.h"
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "kernels/sampling.h"
@@ -35,8 +34,12 @@ static void check_params(const pe_engine_params& p) {
     fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
 }
 
-Engine::Engine(Qwen35Model& model, const pe_engine_params& params) : model_(model), params_(params) {
+Engine::Engine(Model& model, const pe_engine_params& params) : model_(model), params_(params) {
   check_params(params_);
+  if (params_.cuda_graphs && model_.device() != Device::CUDA)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda_graphs needs device 'cuda'");
+  if (params_.cuda_graphs)
+    fail(PE_ERR_UNSUPPORTED, "cuda_graphs: decode-step graph capture is not implemented yet (run with it off)");
   if (params_.num_threads > 0) set_num_threads(params_.num_threads);
   const ModelConfig& cfg = model_.config();
   if (params_.max_model_len > cfg.max_positions && cfg.max_positions > 0)
@@ -48,14 +51,6 @@ Engine::Engine(Qwen35Model& model, const pe_engine_params& params) : model_(mode
   pr.page_size = params_.kv_page_size;
   pr.prefix_cache = params_.prefix_cache != 0;
   pr.kv_dtype = static_cast<DType>(params_.kv_cache_dtype);
-  pr.budget_bytes = params_.kv_cache_bytes ? params_.kv_cache_bytes : default_cpu_budget(cfg, pr);
-  plan_ = plan_memory(cfg, pr);
-  std::fprintf(stderr, "pyengine: %s\n", describe_plan(plan_).c_str());
-
-  kv_ = std::make_unique<KvPool>(cfg, plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype);
-  gdn_ = std::make_unique<GdnPool>(cfg, plan_.gdn_slots, plan_.snapshot_slots);
-  if (params_.prefix_cache && plan_.snapshot_slots > 0)
-    cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
   SchedulerParams sp;
   sp.max_batch = params_.max_batch;
   sp.chunked_prefill_size = params_.chunked_prefill_size;
@@ -63,13 +58,40 @@ Engine::Engine(Qwen35Model& model, const pe_engine_params& params) : model_(mode
                                   ? params_.max_num_batched_tokens
                                   : params_.chunked_prefill_size + params_.max_batch;
   sp.cooperative_prefill = params_.cooperative_prefill != 0;
+  // Workspace first, so the memory measured for the pools is what the steps leave free.
+  model_.reserve(sp.max_num_batched_tokens, params_.max_batch, params_.max_model_len);
+  pr.budget_bytes = memory_budget(pr);
+  plan_ = plan_memory(cfg, pr);
+  std::fprintf(stderr, "pyengine: %s\n", describe_plan(plan_).c_str());
+
+  const Device dev = model_.device();
+  kv_ = std::make_unique<KvPool>(cfg, plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype, dev);
+  gdn_ = std::make_unique<GdnPool>(cfg, plan_.gdn_slots, plan_.snapshot_slots, dev);
+  if (params_.prefix_cache && plan_.snapshot_slots > 0)
+    cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
   sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get());
   for (int32_t id : params_.eos_token_ids)
     if (id >= 0) eos_.push_back(id);
-  scratch_.resize(cfg.vocab * 2);
-  scratch_idx_.resize(cfg.vocab);
+  device_bytes_baseline_ = device_bytes_in_use(dev);
   publish_stats();
   thread_ = std::thread([this] { loop(); });
+}
+
+// Bytes for KV pages + GDN slots: kv_cache_bytes when given; on the CPU a default sized for the
+// asked batch and context; on a GPU gpu_mem_ratio of the device memory minus what is already in
+// use (weights, workspace) and a margin for the CUDA context's own needs.
+int64_t Engine::memory_budget(const PlanRequest& pr) {
+  if (params_.kv_cache_bytes) return params_.kv_cache_bytes;
+  if (model_.device() == Device::CPU) return default_cpu_budget(model_.config(), pr);
+  int64_t free_b = 0, total_b = 0;
+  device_memory_info(model_.device(), &free_b, &total_b);
+  const int64_t keep = static_cast<int64_t>((1.0 - params_.gpu_mem_ratio) * static_cast<double>(total_b));
+  const int64_t margin = int64_t(512) << 20;
+  const int64_t budget = free_b - keep - margin;
+  if (budget <= 0)
+    fail(PE_ERR_OUT_OF_MEMORY, "no device memory left for the KV cache: ", free_b, " bytes free of ", total_b,
+         ", gpu_mem_ratio ", params_.gpu_mem_ratio, " keeps ", keep, " bytes unused");
+  return budget;
 }
 
 Engine::~Engine() {
@@ -194,16 +216,8 @@ void Engine::drain_inbox() {
     if (Request* r = sched_->find(id)) finish(r, PE_FINISH_CANCELLED);
 }
 
-int32_t Engine::sample_and_emit(Request& r, const float* logits, int64_t step) {
-  const int64_t V = model_.config().vocab;
-  float* work = scratch_.data();
-  float* probs = scratch_.data() + V;
-  std::memcpy(work, logits, sizeof(float) * V);
-  cpu::apply_penalties(work, V, r.sampling, r.tokens.data(), r.n_prompt, r.tokens.data() + r.n_prompt,
-                       r.n_generated());
-  const float u = uniform_at(r.sampling.seed, static_cast<uint64_t>(r.n_generated()));
-  const int32_t tok = cpu::sample(work, V, r.sampling, u, probs, scratch_idx_.data());
-
+int32_t Engine::emit_token(Request& r, const SampleOut& so, int64_t step) {
+  const int32_t tok = so.token;
   pe_event ev{};
   ev.request_id = r.id;
   ev.kind = PE_EVENT_TOKEN;
@@ -213,7 +227,9 @@ int32_t Engine::sample_and_emit(Request& r, const float* logits, int64_t step) {
   if (r.logprobs >= 0) {
     // Logprobs of the model's own distribution (raw logits: before penalties and temperature).
     ev.n_top = r.logprobs;
-    cpu::logprobs(logits, V, tok, r.logprobs, &ev.logprob, ev.top_ids, ev.top_logprobs);
+    ev.logprob = so.logprob;
+    std::memcpy(ev.top_ids, so.top_ids, sizeof(int32_t) * r.logprobs);
+    std::memcpy(ev.top_logprobs, so.top_logprobs, sizeof(float) * r.logprobs);
   }
   push_event(ev);
   r.tokens.push_back(tok);
@@ -238,6 +254,7 @@ void Engine::run_step() {
     return;
   }
   Batch batch;
+  batch.host_outputs = model_.device() == Device::CPU;
   for (const ScheduledChunk& c : chunks) {
     Request& r = *c.req;
     SeqChunk s;
@@ -251,8 +268,25 @@ void Engine::run_step() {
                         r.tokens.begin() + r.n_computed + c.n_tokens);
     batch.seqs.push_back(std::move(s));
   }
+  jobs_.clear();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (batch.seqs[i].logits != LogitsMode::Last) continue;
+    const Request& r = *chunks[i].req;
+    SampleJob j;
+    j.row = static_cast<int64_t>(i);  // replaced by the row index below
+    j.cfg = r.sampling;
+    j.u = uniform_at(r.sampling.seed, static_cast<uint64_t>(r.n_generated()));
+    j.n_logprobs = r.logprobs;
+    j.prompt = r.tokens.data();
+    j.n_prompt = r.n_prompt;
+    j.out = r.tokens.data() + r.n_prompt;
+    j.n_out = r.n_generated();
+    jobs_.push_back(j);
+  }
   try {
     model_.forward(batch, *kv_, *gdn_, result_);
+    for (SampleJob& j : jobs_) j.row = result_.logit_row_begin[j.row];
+    model_.sample(result_, jobs_, samples_);
   } catch (const std::exception& e) {
     sched_->abandon(chunks);
     for (const ScheduledChunk& c : chunks) finish(c.req, PE_FINISH_ERROR, e.what());
@@ -262,12 +296,10 @@ void Engine::run_step() {
     prompt_tokens_ += std::max<int64_t>(0, std::min(c.req->n_prompt, c.req->n_computed + c.n_tokens) - c.req->n_computed);
   sched_->commit(chunks);
   const int64_t step = steps_++;
-  const int64_t V = model_.config().vocab;
   std::vector<std::pair<Request*, int32_t>> finished;
-  for (size_t i = 0; i < chunks.size(); ++i) {
+  for (size_t i = 0, k = 0; i < chunks.size(); ++i) {
     if (batch.seqs[i].logits != LogitsMode::Last) continue;
-    const int32_t reason =
-        sample_and_emit(*chunks[i].req, result_.logits.data() + result_.logit_row_begin[i] * V, step);
+    const int32_t reason = emit_token(*chunks[i].req, samples_[k++], step);
     if (reason != PE_FINISH_NONE) finished.emplace_back(chunks[i].req, reason);
   }
   for (auto& [r, reason] : finished) finish(r, reason);
@@ -288,6 +320,8 @@ void Engine::publish_stats() {
   s.prefix_cache_hit_tokens = cache_ ? cache_->hit_tokens() : 0;
   s.prompt_tokens = prompt_tokens_;
   s.generated_tokens = generated_tokens_;
+  s.device_bytes_in_use = device_bytes_in_use(model_.device());
+  s.device_bytes_baseline = device_bytes_baseline_;
   std::lock_guard<std::mutex> g(stats_mu_);
   stats_ = s;
 }

@@ -12,16 +12,17 @@
 
 #include "cache/gdn_pool.h"
 #include "cache/kv_pool.h"
+#include "cache/planner.h"
 #include "cache/prefix_cache.h"
 #include "engine/scheduler.h"
-#include "model/qwen35.h"
+#include "model/model.h"
 #include "pyengine.h"
 
 namespace pe {
 
 class Engine {
  public:
-  Engine(Qwen35Model& model, const pe_engine_params& params);
+  Engine(Model& model, const pe_engine_params& params);
   ~Engine();
 
   uint64_t add_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp);
@@ -34,14 +35,15 @@ class Engine {
   void loop();
   void drain_inbox();
   void run_step();
-  // Samples r's next token, emits it; returns the finish reason it causes (PE_FINISH_NONE: none).
-  int32_t sample_and_emit(Request& r, const float* logits, int64_t step);
+  // Emits r's sampled token; returns the finish reason it causes (PE_FINISH_NONE: none).
+  int32_t emit_token(Request& r, const SampleOut& s, int64_t step);
+  int64_t memory_budget(const PlanRequest& pr);
   void finish(Request* r, int32_t reason, const char* message = nullptr);
   void push_event(const pe_event& ev);
   void flush_events();
   void publish_stats();
 
-  Qwen35Model& model_;
+  Model& model_;
   pe_engine_params params_;
   pe_memory_plan plan_{};
   std::unique_ptr<KvPool> kv_;
@@ -68,8 +70,9 @@ class Engine {
   int64_t steps_ = 0;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   ForwardResult result_;
-  std::vector<float> scratch_;
-  std::vector<int32_t> scratch_idx_;
+  std::vector<SampleJob> jobs_;
+  std::vector<SampleOut> samples_;
+  int64_t device_bytes_baseline_ = 0;
   std::thread thread_;
 };
 

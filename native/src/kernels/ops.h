@@ -127,3 +127,41 @@ void add(const float* a, const float* b, int64_t n, float* out);
 
 }  // namespace cpu
 }  // namespace pe
+
+// ---- GDN decode step batched over sequences (kernels/cpu/gdn_decode.cpp) ----
+namespace pe {
+namespace cpu {
+
+// One new token for each of n_seqs sequences, each with its own state slot: per sequence exactly
+// what the model does for a 1-token chunk, i.e. conv1d_causal (state updated) + SiLU, q
+// l2-normed and scaled by 1/sqrt(dk), k l2-normed (eps 1e-6), gdn_gates, gdn_recurrent.
+// conv_dim C = 2*Hk*dk + Hv*dv; qkv [n_seqs, C] holds the raw in_proj_qkv rows (q | k | v);
+// a, b [n_seqs, Hv] the raw in_proj_a / in_proj_b rows; conv_w [C, K] (K <= 16); A_log, dt_bias [Hv].
+// Sequence i uses slot s = slots[i]: conv state [K-1, C] (oldest row first) at
+// conv_state + s*conv_slot_stride, recurrent state [Hv, dk, dv] at rec_state + s*rec_slot_stride
+// (the strides are free: a pool that keeps all layers of a slot together passes pointers offset to
+// the layer and the whole slot size as stride). Slots must be distinct within a call.
+// out [n_seqs, Hv, dv] dense (the recurrent output o, before the gated output norm).
+struct GdnDecodeArgs {
+  int64_t n_seqs;
+  const float* qkv;
+  const float* a;
+  const float* b;
+  const float* conv_w;
+  const float* A_log;
+  const float* dt_bias;
+  const int32_t* slots;
+  float* conv_state;
+  int64_t conv_slot_stride;
+  float* rec_state;
+  int64_t rec_slot_stride;
+  int64_t Hk, Hv, dk, dv, K;
+  float* out;
+};
+// Same bits as the per-sequence ops (it calls conv1d_causal, l2_norm and gdn_gates, and repeats
+// gdn_recurrent's loops); the recurrent step runs in parallel over (sequence, value head).
+// Uses the thread-local scratch slots 0 and 7 (kernels/cpu/cpu_util.h).
+void gdn_decode(const GdnDecodeArgs& a);
+
+}  // namespace cpu
+}  // namespace pe

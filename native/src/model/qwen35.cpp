@@ -10,11 +10,12 @@
 
 namespace pe {
 
-Qwen35Model::Qwen35Model(const ModelConfig& cfg) : cfg_(cfg), weights_(cfg_), ws_(new Workspace) {}
+Qwen35Model::Qwen35Model(const ModelConfig& cfg) : Model(cfg), ws_(new Workspace) {}
 Qwen35Model::~Qwen35Model() = default;
 
 void Qwen35Model::finalize() {
   weights_.finalize();
+  if (weight_quant_ != DType::F32) weights_.quantize(weight_quant_);
   layers_.clear();
   for (int64_t i = 0; i < cfg_.n_layers; ++i)
     layers_.push_back(layer_views("layers." + std::to_string(i) + ".", cfg_.is_full_attention[i]));
@@ -189,6 +190,8 @@ void Qwen35Model::set_positions(const Batch& b, Workspace& ws) {
 
 void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& res) {
   std::lock_guard<std::mutex> lock(forward_mu_);
+  if (kv.device() != Device::CPU || gdn.device() != Device::CPU)
+    fail(PE_ERR_INVALID_ARGUMENT, "the CPU model needs KV and GDN pools in host memory");
   const ModelConfig& c = cfg_;
   Workspace& ws = *ws_;
   const int64_t T = static_cast<int64_t>(b.tokens.size());

@@ -13,47 +13,18 @@
 #include <utility>
 #include <vector>
 
-#include "cache/gdn_pool.h"
-#include "cache/kv_pool.h"
-#include "model/config.h"
-#include "model/weights.h"
+#include "model/model.h"
 
 namespace pe {
 
-enum class LogitsMode : int32_t { None = 0, Last = 1, All = 2 };
-
-struct SeqChunk {
-  int64_t n_past = 0;               // tokens already in the sequence's KV / GDN state
-  int64_t n_new = 0;                // tokens of this chunk (rows in Batch::tokens, in order)
-  int32_t gdn_slot = -1;            // GdnPool slot holding the sequence's state
-  const int32_t* page_table = nullptr;  // KV pages covering n_past + n_new tokens
-  LogitsMode logits = LogitsMode::Last;
-  // GDN state copies: after `offset` tokens of this chunk, every GDN layer's conv and recurrent
-  // state is copied into snapshot slot `slot` (prefix-cache snapshots at block boundaries).
-  std::vector<std::pair<int64_t, int32_t>> snapshots;
-};
-
-struct Batch {
-  std::vector<int32_t> tokens;  // all chunks' tokens, chunk after chunk
-  std::vector<SeqChunk> seqs;
-};
-
-struct ForwardResult {
-  std::vector<float> logits;            // [n_logit_rows, vocab], chunks in batch order
-  std::vector<int64_t> logit_row_begin; // per chunk: first row in logits (its rows are consecutive)
-  std::vector<float> hidden;            // [n_tokens, hidden]: final-normed hidden states
-};
-
-class Qwen35Model {
+class Qwen35Model : public Model {
  public:
   explicit Qwen35Model(const ModelConfig& cfg);
-  ~Qwen35Model();
-  const ModelConfig& config() const { return cfg_; }
-  WeightStore& weights() { return weights_; }
-  const WeightStore& weights() const { return weights_; }
-  void finalize();  // after all tensors are set: validates and prepares layer views
+  ~Qwen35Model() override;
+  Device device() const override { return Device::CPU; }
+  void finalize() override;  // after all tensors are set: validates, quantizes, prepares layer views
 
-  bool has_mtp() const { return mtp_layer_ != nullptr; }
+  bool has_mtp() const override { return mtp_layer_ != nullptr; }
   // The MTP head over one sequence (MODEL_SPEC §3): row p (0 .. n-2) drafts the token at p + 2
   // from the final-normed hidden state hidden[p] and the token tokens[p + 1], with the MTP layer's
   // attention at positions 0 .. p (its own KV, `mtp_kv`: one attention layer). logits [n-1, V].
@@ -61,7 +32,7 @@ class Qwen35Model {
 
   // Runs one batch; updates the KV pages and GDN slots of every chunk. Calls are serialized
   // (one workspace): prompt_logits on a user thread may run beside an engine thread.
-  void forward(const Batch& batch, KvPool& kv, GdnPool& gdn, ForwardResult& out);
+  void forward(const Batch& batch, KvPool& kv, GdnPool& gdn, ForwardResult& out) override;
 
  private:
   struct Workspace;
@@ -77,8 +48,6 @@ class Qwen35Model {
   LayerViews layer_views(const std::string& prefix, bool full) const;
   void lm_head(const float* x, int64_t n, float* logits);
 
-  ModelConfig cfg_;
-  WeightStore weights_;
   std::vector<LayerViews> layers_;
   std::unique_ptr<LayerViews> mtp_layer_;
   std::unique_ptr<Workspace> ws_;

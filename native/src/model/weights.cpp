@@ -167,7 +167,12 @@ WeightView WeightStore::matrix(const std::string& name) const {
   v.rows = t.shape[0];
   v.cols = t.shape[1];
   v.data = t.bytes.data();
-  v.block_scale = t.has_scale ? t.f32.data() : nullptr;
+  if (t.dtype == DType::FP8_E4M3) v.block_scale = t.has_scale ? t.f32.data() : nullptr;
+  if (t.dtype == DType::I8) v.row_scale = t.f32.data();
+  if (t.dtype == DType::NVFP4) {
+    v.group_scale = t.group_scale.data();
+    v.global_scale = t.global_scale;
+  }
   return v;
 }
 
@@ -179,8 +184,24 @@ const float* WeightStore::vec(const std::string& name) const {
 
 int64_t WeightStore::bytes_total() const {
   int64_t n = 0;
-  for (auto& [name, t] : tensors_) n += t.bytes.size() + t.f32.size() * 4;
+  for (auto& [name, t] : tensors_) n += t.bytes.size() + t.f32.size() * 4 + t.group_scale.size();
   return n;
+}
+
+void WeightStore::drop_host_matrices() {
+  for (auto& [name, t] : tensors_)
+    if (t.kind == TensorKind::Matrix) {
+      std::vector<uint8_t>().swap(t.bytes);
+      std::vector<float>().swap(t.f32);
+      std::vector<uint8_t>().swap(t.group_scale);
+    }
+}
+
+void WeightStore::mark_present(const std::string& name, DType dtype) {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) fail(PE_ERR_NOT_FOUND, "tensor ", name, ": not a tensor of this model");
+  it->second.dtype = dtype;
+  it->second.present = true;
 }
 
 }  // namespace pe

@@ -28,7 +28,9 @@ struct Tensor {
   std::vector<int64_t> shape;  // expected shape (the checkpoint's, e.g. conv1d [C, 1, K])
   std::vector<uint8_t> bytes;  // as given
   std::vector<float> f32;      // Vector tensors after finalize; FP8 block scales as fp32
-  bool has_scale = false;      // Matrix FP8: block scales in f32
+  bool has_scale = false;      // Matrix FP8: block scales in f32; I8: row scales in f32
+  std::vector<uint8_t> group_scale;  // Matrix NVFP4: fp8 scale per 16 values
+  float global_scale = 1.0f;         // Matrix NVFP4
   int64_t numel() const;
 };
 
@@ -40,6 +42,16 @@ class WeightStore {
   void set(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data);
   // Checks completeness, converts Vector tensors and scales to fp32. Throws naming what is missing.
   void finalize();
+
+  // On-load quantization (after finalize): every layer matrix stored as F32/F16/BF16 becomes
+  // `target` (I8, FP8_E4M3, NVFP4); embed_tokens and lm_head are kept. Host memory.
+  void quantize(DType target);
+  // Frees the host copies of matrices (after a device model uploaded them).
+  void drop_host_matrices();
+  // Every tensor this config can hold, present or not (loaders and the dummy generator).
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+  // Marks a tensor present without host data (weights generated on the device).
+  void mark_present(const std::string& name, DType dtype);
 
   bool has(const std::string& name) const;
   const Tensor& get(const std::string& name) const;

@@ -1,5 +1,5 @@
 // linear: out[n, rows] = x[n, cols] * W^T with W [rows, cols] (F32, F16, BF16, FP8 e4m3 with
-// block scales), fp32 accumulation.
+// block scales, I8 with row scales, NVFP4 with group + global scales: ops.h), fp32 accumulation.
 //
 // Prefill (n > 16; n > 4 for F32/FP8 weights): a packed GEMM. A task owns a block of RB weight
 // rows and a range of tokens; it converts the block to fp32 once (thread-local scratch) into
@@ -11,11 +11,12 @@
 // re-read a row tile from L1), 16 columns per 32-byte load widened in registers: BF16 lanes split
 // into even/odd halves with one shift and one mask (x is pre-split the same way, once per call),
 // F16 through F16C; software prefetch two row tiles ahead (rows are too short for the hardware
-// prefetcher). F32 and FP8 decode (n <= 4) use the row-tiled dot path (FP8 rows converted to
-// fp32 in scratch first). Chunks carry a minimum of work (constants below), so small calls stay
-// on one thread. Nothing else is fused: the caller applies activations/residuals.
+// prefetcher). F32, FP8, I8 and NVFP4 decode (n <= 4) use the row-tiled dot path (quantized rows
+// converted to fp32 in scratch first: the same dequantization as the GEMM's panels). Chunks
+// carry a minimum of work (constants below), so small calls stay on one thread. Nothing else is fused: the caller applies activations/residuals.
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #if defined(__F16C__) || defined(__AVX__)
 #include <immintrin.h>
@@ -38,6 +39,35 @@ constexpr int64_t kGemvMaxTokens = 16;
 // Minimum work per parallel chunk: below this a job is not worth waking a second thread.
 constexpr int64_t kGemvBytesPerChunk = 32 * 1024;   // decode: weight bytes streamed
 constexpr int64_t kGemmMacsPerChunk = 1 << 20;      // prefill: multiply-adds
+
+// Rows [row0, row0 + nr) of w as fp32. I8 and NVFP4 are decoded here (the reference
+// dequantization of ops.h: int8 * row_scale, e2m1 * fp8(group_scale) * global_scale); the other
+// formats go through the decoder shared with embedding.
+void rows_to_f32(const WeightView& w, int64_t row0, int64_t nr, float* dst) {
+  const int64_t cols = w.cols;
+  if (w.dtype == DType::I8) {
+    const int8_t* src = static_cast<const int8_t*>(w.data);
+    for (int64_t r = 0; r < nr; ++r) {
+      const float s = w.row_scale[row0 + r];
+      const int8_t* q = src + (row0 + r) * cols;
+      for (int64_t j = 0; j < cols; ++j) dst[r * cols + j] = static_cast<float>(q[j]) * s;
+    }
+  } else if (w.dtype == DType::NVFP4) {
+    const uint8_t* src = static_cast<const uint8_t*>(w.data);
+    for (int64_t r = 0; r < nr; ++r) {
+      const uint8_t* q = src + (row0 + r) * (cols / 2);
+      const uint8_t* gs = w.group_scale + (row0 + r) * (cols / 16);
+      float* d = dst + r * cols;
+      for (int64_t g = 0; g < cols / 16; ++g) {
+        const float s = fp8e4m3_to_f32(gs[g]) * w.global_scale;
+        for (int64_t j = 16 * g; j < 16 * g + 16; ++j)
+          d[j] = fp4e2m1_to_f32((q[j / 2] >> ((j & 1) * 4)) & 0xf) * s;
+      }
+    }
+  } else {
+    weight_rows_to_f32(w, row0, nr, dst);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Decode: F32 / FP8 rows (fp32 in memory or scratch) dotted with up to 4 tokens.
@@ -65,7 +95,8 @@ void linear_rows_decode(const float* x, int64_t n, const WeightView& w, float* o
   const bool in_place = w.dtype == DType::F32;
   const int64_t R = 16;
   const int64_t blocks = (rows + R - 1) / R;
-  const int64_t bytes_per_block = R * cols * static_cast<int64_t>(dtype_size(w.dtype));
+  const int64_t bytes_per_block =
+      std::max<int64_t>(1, static_cast<int64_t>(dtype_bytes_for(w.dtype, R * cols)));
   parallel_for(
       blocks,
       [&](int64_t begin, int64_t end) {
@@ -74,7 +105,7 @@ void linear_rows_decode(const float* x, int64_t n, const WeightView& w, float* o
           const int64_t row0 = b * R, nr = std::min(R, rows - row0);
           const float* wb = static_cast<const float*>(w.data) + row0 * cols;
           if (!in_place) {
-            weight_rows_to_f32(w, row0, nr, wbuf);
+            rows_to_f32(w, row0, nr, wbuf);
             wb = wbuf;
           }
           tile(wb, row0, nr, x, 0, n, cols, rows, out);
@@ -279,7 +310,7 @@ void pack_panels(const WeightView& w, int64_t row0, int64_t nr, float* panel) {
     src = static_cast<const float*>(w.data) + row0 * K;
   } else {
     float* tmp = scratch(kSlotW, static_cast<size_t>(nr * K));
-    weight_rows_to_f32(w, row0, nr, tmp);
+    rows_to_f32(w, row0, nr, tmp);
     src = tmp;
   }
   for (int64_t s = 0; s * kNC < nr; ++s) {
@@ -354,6 +385,10 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out) {
     std::fill(out, out + n * rows, 0.0f);
     return;
   }
+  if (w.dtype == DType::I8 && !w.row_scale)
+    throw std::invalid_argument("cpu::linear: I8 weight without row scales");
+  if (w.dtype == DType::NVFP4 && (!w.group_scale || cols % 16 != 0))
+    throw std::invalid_argument("cpu::linear: NVFP4 weight needs group scales and cols % 16 == 0");
   const bool w16 = w.dtype == DType::BF16 || w.dtype == DType::F16;
   if (n > (w16 ? kGemvMaxTokens : 4)) return linear_gemm(x, n, w, out);
   if (w.dtype == DType::BF16) return linear_w16_decode<DType::BF16>(x, n, w, out);

@@ -1,53 +1,41 @@
-// Paged KV cache write and causal GQA attention over it (fp32 math, F32/F16/BF16 cache).
+// Causal GQA attention over the paged KV cache: the public attention_paged and its dispatch.
 //
-// Cache layout (PagedKV): k, v [n_pages, page_size, n_kv_heads, head_dim]; token t of the sequence
-// is row t % page_size of page page_table[t / page_size].
-// attention_paged, flash style: a block owns up to 16 query vectors (QT consecutive queries x HB
-// heads of one KV group, so each K/V row is loaded once for all of them) and walks its keys in
-// tiles of 16 with an online softmax: scores s = scale q.k (-inf past the query's position),
-// running max m, sum l, accumulator acc[v][d] in registers (thread owns dims tid, tid + 128).
-// Split-K (decode and short prefills): the keys are cut into n_splits ranges on blockIdx.y; each
-// block writes its unnormalized (m, l, acc) to scratch and attention_combine merges them:
-// o = sum_s e^{m_s - M} acc_s / sum_s e^{m_s - M} l_s. The output gate sigmoid(gate) is applied
-// where the output is written. SIMT fp32 (no tensor cores yet): correct first, see NOTES.md.
+// Cache layout (PagedKV): k, v [n_pages, page_size, n_kv_heads] rows of head_dim values in one of
+// the kv_codec.cuh formats (F32, F16, BF16, FP8_E4M3, I8 + row scale, NVFP4 + group scales);
+// token t of the sequence is row t % page_size of page page_table[t / page_size].
+// Two kernels:
+//   decode (attention_decode.cu): n_q <= 16, head_dim % 8 == 0 — memory bound, split-K over the
+//     whole GPU, vector loads of whole chunks;
+//   tiled (this file): everything else (prefill, odd head_dim). A block owns up to 16 query
+//     vectors (QT consecutive queries x HB heads of one KV group, so each K/V row is loaded once
+//     for all of them) and walks its keys in tiles of 16 with an online softmax: scores
+//     s = scale q.k (-inf past the query's position), running max m, sum l, accumulator acc[v][d]
+//     in registers (thread owns dims tid, tid + 128). Short prefills split the keys over
+//     blockIdx.y like the decode kernel and share its combine kernel. SIMT fp32 (no tensor cores
+//     yet). Elements are decoded one at a time (kv_element), any head_dim <= 256.
+// Both keep scores in the log2 domain (scale * log2 e), so the partial states are interchangeable.
 #include <algorithm>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/kv_codec.cuh"
 
 namespace pe {
 namespace cuda {
+namespace attn {  // attention_decode.cu
+int64_t max_splits(int64_t n_keys);
+bool decode_applies(int64_t n_q, const float* q, const PagedKV& kv);
+void attention_decode(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
+                      float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
+                       float* out, cudaStream_t stream);
+}  // namespace attn
 namespace {
 
 constexpr int kThreads = 128, kMaxVec = 16, kKeyTile = 16, kMaxD = 256;
 
-__device__ __forceinline__ int64_t kv_off(const PagedKV& kv, const int32_t* pt, int64_t t) {
-  return (static_cast<int64_t>(pt[t / kv.page_size]) * kv.page_size + t % kv.page_size) *
-         kv.n_kv_heads * kv.head_dim;
-}
-
-template <DType KV>
-__device__ __forceinline__ float load_kv(const void* base, int64_t i) {
-  if constexpr (KV == DType::F32) return static_cast<const float*>(base)[i];
-  else if constexpr (KV == DType::F16) return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
-  else return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
-}
-
-__global__ void kv_write_kernel(PagedKV kv, const int32_t* pt, int64_t start_pos, int64_t n,
-                                const float* k, const float* v) {
-  const int64_t row = kv.n_kv_heads * kv.head_dim;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= n * row) return;
-  const int64_t off = kv_off(kv, pt, start_pos + i / row) + i % row;
-  if (kv.dtype == DType::F32) {
-    static_cast<float*>(kv.k)[off] = k[i];
-    static_cast<float*>(kv.v)[off] = v[i];
-  } else if (kv.dtype == DType::F16) {
-    static_cast<__half*>(kv.k)[off] = __float2half_rn(k[i]);
-    static_cast<__half*>(kv.v)[off] = __float2half_rn(v[i]);
-  } else {
-    static_cast<__nv_bfloat16*>(kv.k)[off] = __float2bfloat16_rn(k[i]);
-    static_cast<__nv_bfloat16*>(kv.v)[off] = __float2bfloat16_rn(v[i]);
-  }
+// Cache row of (position t, kv head g): row * head_dim values (and row * scales per row).
+__device__ __forceinline__ int64_t kv_row(const PagedKV& kv, const int32_t* pt, int64_t t, int g) {
+  return (static_cast<int64_t>(pt[t / kv.page_size]) * kv.page_size + t % kv.page_size) * kv.n_kv_heads + g;
 }
 
 struct AttnParams {
@@ -59,7 +47,7 @@ struct AttnParams {
   PagedKV kv;
   int64_t n_q, q_start_pos, n_heads;
   int group, hb, n_hb, qt, n_qt, split_len;
-  float scale;
+  float scale;  // softmax scale * log2(e)
 };
 
 template <DType KV>
@@ -93,12 +81,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
   const int64_t pos_max = p.q_start_pos + i0 + nqi - 1;
   const int64_t kb = static_cast<int64_t>(blockIdx.y) * p.split_len;
   const int64_t ke = min((int64_t)kb + p.split_len, pos_max + 1);
-  const int64_t kvh_off = static_cast<int64_t>(g) * D;
   __syncthreads();
   for (int64_t t0 = kb; t0 < ke; t0 += kKeyTile) {
     for (int e = tid; e < kKeyTile * D; e += kThreads) {
       const int j = e / D, d = e % D;
-      kvs[j][d] = t0 + j < ke ? load_kv<KV>(p.kv.k, kv_off(p.kv, p.pt, t0 + j) + kvh_off + d) : 0.0f;
+      kvs[j][d] = t0 + j < ke ? kv_element<KV>(p.kv.k, p.kv.k_scale, kv_row(p.kv, p.pt, t0 + j, g), D, d) : 0.0f;
     }
     __syncthreads();
     for (int pr = tid; pr < kMaxVec * kKeyTile; pr += kThreads) {
@@ -120,9 +107,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
       const float m_old = ms[tid], m_new = fmaxf(m_old, mt);
       float c = 1.0f, sum = 0.0f;
       if (m_new != -INFINITY) {
-        c = expf(m_old - m_new);
+        c = exp2f(m_old - m_new);
         for (int j = 0; j < kKeyTile; ++j) {
-          const float e = expf(ps[tid][j] - m_new);
+          const float e = exp2f(ps[tid][j] - m_new);
           ps[tid][j] = e;
           sum += e;
         }
@@ -136,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
     // V rows into the K buffer (its K reads finished at the barrier above), alongside the softmax.
     for (int e = tid; e < kKeyTile * D; e += kThreads) {
       const int j = e / D, d = e % D;
-      kvs[j][d] = t0 + j < ke ? load_kv<KV>(p.kv.v, kv_off(p.kv, p.pt, t0 + j) + kvh_off + d) : 0.0f;
+      kvs[j][d] = t0 + j < ke ? kv_element<KV>(p.kv.v, p.kv.v_scale, kv_row(p.kv, p.pt, t0 + j, g), D, d) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -183,30 +170,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnParams p) {
   }
 }
 
-// One block per (query, head): merges the n_splits partial softmax states.
-__global__ void attention_combine_kernel(const float* part, int splits, int64_t rows, int D,
-                                         const float* gate, float* out) {
-  const int64_t row = blockIdx.x;
-  float M = -INFINITY;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, part[(s * rows + row) * 2]);
-  float L = 0.0f;
-  for (int s = 0; s < splits; ++s)
-    L += part[(s * rows + row) * 2 + 1] * expf(part[(s * rows + row) * 2] - M);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      o += part[rows * 2 * splits + (s * rows + row) * D + d] * expf(part[(s * rows + row) * 2] - M);
-    o /= L;
-    if (gate) o *= sigmoid_f(gate[row * D + d]);
-    out[row * D + d] = o;
-  }
-}
-
 struct Plan {
   int hb, n_hb, qt, n_qt, splits, split_len;
 };
 
-// Deterministic in the sizes, so attention_paged_scratch_bytes agrees with the launch.
+// Splits <= attn::max_splits(n_keys), the bound attention_paged_scratch_bytes sizes for.
 Plan make_plan(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int64_t n_kv_heads) {
   Plan pl;
   const int group = static_cast<int>(n_heads / n_kv_heads);
@@ -226,39 +194,45 @@ Plan make_plan(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int64_t n_kv_h
   return pl;
 }
 
-}  // namespace
-
-void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, int64_t n,
-              const float* k, const float* v, cudaStream_t stream) {
-  if (kv.dtype != DType::F32 && kv.dtype != DType::F16 && kv.dtype != DType::BF16)
-    fail(PE_ERR_UNSUPPORTED, "cuda::kv_write: unsupported cache dtype ", static_cast<int>(kv.dtype));
-  const int64_t total = n * kv.n_kv_heads * kv.head_dim;
-  if (total <= 0) return;
-  kv_write_kernel<<<grid_1d(total, 256), 256, 0, stream>>>(kv, page_table, start_pos, n, k, v);
-  PE_CUDA_LAUNCH_CHECK();
+template <DType KV>
+void launch_tiled(const AttnParams& p, dim3 grid, cudaStream_t stream) {
+  attention_kernel<KV><<<grid, kThreads, 0, stream>>>(p);
 }
+
+}  // namespace
 
 size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                                      int64_t n_kv_heads, int64_t head_dim) {
   if (n_q <= 0 || n_kv_heads <= 0) return 0;
-  const Plan pl = make_plan(n_q, q_start_pos, n_heads, n_kv_heads);
-  if (pl.splits == 1) return 0;
-  return static_cast<size_t>(pl.splits) * n_q * n_heads * (head_dim + 2) * sizeof(float);
+  // An upper bound of both kernels' split counts (the decode kernel's depends on the GPU).
+  const int64_t splits = attn::max_splits(q_start_pos + n_q);
+  if (splits == 1) return 0;
+  return static_cast<size_t>(splits) * n_q * n_heads * (head_dim + 2) * sizeof(float);
 }
 
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                      float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   if (n_q <= 0) return;
-  if (kv.dtype != DType::F32 && kv.dtype != DType::F16 && kv.dtype != DType::BF16)
-    fail(PE_ERR_UNSUPPORTED, "cuda::attention_paged: unsupported cache dtype ", static_cast<int>(kv.dtype));
+  switch (kv.dtype) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::FP8_E4M3: case DType::I8: case DType::NVFP4: break;
+    default: fail(PE_ERR_UNSUPPORTED, "cuda::attention_paged: unsupported cache dtype ", dtype_name(kv.dtype));
+  }
   if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: n_heads must be a multiple of n_kv_heads");
   if (kv.head_dim <= 0 || kv.head_dim > kMaxD)
     fail(PE_ERR_UNSUPPORTED, "cuda::attention_paged: head_dim must be 1..", kMaxD);
+  if (kv.dtype == DType::NVFP4 && kv.head_dim % kKvFp4Group != 0)
+    fail(PE_ERR_UNSUPPORTED, "cuda::attention_paged: nvfp4 cache needs head_dim % 16 == 0");
+  if (kv_row_scales(kv.dtype, kv.head_dim) && (!kv.k_scale || !kv.v_scale))
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: ", dtype_name(kv.dtype), " cache without scales");
+  if (attn::decode_applies(n_q, q, kv)) {
+    attn::attention_decode(q, n_q, q_start_pos, n_heads, kv, page_table, scale, gate, out, scratch,
+                           scratch_bytes, stream);
+    return;
+  }
   const Plan pl = make_plan(n_q, q_start_pos, n_heads, kv.n_kv_heads);
-  const size_t need = attention_paged_scratch_bytes(n_q, q_start_pos, n_heads, kv.n_kv_heads,
-                                                    kv.head_dim);
+  const size_t need = pl.splits == 1 ? 0 : static_cast<size_t>(pl.splits) * n_q * n_heads * (kv.head_dim + 2) * sizeof(float);
   if (scratch_bytes < need)
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: scratch of ", scratch_bytes,
          " bytes, needs ", need);
@@ -278,22 +252,21 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
   p.qt = pl.qt;
   p.n_qt = pl.n_qt;
   p.split_len = pl.split_len;
-  p.scale = scale;
+  p.scale = scale * 1.4426950408889634f;
   const int64_t nb = static_cast<int64_t>(pl.n_qt) * kv.n_kv_heads * pl.n_hb;
   if (nb > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: too many queries");
   const dim3 grid(static_cast<unsigned>(nb), pl.splits);
   switch (kv.dtype) {
-    case DType::F32: attention_kernel<DType::F32><<<grid, kThreads, 0, stream>>>(p); break;
-    case DType::F16: attention_kernel<DType::F16><<<grid, kThreads, 0, stream>>>(p); break;
-    default: attention_kernel<DType::BF16><<<grid, kThreads, 0, stream>>>(p); break;
+    case DType::F32: launch_tiled<DType::F32>(p, grid, stream); break;
+    case DType::F16: launch_tiled<DType::F16>(p, grid, stream); break;
+    case DType::BF16: launch_tiled<DType::BF16>(p, grid, stream); break;
+    case DType::FP8_E4M3: launch_tiled<DType::FP8_E4M3>(p, grid, stream); break;
+    case DType::I8: launch_tiled<DType::I8>(p, grid, stream); break;
+    default: launch_tiled<DType::NVFP4>(p, grid, stream); break;
   }
   PE_CUDA_LAUNCH_CHECK();
-  if (pl.splits > 1) {
-    const int64_t rows = n_q * n_heads;
-    attention_combine_kernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(
-        p.part, pl.splits, rows, static_cast<int>(kv.head_dim), gate, out);
-    PE_CUDA_LAUNCH_CHECK();
-  }
+  if (pl.splits > 1)
+    attn::attention_combine(p.part, pl.splits, n_q * n_heads, static_cast<int>(kv.head_dim), gate, out, stream);
 }
 
 }  // namespace cuda

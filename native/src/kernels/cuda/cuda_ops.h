@@ -2,7 +2,8 @@
 //
 // Same math, shapes and layouts as the CPU reference (read ops.h); every pointer is a DEVICE
 // pointer, every call is asynchronous on `stream`, takes its scratch from the caller and never
-// allocates. Launch errors throw pe::Error (PE_CUDA_CHECK: file:line and the CUDA message).
+// allocates (one exception: gdn_chunked's convenience form). Launch errors throw pe::Error
+// (PE_CUDA_CHECK: file:line and the CUDA message).
 // WeightView / PagedKV / GdnArgs are the CPU structs with device pointers inside (block_scale too).
 //
 // Design decision (activations): activations, the residual stream, norms, softmax, GDN state and
@@ -15,9 +16,9 @@
 // Tolerances against the CPU twin, normalized error ||gpu - cpu|| / ||cpu|| (tests enforce them):
 //   embedding, kv_write, swiglu, add, conv1d, gdn_gates      exact .. 1e-5
 //   rms_norm, rms_norm_gated, l2_norm, rope_neox            1e-5
-//   linear n <= 8 (GEMV, fp32 FMA)                          1e-5
+//   linear n <= 8 (GEMV: fp32 FMA; FP8/I8/NVFP4 mma, x hi+lo) 1e-5
 //   linear n > 8  (GEMM, fp16 operands)                     3e-3 (fp16 rounding of x and W)
-//   attention_paged (fp32 SIMT, online softmax)             1e-5 (F32 cache), 1e-4 (F16)
+//   attention_paged (fp32 SIMT, online softmax)             1e-5 (F32 cache), 1e-4 (others)
 //   gdn_recurrent, gdn_chunked                              1e-4 (chunked vs recurrent order)
 //   sample: same token as the CPU except where u falls within ~1e-6 of a CDF step;
 //   logprobs: 1e-5 absolute, same top ids.
@@ -48,7 +49,12 @@ void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_ro
                     float eps, float* out, cudaStream_t stream);
 void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale, cudaStream_t stream);
 
-// n <= 8: GEMV (memory bound, fp32 math, several weight rows per warp, 16-byte loads).
+// Weights: F32, F16, BF16, FP8_E4M3 (block scales), I8 (row scales), NVFP4 (group + global
+// scales, cols % 16 == 0): the formats of ops.h, all on both paths.
+// n <= 8: GEMV. F32/F16/BF16: fp32 SIMT, several rows per warp, 16-byte loads, short matrices
+// split the columns over warps. FP8/I8/NVFP4: mma.sync with the weights decoded to fp16 exactly
+// by integer ops and x as an fp16 hi + lo pair (fp32-level accuracy, |x| clamped to 65504), cost
+// independent of n (linear_gemv_q.cu). Unaligned or odd shapes take a scalar kernel.
 // n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch. x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
@@ -57,17 +63,24 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,
                int64_t rot_dim, const int32_t* pos, float theta, cudaStream_t stream);
 
-// Cache dtypes F32, F16, BF16. page_table: device array.
+// Cache dtypes F32, F16, BF16, FP8_E4M3, I8 (+ k_scale/v_scale), NVFP4 (+ scales, head_dim % 16
+// == 0): the bytes and scales written equal the CPU kv_write's (kv_codec.cuh), so pages move
+// between the backends unchanged. page_table: device array. Cache pointers 16-byte aligned.
 void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, int64_t n,
               const float* k, const float* v, cudaStream_t stream);
 
 // Scratch for attention_paged with these sizes (0 when the call needs none): partial softmax
-// states of the split-K decode, n_splits * n_q * n_heads * (head_dim + 2) floats. n_splits grows
-// with the context (at most 64), so size it for the longest context of the call.
+// states of the split-K kernels, n_splits * n_q * n_heads * (head_dim + 2) floats. The bound uses
+// n_splits = min(256, ceil((q_start_pos + n_q) / 32)) (the launch picks at most that, by the
+// GPU's size), so size it for the longest context of the call.
 size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                                      int64_t n_kv_heads, int64_t head_dim);
-// head_dim <= 256. Prefill: tiles of queries x keys with an online softmax (fp32 SIMT);
-// decode: the keys are split over blocks and a second kernel combines the partial softmaxes.
+// Every cache dtype of kv_write; head_dim <= 256. Decode (n_q <= 16, head_dim % 8 == 0, 16-byte
+// aligned q and cache): one block per (kv head, query block, key split), all q heads of the
+// GQA group share each K/V load, splits fill the GPU, a second kernel combines the partial
+// softmaxes (attention_decode.cu). Otherwise (prefill): tiles of queries x keys with an online
+// softmax, fp32 SIMT (attention.cu). Quantized caches are dequantized exactly as on the CPU
+// (same values), so their tolerance is that of the F16 cache.
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                      float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream);
@@ -82,8 +95,18 @@ void gdn_gates(const float* a, const float* b, int64_t ab_stride, int64_t n, int
 
 // dk <= 256 (state columns are split over blocks; the state is read and written once per call).
 void gdn_recurrent(const GdnArgs& a, cudaStream_t stream);
-// Chunk-parallel WY/UT form, fp32; equal to gdn_recurrent up to rounding. chunk <= 64.
-// dk <= 256. No scratch (per-chunk buffers live in shared memory).
+// Chunk-parallel WY/UT form, fp32; equal to gdn_recurrent up to rounding. chunk <= 64, dk <= 128.
+// Two launches per segment of up to 32 chunks: the per-chunk triangular solve and decayed Q K^T
+// for all chunks at once, then the chunks in order with the state split by columns over blocks.
+// Scratch: gdn_chunked_scratch_bytes(n, Hv, chunk) (T', P and gamma of every chunk of a segment,
+// (2 * 64 * 64 + 64) floats per chunk and value head; 50 MB for the 27B shape at n >= 2048).
+// A smaller scratch works if it holds at least one chunk (Hv * 33 KB): the call then runs more,
+// shorter segments. The state carries over between segments and calls.
+size_t gdn_chunked_scratch_bytes(int64_t n, int64_t Hv, int64_t chunk = 64);
+void gdn_chunked(const GdnArgs& a, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                 int64_t chunk = 64);
+// Convenience form for tests and tools: the one op that allocates, its scratch from the
+// stream-ordered pool (cudaMallocAsync / cudaFreeAsync on `stream`). The model passes scratch.
 void gdn_chunked(const GdnArgs& a, cudaStream_t stream, int64_t chunk = 64);
 
 void swiglu(const float* gate_up, int64_t n, int64_t I, float* out, cudaStream_t stream);
@@ -99,6 +122,24 @@ void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, in
 // Device outputs: *token_logprob, top_ids[n_top], top_logprobs[n_top] (n_top <= 64).
 void logprobs(const float* logits, int64_t V, int32_t token, int32_t n_top, float* token_logprob,
               int32_t* top_ids, float* top_logprobs, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace pe
+
+// ---- GDN decode step batched over sequences (kernels/cuda/gdn_decode.cu) ----
+namespace pe {
+namespace cuda {
+
+using cpu::GdnDecodeArgs;
+
+// The device twin of cpu::gdn_decode (ops.h): conv step + SiLU, q/k l2 norms, gates and the
+// delta rule step of n_seqs sequences (one token each, each in its own state slot) in two
+// launches. slots: device array, distinct within a call. dk <= 256, K <= 16, n_seqs and Hv
+// <= 65535. No scratch. The recurrent state is read and written once (the op is bound by it).
+// Tolerance against the CPU twin (test_cuda_gdn_decode): normalized error 1e-5 on out and on the
+// recurrent state after several steps with the state carried (measured <= 3e-7 on H200, sm_90
+// SASS and compute_75 PTX JIT); the conv state is copied exactly.
+void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace pe

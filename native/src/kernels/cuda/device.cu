@@ -1,4 +1,5 @@
 // Host helpers of the CUDA backend: device probe and argument checks shared by the launchers.
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -25,8 +26,21 @@ void check_weight(const WeightView& w, const char* op) {
       if (!w.block_scale || w.block <= 0)
         fail(PE_ERR_INVALID_ARGUMENT, op, ": FP8 weight without block scales");
       break;
+    case DType::I8:
+    case DType::NVFP4:
+      // Only the linear kernels decode these (linear_common.cuh); weight_at does not.
+      if (std::strcmp(op, "cuda::linear") != 0)
+        fail(PE_ERR_UNSUPPORTED, op, ": ", dtype_name(w.dtype), " weights are supported by linear only");
+      if (w.dtype == DType::NVFP4) break;
+      if (!w.row_scale) fail(PE_ERR_INVALID_ARGUMENT, op, ": I8 weight without row scales");
+      break;
     default:
       fail(PE_ERR_UNSUPPORTED, op, ": unsupported weight dtype ", static_cast<int>(w.dtype));
+  }
+  if (w.dtype == DType::NVFP4) {
+    if (!w.group_scale) fail(PE_ERR_INVALID_ARGUMENT, op, ": NVFP4 weight without group scales");
+    if (w.cols % 16 != 0)
+      fail(PE_ERR_INVALID_ARGUMENT, op, ": NVFP4 weight with cols ", w.cols, " (not a multiple of 16)");
   }
   if (!w.data && w.rows > 0 && w.cols > 0) fail(PE_ERR_INVALID_ARGUMENT, op, ": null weight data");
 }

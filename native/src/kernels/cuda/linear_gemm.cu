@@ -3,12 +3,12 @@
 //
 // Block tile 64 tokens x 128 weight rows x 32 k, 8 warps (2 x 4), warp tile 32 x 32. Each k tile
 // is loaded from global memory into registers one step ahead (no cp.async on sm_75), converted to
-// fp16 (x clamped to +-65504; BF16 -> fp16 exact in the normal range; FP8 * block scale rounded
-// to fp16) and stored into a double-buffered shared tile (rows padded to 40 halves: ldmatrix
-// without bank conflicts). Fragments come from ldmatrix; the product is mma.sync m16n8k16 on
+// fp16 (x clamped to +-65504; BF16 -> fp16 exact in the normal range; FP8 * block scale, I8 * row
+// scale, NVFP4 * group * global scale rounded to fp16) and stored into a double-buffered shared
+// tile (rows padded to 40 halves: ldmatrix without bank conflicts). Fragments come from ldmatrix; the product is mma.sync m16n8k16 on
 // sm_80+ and two m16n8k8 on sm_75 (same fragments). Weights are never materialized in fp16 beyond
 // one 128 x 32 tile. Shapes with cols % 8 != 0 or unaligned pointers use scalar guarded loads.
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/linear_common.cuh"
 
 namespace pe {
 namespace cuda {
@@ -18,7 +18,7 @@ constexpr int BM = 64, BN = 128, BK = 32, LDS = BK + 8, kThreads = 256;
 
 struct Raw {
   uint4 a, b;  // up to 8 raw elements (32 bytes)
-  float s;     // FP8 block scale
+  float s;     // FP8 block / I8 row / NVFP4 group * global scale
 };
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -47,6 +47,13 @@ __device__ __forceinline__ Raw load_w(const WeightView& w, int64_t row, int64_t 
     if constexpr (DT == DType::F32) {
       r.a = *reinterpret_cast<const uint4*>(static_cast<const float*>(w.data) + i);
       r.b = *reinterpret_cast<const uint4*>(static_cast<const float*>(w.data) + i + 4);
+    } else if constexpr (DT == DType::I8) {
+      const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w.data) + i);
+      r.a = make_uint4(v.x, v.y, 0, 0);
+      r.s = w.row_scale[row];
+    } else if constexpr (DT == DType::NVFP4) {  // 8 e2m1 values = 4 bytes, one 16-value group
+      r.a = make_uint4(static_cast<const uint32_t*>(w.data)[i >> 3], 0, 0, 0);
+      r.s = e4m3_to_f32(w.group_scale[i >> 4]) * w.global_scale;
     } else if constexpr (DT == DType::FP8_E4M3) {
       const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.data) + i);
       r.a = make_uint4(v.x, v.y, 0, 0);
@@ -59,7 +66,7 @@ __device__ __forceinline__ Raw load_w(const WeightView& w, int64_t row, int64_t 
     float f[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      f[e] = (row < w.rows && k + e < w.cols) ? weight_at(w, row, k + e) : 0.0f;
+      f[e] = (row < w.rows && k + e < w.cols) ? weight_elem(w, row, k + e) : 0.0f;
     r.a = *reinterpret_cast<const uint4*>(f);
     r.b = *reinterpret_cast<const uint4*>(f + 4);
   }
@@ -75,6 +82,24 @@ __device__ __forceinline__ uint4 convert_w(const Raw& r) {
     return floats_to_half8(f);
   } else if constexpr (DT == DType::F16) {
     return r.a;
+  } else if constexpr (DT == DType::I8) {
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      f[e] = static_cast<float>(static_cast<int8_t>((e < 4 ? r.a.x : r.a.y) >> (8 * (e & 3)))) * r.s;
+    return floats_to_half8(f);
+  } else if constexpr (DT == DType::NVFP4) {
+    float f[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // pair i holds nibbles i and i + 4, value * 2^-14
+      const float2 p = __half22float2(as_h2(i == 0   ? e2m1x2_to_h2<0>(r.a.x)
+                                            : i == 1 ? e2m1x2_to_h2<1>(r.a.x)
+                                            : i == 2 ? e2m1x2_to_h2<2>(r.a.x)
+                                                     : e2m1x2_to_h2<3>(r.a.x)));
+      f[i] = p.x * (r.s * 16384.0f);
+      f[i + 4] = p.y * (r.s * 16384.0f);
+    }
+    return floats_to_half8(f);
   } else if constexpr (DT == DType::BF16) {
     const uint32_t u[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
     float f[8];
@@ -122,28 +147,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
-}
-
-// c += a (16x16, row) * b (16x8, col), fp16 in, fp32 accumulate.
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, const uint32_t* b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(b[0]));
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[2]), "r"(a[3]), "r"(b[1]));
-#endif
 }
 
 template <DType DT, bool VEC>
@@ -206,7 +209,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) mma16816(acc[mi][ni], af[mi], bf[ni]);
+        for (int ni = 0; ni < 4; ++ni) mma_16816(acc[mi][ni], af[mi], bf[ni]);  // linear_common.cuh
     }
     if (kt + 1 < n_k) store(buf ^ 1);
     __syncthreads();
@@ -237,12 +240,16 @@ void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cud
   auto al = [](const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; };
   bool vec = w.cols % 8 == 0 && al(x, 16);
   if (w.dtype == DType::FP8_E4M3) vec = vec && al(w.data, 8) && w.block % 8 == 0;
+  else if (w.dtype == DType::I8) vec = vec && al(w.data, 8);
+  else if (w.dtype == DType::NVFP4) vec = vec && al(w.data, 4);
   else vec = vec && al(w.data, 16);
   if (n > 65535LL * BM) fail(PE_ERR_INVALID_ARGUMENT, "cuda::linear: too many tokens ", n);
   switch (w.dtype) {
     case DType::F32: launch<DType::F32>(vec, x, n, w, out, stream); break;
     case DType::F16: launch<DType::F16>(vec, x, n, w, out, stream); break;
     case DType::BF16: launch<DType::BF16>(vec, x, n, w, out, stream); break;
+    case DType::I8: launch<DType::I8>(vec, x, n, w, out, stream); break;
+    case DType::NVFP4: launch<DType::NVFP4>(vec, x, n, w, out, stream); break;
     default: launch<DType::FP8_E4M3>(vec, x, n, w, out, stream); break;
   }
   PE_CUDA_LAUNCH_CHECK();

@@ -1,19 +1,24 @@
-// linear for decode-sized batches (n <= 8 tokens): out[n, rows] = x[n, cols] * W^T.
+// linear for decode-sized batches (n <= 8 tokens): out[n, rows] = x[n, cols] * W^T, and the
+// dispatcher pe::cuda::linear (GEMV here or in linear_gemv_q.cu, GEMM in linear_gemm.cu).
 //
-// Memory bound: every weight byte is read once, so the kernel streams W with 16-byte loads
-// (4 fp32 / 8 fp16|bf16 / 16 fp8 per lane), R = 4 rows per warp (4 independent loads in flight
-// per lane, unrolled twice), each x group reused by the R rows. Math is fp32 (weights widened in
-// registers; FP8: the group's partial dot is multiplied by its block scale), so the result
-// matches the CPU to fp32 rounding. x (n * cols * 4 bytes) stays in L1/L2.
+// F32 / F16 / BF16 weights (this file): memory bound, every weight byte is read once, so the
+// kernel streams W with 16-byte loads (4 fp32 / 8 fp16|bf16 per lane), R = 4 rows per warp (4
+// independent loads in flight per lane, unrolled twice), each x group reused by the R rows. Math
+// is fp32 (weights widened in registers by shifts: cheaper than any conversion instruction), so
+// the result matches the CPU to fp32 rounding. x (n * cols * 4 bytes) stays in L1/L2.
 // Tokens are padded to NT in {1, 2, 4, 8}; padded tokens re-read token n-1 and are not written.
-// Shapes whose rows are not 16-byte aligned (cols % G != 0) take a scalar warp-per-row kernel.
-// Also defines pe::cuda::linear, the dispatcher between this and the GEMM (linear_gemm.cu).
-#include "kernels/cuda/cuda_common.cuh"
+// Short matrices (few row quads) split the columns over up to 8 warps, summed in shared memory.
+// FP8 / I8 / NVFP4 weights take the tensor-core GEMV (linear_gemv_q.cu: the decode, not the
+// bytes, limits a SIMT kernel there). Shapes whose rows are not 16-byte aligned take a scalar
+// warp-per-row kernel (every format).
+#include "kernels/cuda/linear_common.cuh"
 
 namespace pe {
 namespace cuda {
 
 void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
+bool gemv_q_supported(const float* x, const WeightView& w);
+void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
 
 namespace {
 
@@ -22,9 +27,8 @@ constexpr int kRows = 4;  // weight rows per warp
 
 template <DType DT> struct Elems { static constexpr int G = 8; };
 template <> struct Elems<DType::F32> { static constexpr int G = 4; };
-template <> struct Elems<DType::FP8_E4M3> { static constexpr int G = 16; };
 
-// Widens one 16-byte group of weights into G floats (FP8 without its scale: /256 folded later).
+// Widens one 16-byte group of weights into G floats.
 template <DType DT>
 __device__ __forceinline__ void widen(const uint4& v, float* f) {
   const uint32_t u[4] = {v.x, v.y, v.z, v.w};
@@ -38,42 +42,25 @@ __device__ __forceinline__ void widen(const uint4& v, float* f) {
       f[2 * e] = p.x;
       f[2 * e + 1] = p.y;
     }
-  } else if constexpr (DT == DType::BF16) {
+  } else {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       f[2 * e] = __uint_as_float(u[e] << 16);
       f[2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
     }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 lo = __half22float2(fp8x2_to_half2_div256(u[e]));
-      const float2 hi = __half22float2(fp8x2_to_half2_div256(u[e] >> 16));
-      f[4 * e] = lo.x;
-      f[4 * e + 1] = lo.y;
-      f[4 * e + 2] = hi.x;
-      f[4 * e + 3] = hi.y;
-    }
   }
-}
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
 }
 
 template <DType DT, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const float* __restrict__ x, int n, WeightView w, float* __restrict__ out) {
+    gemv_kernel(const float* __restrict__ x, int n, WeightView w, int ks, float* __restrict__ out) {
   constexpr int G = Elems<DT>::G;
   constexpr int ES = 16 / G;  // bytes per element
-  const int lane = threadIdx.x & 31;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kRows;
-  if (row0 >= w.rows) return;
-  const int64_t cols = w.cols, n_groups = cols / G;
+  __shared__ float red[kWarps][kRows][NT];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int slice = warp % ks;  // this warp's share of the columns (ks warps per row quad)
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / ks) + warp / ks) * kRows;
+  const int64_t cols = w.cols, n_groups = row0 < w.rows ? cols / G : 0;
   const char* rowp[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -83,14 +70,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* xt[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) xt[t] = x + static_cast<int64_t>(min(t, n - 1)) * cols;
-  const float* scale_row[kRows];
-  int64_t ncb = 0;
-  if constexpr (DT == DType::FP8_E4M3) {
-    ncb = (cols + w.block - 1) / w.block;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      scale_row[r] = w.block_scale + (min(row0 + r, w.rows - 1) / w.block) * ncb;
-  }
   float acc[kRows][NT];
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -98,18 +77,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
 #pragma unroll 2
-  for (int64_t g = lane; g < n_groups; g += 32) {
+  for (int64_t g = lane + 32 * slice; g < n_groups; g += 32 * ks) {
     uint4 raw[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) raw[r] = load_stream(rowp[r] + g * 16);
     float wf[kRows][G];
-    float sc[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      widen<DT>(raw[r], wf[r]);
-      sc[r] = 1.0f;
-      if constexpr (DT == DType::FP8_E4M3) sc[r] = __ldg(scale_row[r] + (g * G) / w.block) * 256.0f;
-    }
+    for (int r = 0; r < kRows; ++r) widen<DT>(raw[r], wf[r]);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       float xv[G];
@@ -123,8 +97,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         float p = 0.0f;
 #pragma unroll
         for (int e = 0; e < G; ++e) p = fmaf(wf[r][e], xv[e], p);
-        if constexpr (DT == DType::FP8_E4M3) acc[r][t] = fmaf(p, sc[r], acc[r][t]);
-        else acc[r][t] += p;
+        acc[r][t] += p;
       }
     }
   }
@@ -132,6 +105,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]);
+  if (ks > 1) {  // sum the column slices of the row quad
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) red[warp][r][t] = acc[r][t];
+    __syncthreads();
+    if (slice != 0) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        for (int s = 1; s < ks; ++s) acc[r][t] += red[warp + s][r][t];
+  }
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
@@ -149,7 +136,7 @@ __global__ void gemv_scalar_kernel(const float* __restrict__ x, int n, WeightVie
   if (row >= w.rows) return;
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t j = lane; j < w.cols; j += 32) {
-    const float wv = weight_at(w, row, j);
+    const float wv = weight_elem(w, row, j);
 #pragma unroll
     for (int t = 0; t < 8; ++t)
       if (t < n) acc[t] = fmaf(wv, x[t * w.cols + j], acc[t]);
@@ -163,12 +150,17 @@ __global__ void gemv_scalar_kernel(const float* __restrict__ x, int n, WeightVie
 
 template <DType DT>
 void launch_gemv(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
-  const unsigned blocks = grid_1d(w.rows, kWarps * kRows);
+  // Short matrices split the columns over up to 8 warps per row quad so that ~2000 warps
+  // (16 per SM of a 132-SM GPU) stream the weight.
+  const int64_t quads = (w.rows + kRows - 1) / kRows;
+  int ks = 1;
+  while (ks < kWarps && quads * ks < 2048 && (w.cols / Elems<DT>::G) >= 64 * ks) ks *= 2;
+  const unsigned blocks = grid_1d(quads, kWarps / ks);
   const int threads = kWarps * 32;
-  if (n == 1) gemv_kernel<DT, 1><<<blocks, threads, 0, stream>>>(x, n, w, out);
-  else if (n == 2) gemv_kernel<DT, 2><<<blocks, threads, 0, stream>>>(x, n, w, out);
-  else if (n <= 4) gemv_kernel<DT, 4><<<blocks, threads, 0, stream>>>(x, n, w, out);
-  else gemv_kernel<DT, 8><<<blocks, threads, 0, stream>>>(x, n, w, out);
+  if (n == 1) gemv_kernel<DT, 1><<<blocks, threads, 0, stream>>>(x, n, w, ks, out);
+  else if (n == 2) gemv_kernel<DT, 2><<<blocks, threads, 0, stream>>>(x, n, w, ks, out);
+  else if (n <= 4) gemv_kernel<DT, 4><<<blocks, threads, 0, stream>>>(x, n, w, ks, out);
+  else gemv_kernel<DT, 8><<<blocks, threads, 0, stream>>>(x, n, w, ks, out);
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -183,19 +175,19 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
     return;
   }
   if (n > 8) return linear_gemm(x, n, w, out, stream);
-  const int G = w.dtype == DType::F32 ? 4 : w.dtype == DType::FP8_E4M3 ? 16 : 8;
-  const bool vec = w.cols % G == 0 && aligned16(w.data) && aligned16(x) &&
-                   (w.dtype != DType::FP8_E4M3 || w.block % 16 == 0);
   const int nn = static_cast<int>(n);
-  if (!vec) {
-    gemv_scalar_kernel<<<grid_1d(w.rows, kWarps), kWarps * 32, 0, stream>>>(x, nn, w, out);
-  } else {
+  const bool quantized = w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
+  if (quantized && gemv_q_supported(x, w)) {
+    linear_gemv_q(x, n, w, out, stream);
+  } else if (!quantized && w.cols % (w.dtype == DType::F32 ? 4 : 8) == 0 && aligned16(w.data) &&
+             aligned16(x)) {
     switch (w.dtype) {
       case DType::F32: launch_gemv<DType::F32>(x, nn, w, out, stream); break;
       case DType::F16: launch_gemv<DType::F16>(x, nn, w, out, stream); break;
-      case DType::BF16: launch_gemv<DType::BF16>(x, nn, w, out, stream); break;
-      default: launch_gemv<DType::FP8_E4M3>(x, nn, w, out, stream); break;
+      default: launch_gemv<DType::BF16>(x, nn, w, out, stream); break;
     }
+  } else {
+    gemv_scalar_kernel<<<grid_1d(w.rows, kWarps), kWarps * 32, 0, stream>>>(x, nn, w, out);
   }
   PE_CUDA_LAUNCH_CHECK();
 }

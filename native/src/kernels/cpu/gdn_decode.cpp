@@ -1,0 +1,84 @@
+// GDN decode step batched over sequences in different state slots (the CPU twin of
+// cuda::gdn_decode). Per sequence i (slot s = slots[i]), one token:
+//   y = silu(conv(x = [conv_state_s; qkv_i]))  (conv_state_s <- last K-1 raw rows)
+//   q = l2norm(y_q) / sqrt(dk),  k = l2norm(y_k),  v = y_v
+//   g = -exp(A_log) softplus(a_i + dt_bias),  beta = sigmoid(b_i)
+//   per value head h (key head h / (Hv/Hk)): S = e^g S; S += k (beta (v - S^T k))^T; o = S^T q
+// Phase 1 runs the per-sequence ops themselves (cheap at one token), phase 2 the recurrent step
+// in parallel over (sequence, value head): the state slices are disjoint because slots are.
+// The recurrent loops are gdn_recurrent's, so the result is the per-sequence ops' bits.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "core/threadpool.h"
+#include "kernels/cpu/cpu_util.h"
+#include "kernels/ops.h"
+
+namespace pe {
+namespace cpu {
+namespace {
+
+constexpr int kSlotY = 7;  // conv outputs and gates of every sequence (calling thread)
+
+// One token of the gated delta rule for one value head; kv_mem, delta: dv floats of scratch.
+void recurrent_step(float* S, const float* q, const float* k, const float* v, float g, float beta,
+                    int64_t dk, int64_t dv, float* kv_mem, float* delta, float* o) {
+  const float decay = std::exp(g);
+  std::fill(kv_mem, kv_mem + dv, 0.0f);
+  for (int64_t i = 0; i < dk; ++i) {
+    float* Si = S + i * dv;
+    const float ki = k[i];
+    for (int64_t j = 0; j < dv; ++j) {
+      Si[j] *= decay;
+      kv_mem[j] += Si[j] * ki;
+    }
+  }
+  for (int64_t j = 0; j < dv; ++j) delta[j] = beta * (v[j] - kv_mem[j]);
+  std::fill(o, o + dv, 0.0f);
+  for (int64_t i = 0; i < dk; ++i) {
+    float* Si = S + i * dv;
+    const float ki = k[i], qi = q[i];
+    for (int64_t j = 0; j < dv; ++j) {
+      Si[j] += ki * delta[j];
+      o[j] += Si[j] * qi;
+    }
+  }
+}
+
+}  // namespace
+
+void gdn_decode(const GdnDecodeArgs& a) {
+  if (a.n_seqs <= 0) return;
+  if (a.Hk <= 0 || a.Hv % a.Hk != 0) throw std::invalid_argument("gdn_decode: Hv must be a multiple of Hk");
+  if (a.dk <= 0 || a.dv <= 0) throw std::invalid_argument("gdn_decode: dk and dv must be positive");
+  const int64_t n = a.n_seqs, Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv;
+  const int64_t C = 2 * Hk * dk + Hv * dv, r = Hv / Hk;
+  float* y = scratch(kSlotY, static_cast<size_t>(n * (C + 2 * Hv)));
+  float* g = y + n * C;
+  float* beta = g + n * Hv;
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int64_t i = 0; i < n; ++i) {
+    float* yi = y + i * C;
+    conv1d_causal(a.qkv + i * C, 1, C, C, a.conv_w, a.K, a.conv_state + a.slots[i] * a.conv_slot_stride, yi);
+    l2_norm(yi, Hk, dk, 1e-6f, q_scale);
+    l2_norm(yi + Hk * dk, Hk, dk, 1e-6f, 1.0f);
+  }
+  gdn_gates(a.a, a.b, Hv, n, Hv, a.A_log, a.dt_bias, g, beta);
+  parallel_for(
+      n * Hv,
+      [&](int64_t begin, int64_t end) {
+        float* kv_mem = scratch(0, static_cast<size_t>(2 * dv));
+        for (int64_t task = begin; task < end; ++task) {
+          const int64_t i = task / Hv, h = task % Hv, kh = h / r;
+          const float* yi = y + i * C;
+          float* S = a.rec_state + a.slots[i] * a.rec_slot_stride + h * dk * dv;
+          recurrent_step(S, yi + kh * dk, yi + Hk * dk + kh * dk, yi + 2 * Hk * dk + h * dv,
+                         g[task], beta[task], dk, dv, kv_mem, kv_mem + dv, a.out + task * dv);
+        }
+      },
+      std::max<int64_t>(1, 32768 / (dk * dv)));
+}
+
+}  // namespace cpu
+}  // namespace pe

@@ -1,0 +1,410 @@
+// Decode attention over the paged KV cache (n_q <= 16 queries, any context), split-K, fp32 math.
+//
+// Memory bound: at depth every K/V byte is read once per call, so the kernel is organized around
+// the loads. A block owns one KV head, the query vectors that share it (the GQA group's heads x a
+// few queries, NV <= 8) and one split of the keys; blocks = kv heads x query blocks x splits, with
+// the split count chosen to fill the GPU once (SMs x resident blocks), so one sequence at batch 1
+// still uses every SM.
+// Lane layout: a row of head_dim values is D/8 chunks of 8 values (16 bytes of f16, 8 of fp8/i8,
+// 4 of nvfp4); a group of lpk = pow2ceil(D/8) lanes owns one key, lane c its chunk c, so a K row
+// is one coalesced vector load per lane and every query vector of the block reuses it from
+// registers (q: NV x 8 floats per lane). Scores are reduced over the group with xor shuffles;
+// each group keeps its own online softmax (m, l, acc[NV][8]) over U keys per step (U keys' loads
+// in flight per lane), and the groups/warps merge at the end. Quantized chunks are widened without
+// their scale (kv_codec.cuh), the scale multiplies the chunk's partial dot (K) or the softmax
+// weight (V). Scores are in the log2 domain (scale * log2 e folded into q), exp2 everywhere.
+// Splits > 1 write unnormalized (m, l, acc) partials and attention_combine merges them:
+// o = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, then the output gate.
+#include <algorithm>
+
+#include "kernels/cuda/kv_codec.cuh"
+
+namespace pe {
+namespace cuda {
+namespace attn {
+
+constexpr int kMaxSplits = 256;    // partial states per row (scratch bound)
+constexpr int kMinSplitKeys = 32;  // fewer keys per block than this costs more than it hides
+constexpr int kDecodeMaxQ = 16;
+
+void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
+                       float* out, cudaStream_t stream);
+
+int64_t max_splits(int64_t n_keys) {
+  return std::clamp<int64_t>((n_keys + kMinSplitKeys - 1) / kMinSplitKeys, 1, kMaxSplits);
+}
+
+namespace {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kWindow = 512;  // keys whose cache rows are resolved per shared-memory pass
+constexpr int kMaxD = 256, kMaxVecs = 8;
+
+struct DecodeParams {
+  const float* q;
+  const float* gate;
+  float* out;
+  float* part;
+  const int32_t* pt;
+  PagedKV kv;
+  int64_t n_q, q_start_pos, n_heads;
+  int group, hb, n_hb, qb, n_qb, split_len, lpk_log2;
+  float q_mul;   // scale * log2(e) * unit of the K chunks
+  float v_unit;  // unit of the V chunks
+};
+
+template <DType KV> __host__ __device__ constexpr int unroll() { return KV == DType::F32 ? 2 : 4; }
+
+template <DType KV, int NV>
+__global__ void __launch_bounds__(kThreads, NV <= 6 ? 3 : 2) attention_decode_kernel(DecodeParams p) {
+  constexpr int W = KvChunk<KV>::kWords, U = unroll<KV>();
+  constexpr bool kScaled = KV == DType::I8 || KV == DType::NVFP4;
+  __shared__ int64_t rows[kWindow];
+  __shared__ float red_acc[NV][kMaxD];
+  __shared__ float red_m[kWarps][NV], red_l[kWarps][NV];
+  __shared__ float fin_l[NV], fin_m[NV];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lpk = 1 << p.lpk_log2, kpw = 32 >> p.lpk_log2;
+  const int slot = lane >> p.lpk_log2, c = lane & (lpk - 1);
+  const int D = static_cast<int>(p.kv.head_dim);
+  const bool has_chunk = c < (D >> 3);
+  const int n_groups = kWarps * kpw, gi = warp * kpw + slot;
+  const int split = blockIdx.x;
+  const int qblk = blockIdx.y % p.n_qb, rest = blockIdx.y / p.n_qb;
+  const int hblk = rest % p.n_hb, g = rest / p.n_hb;
+  const int64_t i0 = static_cast<int64_t>(qblk) * p.qb;
+  const int nqi = static_cast<int>(min(static_cast<int64_t>(p.qb), p.n_q - i0));
+  const int h0 = g * p.group + hblk * p.hb, nh = min(p.hb, p.group - hblk * p.hb);
+  const int nv = nqi * nh;  // vector v = (query i0 + v / nh, head h0 + v % nh)
+
+  float q[NV][8], acc[NV][8], m[NV], l[NV];
+  int qoff[NV];  // vector v sees keys up to position qpos0 + qoff[v] (-1: padding, sees none)
+  const int64_t qpos0 = p.q_start_pos + i0;
+#pragma unroll
+  for (int v = 0; v < NV; ++v) {
+    m[v] = -INFINITY;
+    l[v] = 0.0f;
+    qoff[v] = v < nv ? v / nh : -1;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[v][i] = acc[v][i] = 0.0f;
+    if (v < nv && has_chunk) {
+      const float4* qp = reinterpret_cast<const float4*>(
+          p.q + ((i0 + v / nh) * p.n_heads + h0 + v % nh) * D + c * 8);
+      const float4 a = qp[0], b = qp[1];
+      const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[v][i] = x[i] * p.q_mul;
+    }
+  }
+
+  const int64_t kb = static_cast<int64_t>(split) * p.split_len;
+  const int64_t ke = min(kb + p.split_len, p.q_start_pos + i0 + nqi);
+  const int64_t rb = kv_row_bytes(KV, D), rs = kv_row_scales(KV, D);
+  const uint8_t* kbase = static_cast<const uint8_t*>(p.kv.k) + c * W * 4;
+  const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v) + c * W * 4;
+  const int scale_off = KV == DType::NVFP4 ? (c >> 1) : 0;  // a chunk is half an fp4 group
+
+  for (int64_t w0 = kb; w0 < ke; w0 += kWindow) {
+    const int wn = static_cast<int>(min(static_cast<int64_t>(kWindow), ke - w0));
+    __syncthreads();  // the previous window's rows are no longer read
+    for (int j = tid; j < wn; j += kThreads) {
+      const int64_t t = w0 + j;
+      rows[j] = (static_cast<int64_t>(p.pt[t / p.kv.page_size]) * p.kv.page_size + t % p.kv.page_size) *
+                    p.kv.n_kv_heads + g;
+    }
+    __syncthreads();
+    for (int jb = 0; jb < wn; jb += n_groups * U) {  // uniform over the block: shuffles below
+      uint32_t kr[U][W], vr[U][W];
+      float ksc[U], vsc[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = jb + u * n_groups + gi;
+        ksc[u] = vsc[u] = 0.0f;
+        if (j < wn && has_chunk) {
+          const int64_t row = rows[j];
+          kv_load_chunk<W>(kbase + row * rb, kr[u]);
+          kv_load_chunk<W>(vbase + row * rb, vr[u]);
+          if constexpr (kScaled) {
+            ksc[u] = __ldg(p.kv.k_scale + row * rs + scale_off);
+            vsc[u] = __ldg(p.kv.v_scale + row * rs + scale_off);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < W; ++i) kr[u][i] = vr[u][i] = 0u;
+        }
+      }
+      // Scores: partial dots of this lane's chunk, summed over the key's lanes.
+      float s[U][NV];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float x[8];
+        kv_decode_chunk<KV, W>(kr[u], x);
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+          float d = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) d = fmaf(q[v][i], x[i], d);
+          s[u][v] = kScaled ? d * ksc[u] : d;
+        }
+      }
+      for (int off = lpk >> 1; off > 0; off >>= 1)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int v = 0; v < NV; ++v) s[u][v] += __shfl_xor_sync(0xffffffffu, s[u][v], off);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = jb + u * n_groups + gi;
+#pragma unroll
+        for (int v = 0; v < NV; ++v)
+          if (j >= wn || w0 + j - qpos0 > qoff[v]) s[u][v] = -INFINITY;
+      }
+      // Online softmax over the U keys (branch-free: an all-masked step leaves the state as is).
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        float mx = m[v];
+#pragma unroll
+        for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u][v]);
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        const float corr = exp2f(m[v] - base);
+        float sum = 0.0f;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          s[u][v] = exp2f(s[u][v] - base);
+          sum += s[u][v];
+        }
+        l[v] = l[v] * corr + sum;
+        m[v] = mx;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[v][i] *= corr;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float x[8];
+        kv_decode_chunk<KV, W>(vr[u], x);
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+          const float pw = kScaled ? s[u][v] * vsc[u] : s[u][v];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[v][i] = fmaf(pw, x[i], acc[v][i]);
+        }
+      }
+    }
+  }
+
+  // Merge the key groups of each warp (lanes lane ^ k * lpk own the same chunk) ...
+  for (int off = lpk; off < 32; off <<= 1) {
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[v], off);
+      const float lo = __shfl_xor_sync(0xffffffffu, l[v], off);
+      const float mx = fmaxf(m[v], mo), base = mx == -INFINITY ? 0.0f : mx;
+      const float a = exp2f(m[v] - base), b = exp2f(mo - base);
+      l[v] = l[v] * a + lo * b;
+      m[v] = mx;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[v][i] = acc[v][i] * a + __shfl_xor_sync(0xffffffffu, acc[v][i], off) * b;
+    }
+  }
+  // ... then the warps, through shared memory (in a fixed order: deterministic sums).
+  for (int e = tid; e < NV * kMaxD; e += kThreads) red_acc[e / kMaxD][e % kMaxD] = 0.0f;
+  if (lane == 0)
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+      red_m[warp][v] = m[v];
+      red_l[warp][v] = l[v];
+    }
+  __syncthreads();
+  float fac[NV];
+#pragma unroll
+  for (int v = 0; v < NV; ++v) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w][v]);
+    const float base = mx == -INFINITY ? 0.0f : mx;
+    fac[v] = exp2f(m[v] - base);
+    if (tid == v) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += red_l[w][v] * exp2f(red_m[w][v] - base);
+      fin_m[v] = mx;
+      fin_l[v] = sum;
+    }
+  }
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w && lane < lpk && has_chunk)
+#pragma unroll
+      for (int v = 0; v < NV; ++v)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) red_acc[v][c * 8 + i] += acc[v][i] * fac[v];
+    __syncthreads();
+  }
+
+  const bool direct = gridDim.x == 1;
+  const int64_t n_rows = p.n_q * p.n_heads;
+  for (int e = tid; e < nv * D; e += kThreads) {
+    const int v = e / D, d = e % D;
+    const int64_t row = (i0 + v / nh) * p.n_heads + h0 + v % nh;
+    const float val = red_acc[v][d] * p.v_unit;
+    if (direct) {
+      float o = val / fin_l[v];
+      if (p.gate) o *= sigmoid_f(p.gate[row * D + d]);
+      p.out[row * D + d] = o;
+    } else {
+      p.part[n_rows * 2 * gridDim.x + (split * n_rows + row) * D + d] = val;
+    }
+  }
+  if (!direct && tid < nv) {
+    const int64_t row = (i0 + tid / nh) * p.n_heads + h0 + tid % nh;
+    p.part[(split * n_rows + row) * 2] = fin_m[tid];
+    p.part[(split * n_rows + row) * 2 + 1] = fin_l[tid];
+  }
+}
+
+constexpr int kCombineWarps = 8;
+
+// Block (row, 32 dims): warp 0 turns the splits' maxima into weights, the warps sum the splits.
+__global__ void __launch_bounds__(kCombineWarps * 32)
+    attention_combine_kernel(const float* __restrict__ part, int splits, int64_t n_rows, int D,
+                             const float* __restrict__ gate, float* __restrict__ out) {
+  __shared__ float wts[kMaxSplits];
+  __shared__ float red[kCombineWarps][32];
+  __shared__ float inv_l;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row = blockIdx.x;
+  if (warp == 0) {
+    float mx = -INFINITY;
+    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, part[(s * n_rows + row) * 2]);
+    mx = warp_max(mx);
+    const float base = mx == -INFINITY ? 0.0f : mx;
+    float sum = 0.0f;
+    for (int s = lane; s < splits; s += 32) {
+      const float w = exp2f(part[(s * n_rows + row) * 2] - base);
+      wts[s] = w;
+      sum += part[(s * n_rows + row) * 2 + 1] * w;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) inv_l = 1.0f / sum;
+  }
+  __syncthreads();
+  const int d = blockIdx.y * 32 + lane;
+  float o = 0.0f;
+  if (d < D) {
+    const float* a = part + n_rows * 2 * splits + row * D + d;
+#pragma unroll 4
+    for (int s = warp; s < splits; s += kCombineWarps) o = fmaf(wts[s], a[s * n_rows * D], o);
+  }
+  red[warp][lane] = o;
+  __syncthreads();
+  if (warp == 0 && d < D) {
+    o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) o += red[w][lane];
+    o *= inv_l;
+    if (gate) o *= sigmoid_f(gate[row * D + d]);
+    out[row * D + d] = o;
+  }
+}
+
+template <DType KV, int NV>
+int blocks_per_sm() {
+  static const int n = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, attention_decode_kernel<KV, NV>, kThreads, 0) !=
+        cudaSuccess)
+      b = 1;
+    return std::max(b, 1);
+  }();
+  return n;
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  PE_CUDA_CHECK(cudaGetDevice(&dev));
+  PE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return std::max(sms, 1);
+}
+
+template <DType KV, int NV>
+void run_decode(DecodeParams p, int64_t n_keys, void* scratch, size_t scratch_bytes,
+                cudaStream_t stream) {
+  const int64_t base = static_cast<int64_t>(p.n_qb) * p.n_hb * p.kv.n_kv_heads;
+  const int64_t target = static_cast<int64_t>(sm_count()) * blocks_per_sm<KV, NV>();
+  int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys));
+  const int64_t len = (n_keys + splits - 1) / splits;
+  splits = (n_keys + len - 1) / len;
+  const int64_t rows = p.n_q * p.n_heads;
+  const size_t need = splits > 1 ? static_cast<size_t>(splits * rows * (p.kv.head_dim + 2)) * sizeof(float) : 0;
+  if (scratch_bytes < need)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: scratch of ", scratch_bytes, " bytes, needs ", need);
+  p.split_len = static_cast<int>(len);
+  p.part = static_cast<float*>(scratch);
+  p.q_mul *= KvChunk<KV>::kUnit;
+  p.v_unit = KvChunk<KV>::kUnit;
+  attention_decode_kernel<KV, NV><<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(base)),
+                                    kThreads, 0, stream>>>(p);
+  PE_CUDA_LAUNCH_CHECK();
+  if (splits > 1) attention_combine(p.part, static_cast<int>(splits), rows, static_cast<int>(p.kv.head_dim),
+                                    p.gate, p.out, stream);
+}
+
+template <DType KV>
+void run_decode_nv(int nv, const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
+                   cudaStream_t stream) {
+  if (nv <= 2) run_decode<KV, 2>(p, n_keys, scratch, scratch_bytes, stream);
+  else if (nv <= 4) run_decode<KV, 4>(p, n_keys, scratch, scratch_bytes, stream);
+  else if (nv <= 6) run_decode<KV, 6>(p, n_keys, scratch, scratch_bytes, stream);
+  else run_decode<KV, 8>(p, n_keys, scratch, scratch_bytes, stream);
+}
+
+}  // namespace
+
+void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
+                       float* out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>((D + 31) / 32));
+  attention_combine_kernel<<<grid, kCombineWarps * 32, 0, stream>>>(part, splits, n_rows, D, gate, out);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+bool decode_applies(int64_t n_q, const float* q, const PagedKV& kv) {
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return n_q <= kDecodeMaxQ && kv.head_dim % 8 == 0 && kv.head_dim <= kMaxD && aligned(q) &&
+         aligned(kv.k) && aligned(kv.v);
+}
+
+void attention_decode(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
+                      float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  DecodeParams p{};
+  p.q = q;
+  p.gate = gate;
+  p.out = out;
+  p.pt = page_table;
+  p.kv = kv;
+  p.n_q = n_q;
+  p.q_start_pos = q_start_pos;
+  p.n_heads = n_heads;
+  p.group = static_cast<int>(n_heads / kv.n_kv_heads);
+  p.hb = std::min(p.group, kMaxVecs);
+  p.n_hb = (p.group + p.hb - 1) / p.hb;
+  p.qb = static_cast<int>(std::min<int64_t>(n_q, std::max(1, kMaxVecs / p.hb)));
+  p.n_qb = static_cast<int>((n_q + p.qb - 1) / p.qb);
+  const int chunks = static_cast<int>(kv.head_dim / 8);
+  while ((1 << p.lpk_log2) < chunks) ++p.lpk_log2;
+  p.q_mul = scale * 1.4426950408889634f;  // log2(e): scores in the log2 domain
+  const int nv = p.qb * p.hb;
+  const int64_t n_keys = q_start_pos + n_q;
+  switch (kv.dtype) {
+    case DType::F32: run_decode_nv<DType::F32>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
+    case DType::F16: run_decode_nv<DType::F16>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
+    case DType::BF16: run_decode_nv<DType::BF16>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
+    case DType::FP8_E4M3: run_decode_nv<DType::FP8_E4M3>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
+    case DType::I8: run_decode_nv<DType::I8>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
+    default: run_decode_nv<DType::NVFP4>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
+  }
+}
+
+}  // namespace attn
+}  // namespace cuda
+}  // namespace pe

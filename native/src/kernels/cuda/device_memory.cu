@@ -1,0 +1,137 @@
+#include "kernels/cuda/device_memory.h"
+
+#include <mutex>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace pe {
+namespace cuda {
+
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t st = nullptr;
+    PE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    return st;
+  }();
+  return s;
+}
+
+void stream_sync() { PE_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail(PE_ERR_OUT_OF_MEMORY, "cannot allocate ", bytes, " bytes of device memory (", free_b, " of ", total_b,
+         " bytes free): ", cudaGetErrorString(e));
+  }
+  return p;
+}
+
+void device_free(void* p) {
+  // Pending work may still use p: order the free after it.
+  cudaStreamSynchronize(stream());
+  cudaFree(p);
+}
+
+void device_memset(void* p, int value, size_t bytes) {
+  PE_CUDA_CHECK(cudaMemsetAsync(p, value, bytes, stream()));
+}
+
+void device_copy(void* dst, const void* src, size_t bytes) {
+  PE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+}
+
+void device_copy_2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width_bytes, size_t height) {
+  if (height == 0 || width_bytes == 0) return;
+  PE_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width_bytes, height, cudaMemcpyDeviceToDevice, stream()));
+}
+
+void copy_to_device(void* dst, const void* host, size_t bytes) {
+  // From pageable memory the call returns once `host` may be reused.
+  PE_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream()));
+}
+
+void copy_to_host(void* host, const void* src, size_t bytes) {
+  PE_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  PE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void mem_info(size_t* free_bytes, size_t* total_bytes) {
+  PE_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+namespace {
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Round-to-nearest fp32 -> e4m3fn, saturating at 448 (|x| small enough here: no NaN inputs).
+__device__ __forceinline__ uint8_t f32_to_e4m3(float x) {
+  const uint32_t sign = x < 0.0f ? 0x80u : 0u;
+  float a = fminf(fabsf(x), 448.0f);
+  if (a < 0.0009765625f) return static_cast<uint8_t>(sign);  // below half the smallest subnormal
+  int e;
+  frexpf(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int exp_field = e - 1 + 7;
+  if (exp_field < 1) {  // subnormal: value = mant/8 * 2^-6
+    const int mant = __float2int_rn(a * 512.0f);
+    return static_cast<uint8_t>(sign | (mant >= 8 ? 0x08u : static_cast<uint32_t>(mant)));
+  }
+  int mant = __float2int_rn((a / ldexpf(1.0f, e - 1) - 1.0f) * 8.0f);
+  if (mant == 8) { mant = 0; ++exp_field; }
+  if (exp_field > 15 || (exp_field == 15 && mant > 6)) { exp_field = 15; mant = 6; }
+  return static_cast<uint8_t>(sign | (exp_field << 3) | mant);
+}
+
+__global__ void fill_random_kernel(void* dst, int dtype, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
+    const float v = (static_cast<float>(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+    switch (dtype) {
+      case 0: static_cast<float*>(dst)[i] = v; break;
+      case 1: static_cast<__half*>(dst)[i] = __float2half(v); break;
+      case 2: static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16(v); break;
+      default: static_cast<uint8_t*>(dst)[i] = f32_to_e4m3(v); break;
+    }
+  }
+}
+
+__global__ void fill_f32_kernel(float* dst, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = value;
+}
+
+unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535)); }
+
+}  // namespace
+
+void fill_random(void* dst, DType dtype, int64_t n, uint64_t seed, float scale) {
+  if (n <= 0) return;
+  int code;
+  switch (dtype) {
+    case DType::F32: code = 0; break;
+    case DType::F16: code = 1; break;
+    case DType::BF16: code = 2; break;
+    case DType::FP8_E4M3: code = 3; break;
+    default: fail(PE_ERR_UNSUPPORTED, "fill_random: dtype ", dtype_name(dtype), " is not supported");
+  }
+  fill_random_kernel<<<grid_for(n), 256, 0, stream()>>>(dst, code, n, seed, scale);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+void fill_f32(float* dst, int64_t n, float value) {
+  if (n <= 0) return;
+  fill_f32_kernel<<<grid_for(n), 256, 0, stream()>>>(dst, n, value);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace cuda
+}  // namespace pe

@@ -1,0 +1,241 @@
+// GDN decode step batched over sequences in different state slots: the whole GDN core of a
+// decode step for every running sequence in two launches (math: kernels/cpu/gdn_decode.cpp).
+//
+// Launch 1, block (128 state columns, value head h, sequence), W warps: lane l holds columns
+// 4l .. 4l+3 (one float4), warp w rows w, w + W, ... of the head's state [dk, dv] in registers.
+// A warp's load is one contiguous 512-byte row, a block's the head's whole state (64 KiB at
+// dk = dv = 128): contiguous, so DRAM pages are opened once (blocks of 32 columns, each touching
+// 128 bytes of every row, ran at ~35 % of the copy bandwidth). The block
+//   1. issues its state loads first (they fly while the rest is computed),
+//   2. computes the conv + SiLU of the q and k channels of its key head (the r = Hv/Hk value
+//      heads of a key head repeat this small work from L2 instead of exchanging it) and of its
+//      v channels from the OLD conv state, the sums of squares of q and k, and the gates,
+//   3. runs the delta rule step with the raw q, k and the l2 factors applied to the column sums
+//      (S^T k_raw * fk = S^T k; the update uses k_raw * (fk delta)); the column sums cross the
+//      warps through shared memory; the state is written back once.
+// Launch 2 shifts the conv state of every (sequence, channel) by one row. It cannot be fused:
+// the q/k channels of a key head are read by the blocks of r value heads, and a block cannot know
+// when the others are done with the old rows.
+// HBM traffic is the state, read and written once: 2 * 4 * Hv * dk * dv bytes per sequence.
+// H200, 27B shape, CUDA graph of 48 layers (tools/gpu/bench_kernels.cpp section 7), us per layer
+// and state r+w bandwidth: n=1 9.5 (0.67 TB/s), n=2 10.8 (1.17), n=8 24.9 (2.02), n=32 74.2 (2.71 TB/s,
+// 64 % of the 4.25 TB/s copy); the per-sequence ops: 14.8, 29.7, 119, 494 us. Small n is bound by
+// the latency of one block per head. dv % 4 != 0 takes a scalar path (spills a little; unused by
+// Qwen3.5).
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace pe {
+namespace cuda {
+namespace {
+
+constexpr int kBlockCols = 128;  // 32 lanes x 4 columns
+constexpr int kMaxK = 16;
+
+template <int DK>
+struct Tile {
+  static constexpr int kWarps = DK <= 128 ? 8 : 16;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = DK / kWarps;  // float4 registers of state per thread
+};
+
+// silu(sum_j w[c, j] x[j, c]) over x = [conv state rows (old); the new raw row].
+__device__ __forceinline__ float conv_silu(const float* cs, const float* u, const float* w,
+                                           int64_t C, int K, int64_t c) {
+  float acc = 0.0f;
+  for (int j = 0; j < K - 1; ++j) acc = fmaf(w[c * K + j], cs[j * C + c], acc);
+  acc = fmaf(w[c * K + K - 1], u[c], acc);
+  return silu_f(acc);
+}
+
+// 4 consecutive floats of which the first n are in range (VEC: 16-byte aligned, n >= 4 or <= 0).
+template <bool VEC>
+__device__ __forceinline__ float4 load4(const float* p, int n) {
+  if (VEC) return n > 0 ? *reinterpret_cast<const float4*>(p) : make_float4(0.f, 0.f, 0.f, 0.f);
+  return make_float4(n > 0 ? p[0] : 0.f, n > 1 ? p[1] : 0.f, n > 2 ? p[2] : 0.f, n > 3 ? p[3] : 0.f);
+}
+
+template <bool VEC>
+__device__ __forceinline__ void store4(float* p, int n, float4 v) {
+  if (VEC) {
+    if (n > 0) *reinterpret_cast<float4*>(p) = v;
+    return;
+  }
+  if (n > 0) p[0] = v.x;
+  if (n > 1) p[1] = v.y;
+  if (n > 2) p[2] = v.z;
+  if (n > 3) p[3] = v.w;
+}
+
+__device__ __forceinline__ void fma4(float a, float4 b, float4& acc) {
+  acc.x = fmaf(a, b.x, acc.x);
+  acc.y = fmaf(a, b.y, acc.y);
+  acc.z = fmaf(a, b.z, acc.z);
+  acc.w = fmaf(a, b.w, acc.w);
+}
+
+__device__ __forceinline__ void add4(float4 b, float4& acc) {
+  acc.x += b.x;
+  acc.y += b.y;
+  acc.z += b.z;
+  acc.w += b.w;
+}
+
+template <int DK, bool VEC>
+__global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
+    gdn_decode_kernel(GdnDecodeArgs a) {
+  constexpr int W = Tile<DK>::kWarps, T = Tile<DK>::kThreads, NR = Tile<DK>::kRows;
+  __shared__ float qs[DK], ks[DK];
+  __shared__ float4 vs[32];
+  __shared__ float4 red_kv[W][32], red_o[W][32];
+  __shared__ float red_qk[2][W];
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int dk = static_cast<int>(a.dk), dv = static_cast<int>(a.dv), K = static_cast<int>(a.K);
+  const int kh = h / static_cast<int>(a.Hv / a.Hk);
+  const int64_t C = 2 * a.Hk * a.dk + a.Hv * a.dv;
+  const int col0 = blockIdx.x * kBlockCols;
+  const int c = col0 + 4 * lane;  // this lane's first column
+  const int n_cols = dv - c;      // of its 4 columns, those < dv
+  const int64_t slot = a.slots[seq];
+  float* S = a.rec_state + slot * a.rec_slot_stride + static_cast<int64_t>(h) * dk * dv;
+
+  // 1. State loads.
+  float4 s[NR];
+#pragma unroll
+  for (int m = 0; m < NR; ++m) {
+    const int i = w + W * m;
+    s[m] = load4<VEC>(S + static_cast<int64_t>(i) * dv + c, i < dk ? n_cols : 0);
+  }
+
+  // 2. Conv + SiLU of q | k (key head kh) | v (columns col0.. of head h); sums of squares; gates.
+  const float* cs = a.conv_state + slot * a.conv_slot_stride;
+  const float* u = a.qkv + seq * C;
+  float* vsf = reinterpret_cast<float*>(vs);
+  float ssq_q = 0.0f, ssq_k = 0.0f;
+  for (int t = threadIdx.x; t < 2 * DK + kBlockCols; t += T) {
+    if (t < 2 * DK) {
+      const bool is_k = t >= DK;
+      const int i = is_k ? t - DK : t;
+      float y = 0.0f;
+      if (i < dk)
+        y = conv_silu(cs, u, a.conv_w, C, K, (is_k ? a.Hk * a.dk : 0) + static_cast<int64_t>(kh) * dk + i);
+      if (is_k) {
+        ks[i] = y;
+        ssq_k = fmaf(y, y, ssq_k);
+      } else {
+        qs[i] = y;
+        ssq_q = fmaf(y, y, ssq_q);
+      }
+    } else {
+      const int j = col0 + t - 2 * DK;
+      vsf[t - 2 * DK] = j < dv ? conv_silu(cs, u, a.conv_w, C, K, 2 * a.Hk * a.dk + static_cast<int64_t>(h) * dv + j) : 0.0f;
+    }
+  }
+  ssq_q = warp_sum(ssq_q);
+  ssq_k = warp_sum(ssq_k);
+  if (lane == 0) {
+    red_qk[0][w] = ssq_q;
+    red_qk[1][w] = ssq_k;
+  }
+  const float ab = a.a[static_cast<int64_t>(seq) * a.Hv + h] + a.dt_bias[h];
+  const float softplus = ab > 20.0f ? ab : log1pf(expf(ab));
+  const float decay = expf(-expf(a.A_log[h]) * softplus);
+  const float beta = 1.0f / (1.0f + expf(-a.b[static_cast<int64_t>(seq) * a.Hv + h]));
+  __syncthreads();
+
+  // 3. S = e^g S; kv = S^T k; delta = beta (v - kv); S += k delta^T; o = S^T q.
+  ssq_q = 0.0f;
+  ssq_k = 0.0f;
+#pragma unroll
+  for (int v = 0; v < W; ++v) {
+    ssq_q += red_qk[0][v];
+    ssq_k += red_qk[1][v];
+  }
+  const float fq = rsqrtf(static_cast<float>(dk)) / sqrtf(ssq_q + 1e-6f);
+  const float fk = 1.0f / sqrtf(ssq_k + 1e-6f);
+  float4 kv = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int m = 0; m < NR; ++m) {
+    s[m].x *= decay;
+    s[m].y *= decay;
+    s[m].z *= decay;
+    s[m].w *= decay;
+    fma4(ks[w + W * m], s[m], kv);
+  }
+  red_kv[w][lane] = kv;
+  __syncthreads();
+  kv = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int v = 0; v < W; ++v) add4(red_kv[v][lane], kv);
+  const float4 vj = vs[lane];
+  // delta * fk: the update adds k_raw[i] * fk * delta = k[i] * delta.
+  const float bk = beta * fk;
+  const float4 dl = make_float4(bk * (vj.x - fk * kv.x), bk * (vj.y - fk * kv.y),
+                                bk * (vj.z - fk * kv.z), bk * (vj.w - fk * kv.w));
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int m = 0; m < NR; ++m) {
+    const int i = w + W * m;
+    fma4(ks[i], dl, s[m]);
+    fma4(qs[i], s[m], o);
+    store4<VEC>(S + static_cast<int64_t>(i) * dv + c, i < dk ? n_cols : 0, s[m]);
+  }
+  red_o[w][lane] = o;
+  __syncthreads();
+  if (w == 0) {
+    o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int v = 0; v < W; ++v) add4(red_o[v][lane], o);
+    o.x *= fq;
+    o.y *= fq;
+    o.z *= fq;
+    o.w *= fq;
+    store4<VEC>(a.out + (static_cast<int64_t>(seq) * a.Hv + h) * dv + c, n_cols, o);
+  }
+}
+
+// Conv state of each sequence: rows shift up by one, the new raw row enters last.
+__global__ void conv_state_step_kernel(GdnDecodeArgs a, int64_t C) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const int64_t seq = blockIdx.y;
+  float* cs = a.conv_state + static_cast<int64_t>(a.slots[seq]) * a.conv_slot_stride;
+  for (int64_t r = 0; r + 2 < a.K; ++r) cs[r * C + c] = cs[(r + 1) * C + c];
+  cs[(a.K - 2) * C + c] = a.qkv[seq * C + c];
+}
+
+template <int DK>
+void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
+  const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
+  if (vec) gdn_decode_kernel<DK, true><<<grid, Tile<DK>::kThreads, 0, stream>>>(a);
+  else gdn_decode_kernel<DK, false><<<grid, Tile<DK>::kThreads, 0, stream>>>(a);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
+  if (a.n_seqs <= 0) return;
+  if (a.Hk <= 0 || a.Hv % a.Hk != 0)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::gdn_decode: Hv must be a multiple of Hk");
+  if (a.K < 1 || a.K > kMaxK)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::gdn_decode: kernel width must be 1..16");
+  if (a.dk <= 0 || a.dk > 256 || a.dv <= 0 || a.Hv > 65535 || a.n_seqs > 65535)
+    fail(PE_ERR_UNSUPPORTED, "cuda::gdn_decode: needs dk 1..256, Hv and n_seqs <= 65535");
+  // float4 state / output access when every row start is 16-byte aligned.
+  const bool vec = a.dv % 4 == 0 && a.rec_slot_stride % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.rec_state) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  if (a.dk <= 32) launch<32>(a, vec, stream);
+  else if (a.dk <= 64) launch<64>(a, vec, stream);
+  else if (a.dk <= 128) launch<128>(a, vec, stream);
+  else launch<256>(a, vec, stream);
+  if (a.K > 1) {
+    const int64_t C = 2 * a.Hk * a.dk + a.Hv * a.dv;
+    conv_state_step_kernel<<<dim3(grid_1d(C, 256), static_cast<unsigned>(a.n_seqs)), 256, 0, stream>>>(a, C);
+    PE_CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace cuda
+}  // namespace pe

@@ -1,0 +1,196 @@
+// Device side of the paged-KV storage formats of kernels/cpu/kv_codec.h: the SAME bytes as the
+// CPU codec, so a page written by either backend reads back identically on the other.
+//
+//   F32, F16, BF16   plain values
+//   FP8_E4M3         e4m3fn values, no scale
+//   I8               int8 values, one fp32 scale per row: s = max|x| / 127, q = rint(x / s)
+//   NVFP4            e2m1 values, two per byte (low nibble first), one fp32 scale per 16 values:
+//                    s = max|x| / 6 over the 16, q = nearest e2m1 of x / s
+//
+// Encoders repeat core/dtype.cpp's integer arithmetic (round to nearest even on the fp32 bits) and
+// the CPU's exact fp32 operations: the library is built with --use_fast_math, so the divisions and
+// products of the scale math use __fdiv_rn / __fmul_rn, which stay IEEE round-to-nearest.
+// (FTZ remains: an fp32 subnormal input or scale reads as 0. Subnormal inputs round to code 0 on
+// the CPU too; a subnormal scale needs max|x| < 1e-36, never seen in a KV row.)
+//
+// Decoders widen a chunk of 8 consecutive values (one lane's share of a row in the decode kernel)
+// to fp32 WITHOUT the scale and with a constant power-of-two factor removed (kUnit): FP8 goes
+// through fp16 bit moves (value / 256), NVFP4 through fp16 bit moves (value / 16384), int8
+// through the 2^23 float trick. The caller multiplies the chunk's dot / weight by the scale and
+// the unit, which is exact for the powers of two.
+#pragma once
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace pe {
+namespace cuda {
+
+constexpr int kKvFp4Group = 16;
+
+// Value bytes and fp32 scales of one (token, kv head) row (kv_row_format of the CPU).
+__host__ __device__ inline int64_t kv_row_bytes(DType t, int64_t D) {
+  switch (t) {
+    case DType::F32: return 4 * D;
+    case DType::F16:
+    case DType::BF16: return 2 * D;
+    case DType::NVFP4: return D / 2;
+    default: return D;  // FP8_E4M3, I8
+  }
+}
+__host__ __device__ inline int64_t kv_row_scales(DType t, int64_t D) {
+  return t == DType::I8 ? 1 : t == DType::NVFP4 ? D / kKvFp4Group : 0;
+}
+
+// ---- encoders (fp32 -> storage), bit-identical to core/dtype.cpp ----
+
+__device__ __forceinline__ uint16_t kv_enc_bf16(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ uint8_t kv_enc_fp8(float f) {
+  const uint32_t u = __float_as_uint(f);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);   // NaN
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448: saturate
+  if (a >= 0x3c800000u) {                                           // normal e4m3
+    const uint32_t q = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
+    return static_cast<uint8_t>(sign | (q > 0x7eu ? 0x7eu : q));
+  }
+  // Subnormal e4m3: quantum 2^-9; x * 512 is exact, rintf rounds ties to even.
+  return static_cast<uint8_t>(sign | static_cast<uint32_t>(rintf(__fmul_rn(__uint_as_float(a), 512.0f))));
+}
+
+// Nearest of {0, .5, 1, 1.5, 2, 3, 4, 6} (ties to the even code), saturating; NaN -> +0. The CPU
+// walks the midpoints while a > mid (or a == mid at an odd code): the conditions are monotone in
+// a, so the code is the number that hold.
+__device__ __forceinline__ uint32_t kv_enc_fp4(float f) {
+  if (isnan(f)) return 0;
+  const float a = fabsf(f);
+  const uint32_t code = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                        (a >= 3.5f) + (a > 5.0f);
+  return (signbit(f) ? 8u : 0u) | code;
+}
+
+// ---- chunk decoders: 8 consecutive values of a row, fp32, scale and unit left out ----
+
+template <DType KV> struct KvChunk {  // F16, BF16: 16 bytes
+  static constexpr int kWords = 4;
+  static constexpr float kUnit = 1.0f;
+};
+template <> struct KvChunk<DType::F32> {
+  static constexpr int kWords = 8;
+  static constexpr float kUnit = 1.0f;
+};
+template <> struct KvChunk<DType::FP8_E4M3> {
+  static constexpr int kWords = 2;
+  static constexpr float kUnit = 256.0f;
+};
+template <> struct KvChunk<DType::I8> {
+  static constexpr int kWords = 2;
+  static constexpr float kUnit = 1.0f;
+};
+template <> struct KvChunk<DType::NVFP4> {
+  static constexpr int kWords = 1;
+  static constexpr float kUnit = 16384.0f;
+};
+
+// Read-only streaming load of one chunk (the K/V bytes are read once per call).
+template <int W>
+__device__ __forceinline__ void kv_load_chunk(const uint8_t* p, uint32_t (&w)[W]) {
+  if constexpr (W == 8) {
+    const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
+    const uint4 b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+  } else if constexpr (W == 4) {
+    const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+  } else if constexpr (W == 2) {
+    const uint2 a = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = a.x; w[1] = a.y;
+  } else {
+    w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+  }
+}
+
+// Two e2m1 nibbles (low byte of b: low nibble first) -> their values / 16384 as fp16x2, exactly:
+// exponent bits e and mantissa bit m land in the fp16 fields as 2^(e-15)(1+m/2) for the true
+// 2^(e-1)(1+m/2), and e = 0 becomes the fp16 subnormal m * 2^-15 for m * 2^-1.
+__device__ __forceinline__ __half2 fp4x2_to_half2_div16384(uint32_t b) {
+  const uint32_t u = (b & 0x0fu) | ((b & 0xf0u) << 12);  // nibbles at bits 0..3 and 16..19
+  const uint32_t h = ((u & 0x00070007u) << 9) | ((u & 0x00080008u) << 12);
+  return *reinterpret_cast<const __half2*>(&h);
+}
+
+template <DType KV, int W>
+__device__ __forceinline__ void kv_decode_chunk(const uint32_t (&w)[W], float (&x)[8]) {
+  if constexpr (KV == DType::F32) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = __uint_as_float(w[i]);
+  } else if constexpr (KV == DType::F16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  } else if constexpr (KV == DType::BF16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[2 * i] = __uint_as_float(w[i] << 16);
+      x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else if constexpr (KV == DType::FP8_E4M3) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 lo = __half22float2(fp8x2_to_half2_div256(w[i]));
+      const float2 hi = __half22float2(fp8x2_to_half2_div256(w[i] >> 16));
+      x[4 * i] = lo.x;
+      x[4 * i + 1] = lo.y;
+      x[4 * i + 2] = hi.x;
+      x[4 * i + 3] = hi.y;
+    }
+  } else if constexpr (KV == DType::I8) {
+    // Byte b (biased by 128) as the mantissa of 2^23: float(0x4b0000bb) - (2^23 + 128) = int8.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t biased = w[i] ^ 0x80808080u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        x[4 * i + j] = __uint_as_float(__byte_perm(biased, 0x4bu, 0x4550u + j)) - 8388736.0f;
+    }
+  } else {  // NVFP4
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __half22float2(fp4x2_to_half2_div16384(__byte_perm(w[0], 0u, 0x4440u + j)));
+      x[2 * j] = f.x;
+      x[2 * j + 1] = f.y;
+    }
+  }
+}
+
+// ---- one element (any head_dim; the tiled prefill kernel), scale applied ----
+
+// Element d of cache row `row` (row = slot * n_kv_heads + kv head) as fp32.
+template <DType KV>
+__device__ __forceinline__ float kv_element(const void* base, const float* scales, int64_t row,
+                                            int D, int d) {
+  const int64_t i = row * D + d;
+  if constexpr (KV == DType::F32) return static_cast<const float*>(base)[i];
+  else if constexpr (KV == DType::F16) return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+  else if constexpr (KV == DType::BF16) return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+  else if constexpr (KV == DType::FP8_E4M3) return fp8_to_f32(static_cast<const uint8_t*>(base)[i]);
+  else if constexpr (KV == DType::I8)
+    return static_cast<float>(static_cast<const int8_t*>(base)[i]) * scales[row];
+  else {
+    const uint32_t b = static_cast<const uint8_t*>(base)[i >> 1];
+    const __half2 h = fp4x2_to_half2_div16384(b);
+    const float v = (d & 1) ? __high2float(h) : __low2float(h);
+    return v * 16384.0f * scales[row * (D / kKvFp4Group) + d / kKvFp4Group];
+  }
+}
+
+}  // namespace cuda
+}  // namespace pe

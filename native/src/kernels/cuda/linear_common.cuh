@@ -1,0 +1,110 @@
+// Helpers shared by the linear kernels (linear_gemv.cu, linear_gemv_q.cu, linear_gemm.cu):
+// weight decoders to fp16x2 built from integer ops (sm_75 has no fp8 cvt; the F2F conversion
+// pipe is 1/8 rate on sm_90, too slow for a memory-bound GEMV), the tensor-core mma, and an
+// element accessor for every weight format (slow paths).
+//
+// Exactness: every decoder here is exact. e4m3 -> fp16 keeps the 4-bit exponent and 3-bit
+// mantissa (value / 256, subnormals included); int8 -> fp16 via the 1024 + v magic number;
+// e2m1 -> fp16 (value * 2^-14, its subnormal 0.5 included); e2m1 * e4m3 group scale products are
+// exact in fp16 when the scale is taken * 2^7 (6 significant bits, range 2^-17 .. 21).
+#pragma once
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace pe {
+namespace cuda {
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// Streaming 16-byte load: weights are read once, keep them out of L1.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// Bytes 0,1 (HI = false) or 2,3 (HI = true) of u, e4m3 -> fp16x2 of value / 256. prmt with the
+// sign-replicate selector makes each 16-bit lane the sign-extended byte; << 7 moves exponent and
+// mantissa into the fp16 fields and the sign to bit 15, the mask drops bit 14 and what the low
+// lane shifted into the high one. NaN (0x7f) decodes as 480 / 256 (checkpoints hold no NaN).
+template <bool HI>
+__device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t u) {
+  const uint32_t p = prmt(u, 0u, HI ? 0xB3A2u : 0x9180u);
+  return (p << 7) & 0xBF80BF80u;
+}
+
+// Bytes 0,1 / 2,3 of u, int8 -> fp16x2 exactly: 0x64xx is 1024 + xx, xx = v + 128.
+template <bool HI>
+__device__ __forceinline__ uint32_t i8x2_to_h2(uint32_t u) {
+  const uint32_t p = prmt(u ^ 0x80808080u, 0x64646464u, HI ? 0x7362u : 0x5140u);
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&p), __half2half2(__ushort_as_half(0x6480)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Nibbles I and I + 4 of u (e2m1) -> fp16x2 of value * 2^-14: magnitude bits to 9..11 (an fp16
+// exponent of 0..3 and one mantissa bit: exactly e2m1 scaled, its e = 0 code an fp16 subnormal),
+// then the sign from bit 12 to bit 15 (v + 7 * s << 12 carries it there).
+template <int I>
+__device__ __forceinline__ uint32_t e2m1x2_to_h2(uint32_t u) {
+  const uint32_t v = (I < 3 ? (u << (9 - 4 * I)) : (u >> 3)) & 0x1E001E00u;
+  return v + 7u * (v & 0x10001000u);
+}
+
+__device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
+__device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+
+// c (16x8 f32) += a (16x16 f16, row) * b (16x8 f16, col): m16n8k16 on sm_80+, two m16n8k8 on
+// sm_75 (the same fragments: a0,a1,b0 hold k 0..7 and a2,a3,b1 k 8..15).
+__device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, const uint32_t* b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[2]), "r"(a[3]), "r"(b[1]));
+#endif
+}
+
+__device__ __forceinline__ float e4m3_to_f32(uint32_t byte) {
+  return __low2float(as_h2(e4m3x2_to_h2<false>(byte))) * 256.0f;
+}
+
+// Element (row, col) of any weight format as fp32, scales applied. Slow paths and edge shapes.
+__device__ __forceinline__ float weight_elem(const WeightView& w, int64_t row, int64_t col) {
+  const int64_t i = row * w.cols + col;
+  switch (w.dtype) {
+    case DType::F32: return static_cast<const float*>(w.data)[i];
+    case DType::F16: return f16_bits_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+    case DType::BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+    case DType::I8: return static_cast<float>(static_cast<const int8_t*>(w.data)[i]) * w.row_scale[row];
+    case DType::NVFP4: {
+      const uint32_t nib = (static_cast<const uint8_t*>(w.data)[i >> 1] >> ((i & 1) * 4)) & 0xfu;
+      const float v = __low2float(as_h2(e2m1x2_to_h2<0>(nib))) * 16384.0f;
+      return v * e4m3_to_f32(w.group_scale[i >> 4]) * w.global_scale;
+    }
+    default: {
+      const int64_t ncb = (w.cols + w.block - 1) / w.block;
+      const float s = w.block_scale[(row / w.block) * ncb + col / w.block];
+      return e4m3_to_f32(static_cast<const uint8_t*>(w.data)[i]) * s;
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace pe

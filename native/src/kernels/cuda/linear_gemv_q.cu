@@ -1,0 +1,267 @@
+// linear for decode-sized batches (n <= 8 tokens) with quantized weights (FP8 e4m3 with block
+// scales, I8 with row scales, NVFP4 with group + global scales): out[n, rows] = x[n, cols] * W^T.
+//
+// Why tensor cores for a GEMV: a fp32 FMA per weight per token plus the decode is ~100 integer
+// and FMA instructions per 16-byte load, about what an H200 SM can issue while HBM delivers that
+// load (and 8 tokens would need 8x the FMAs). With mma.sync the per-weight cost is the decode
+// alone (1.25 - 2.5 instructions per weight, integer ops, no F2F) for any n <= 8.
+//
+// Layout ("swap AB"): A (16 x k) = [x_hi; x_lo] -- rows 0..7 the tokens rounded to fp16, rows
+// 8..15 the fp16 residuals x - x_hi, so the two halves sum to x within ~2^-22 relative (the
+// result keeps the fp32 GEMV's 1e-5 tolerance; |x| is clamped to 65504). B (k x 8) = 8 weight
+// rows; C[token][row] = hi part, C[8 + token][row] = lo part, added at the end.
+// The k order inside an mma is free, so each lane streams its own 16-byte chunk of a weight row
+// (ld.global.nc, 16 fp8/int8 or 32 e2m1 values) and feeds it as 8 or 16 k-pairs; lane (g, t) also
+// builds the matching x pairs of token g. Chunks of a row are interleaved over the 4 lanes t, so
+// 4 lanes read 64 contiguous bytes per step.
+// Tiling: a warp owns T groups of 8 rows (T = 4, 2, 1 as the matrix gets shorter, so that the
+// grid still fills the GPU), 8 chunks (128 bytes) per lane in flight per step; the 8 warps of a
+// block split the columns and sum through shared memory.
+// FP8 block scales apply per 128-column segment (block % 128 == 0); I8 row scales and the NVFP4
+// global scale apply at the end; NVFP4 group scales multiply the decoded fp16 pairs (exact,
+// linear_common.cuh).
+// Status (H200, bench_kernels): n-independent as intended (n = 8 within ~15% of n = 1), but at
+// 55% (FP8) / 69% (I8) / 35% (NVFP4) of copy bandwidth on gate|up and 30-45% on the 5-12K-row
+// shapes: the kernel is issue- and latency-bound, not memory-bound. Every warp re-derives x_hi /
+// x_lo for its own columns (~10 instructions per x pair, the largest cost after the decode) and
+// waits for its loads each step. Next: build the x pairs once per block in shared memory (warps
+// then split rows, not columns) and keep one step of weight loads in flight while computing.
+// An L2 prefetch of the next step measured slower (dropped).
+#include "kernels/cuda/linear_common.cuh"
+
+namespace pe {
+namespace cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+template <DType DT>
+__host__ __device__ constexpr int values_per_chunk() { return DT == DType::NVFP4 ? 32 : 16; }
+
+// x_hi + x_lo == x (to ~2^-22 relative), both fp16x2.
+__device__ __forceinline__ void split_x(float a, float b, uint32_t& hi, uint32_t& lo) {
+  a = fminf(fmaxf(a, -65504.0f), 65504.0f);
+  b = fminf(fmaxf(b, -65504.0f), 65504.0f);
+  const __half2 h = __floats2half2_rn(a, b);
+  const float2 f = __half22float2(h);
+  hi = as_u32(h);
+  lo = as_u32(__floats2half2_rn(a - f.x, b - f.y));
+}
+
+// One 16-byte chunk -> NP fp16 pairs, in the pair order split_x is fed with (see x_pairs).
+template <DType DT>
+__device__ __forceinline__ void decode_chunk(const uint4& raw, uint32_t gsc, uint32_t* wh) {
+  const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (DT == DType::FP8_E4M3) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      wh[2 * q] = e4m3x2_to_h2<false>(u[q]);
+      wh[2 * q + 1] = e4m3x2_to_h2<true>(u[q]);
+    }
+  } else if constexpr (DT == DType::I8) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      wh[2 * q] = i8x2_to_h2<false>(u[q]);
+      wh[2 * q + 1] = i8x2_to_h2<true>(u[q]);
+    }
+  } else {
+    // Group scales of the chunk's two 16-value groups, * 2^7 (exact products, header).
+    const __half2 s = __hmul2(as_h2(e4m3x2_to_h2<false>(gsc)), __float2half2_rn(32768.0f));
+    const __half2 s0 = __low2half2(s), s1 = __high2half2(s);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const __half2 sq = q < 2 ? s0 : s1;
+      wh[4 * q + 0] = as_u32(__hmul2(as_h2(e2m1x2_to_h2<0>(u[q])), sq));
+      wh[4 * q + 1] = as_u32(__hmul2(as_h2(e2m1x2_to_h2<1>(u[q])), sq));
+      wh[4 * q + 2] = as_u32(__hmul2(as_h2(e2m1x2_to_h2<2>(u[q])), sq));
+      wh[4 * q + 3] = as_u32(__hmul2(as_h2(e2m1x2_to_h2<3>(u[q])), sq));
+    }
+  }
+}
+
+// The x values of one chunk (VPC floats at xp, or zeros) as hi/lo pairs matching decode_chunk:
+// fp8/int8 pair p = columns (2p, 2p+1); e2m1 pair 4q + i = columns (8q + i, 8q + i + 4).
+template <DType DT>
+__device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* xh, uint32_t* xl) {
+  constexpr int VPC = values_per_chunk<DT>();
+  float f[VPC];
+#pragma unroll
+  for (int e = 0; e < VPC; e += 4) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (valid) v = __ldg(reinterpret_cast<const float4*>(xp + e));
+    f[e] = v.x; f[e + 1] = v.y; f[e + 2] = v.z; f[e + 3] = v.w;
+  }
+#pragma unroll
+  for (int p = 0; p < VPC / 2; ++p) {
+    const int c0 = DT == DType::NVFP4 ? 8 * (p / 4) + p % 4 : 2 * p;
+    const int c1 = DT == DType::NVFP4 ? c0 + 4 : c0 + 1;
+    split_x(f[c0], f[c1], xh[p], xl[p]);
+  }
+}
+
+template <DType DT, int T>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block,
+                  float* __restrict__ out) {
+  constexpr int VPC = values_per_chunk<DT>();
+  constexpr int NP = VPC / 2;     // k-pairs per chunk
+  constexpr int C = 8 / T;        // chunks per row group per step
+  constexpr int KI = 4 * C * VPC; // columns per step
+  constexpr bool kFp8 = DT == DType::FP8_E4M3;
+  __shared__ float4 red[kWarps][T][32];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t rows = w.rows, cols = w.cols;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (8 * T);
+  const int64_t row_bytes = DT == DType::NVFP4 ? cols / 2 : cols;
+  const uint8_t* rowp[T];
+  const uint8_t* grow[T];   // NVFP4 group scales of the lane's row
+  const float* srow[T];     // FP8 block-scale row of the row group
+  int64_t ncb = 0;
+  if constexpr (kFp8) ncb = (cols + w.block - 1) / w.block;
+#pragma unroll
+  for (int r = 0; r < T; ++r) {
+    const int64_t row = min(row0 + 8 * r + g, rows - 1);  // clamped rows are computed, not written
+    rowp[r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
+    grow[r] = DT == DType::NVFP4 ? w.group_scale + row * (cols / 16) : nullptr;
+    srow[r] = kFp8 ? w.block_scale + (min(row0 + 8 * r, rows - 1) / w.block) * ncb : nullptr;
+  }
+  const bool has_x = g < n;
+  const float* xrow = x + static_cast<int64_t>(has_x ? g : 0) * cols;
+
+  float acc[T][4];
+#pragma unroll
+  for (int r = 0; r < T; ++r)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[r][e] = 0.0f;
+
+  const int n_it = static_cast<int>((cols + KI - 1) / KI);
+  for (int it = warp; it < n_it; it += kWarps) {
+    const int64_t kb = static_cast<int64_t>(it) * KI;
+    // All loads of the step first: 8 x 16 bytes per lane in flight.
+    uint4 raw[T][C];
+    uint32_t gsc[T][C];
+    float bsc[T][(C + 1) / 2];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t col = kb + (c * 4 + t) * VPC;
+      const bool valid = col < cols;  // cols % VPC == 0: a chunk is all in or all out
+#pragma unroll
+      for (int r = 0; r < T; ++r) {
+        raw[r][c] = make_uint4(0, 0, 0, 0);
+        gsc[r][c] = 0;
+        if (valid) {
+          raw[r][c] = load_stream(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
+          if constexpr (DT == DType::NVFP4)
+            gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
+        }
+      }
+    }
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int s = 0; s < C / 2; ++s) {
+        const int seg = it * (KI / 128) + s;  // 128-column segment index
+        const bool valid = static_cast<int64_t>(seg) * 128 < cols;
+        const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
+#pragma unroll
+        for (int r = 0; r < T; ++r) bsc[r][s] = valid ? __ldg(srow[r] + cb) * 256.0f : 0.0f;
+      }
+    }
+    float tmp[T][4];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t col = kb + (c * 4 + t) * VPC;
+      uint32_t xh[NP], xl[NP];
+      x_pairs<DT>(xrow + col, has_x && col < cols, xh, xl);
+#pragma unroll
+      for (int r = 0; r < T; ++r) {
+        uint32_t wh[NP];
+        decode_chunk<DT>(raw[r][c], gsc[r][c], wh);
+        if constexpr (kFp8) {  // per 128-column segment: tmp, then * block scale
+          if (c % 2 == 0) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tmp[r][e] = 0.0f;
+          }
+#pragma unroll
+          for (int p = 0; p < NP; p += 2) {
+            const uint32_t a[4] = {xh[p], xl[p], xh[p + 1], xl[p + 1]};
+            const uint32_t b[2] = {wh[p], wh[p + 1]};
+            mma_16816(tmp[r], a, b);
+          }
+          if (c % 2 == 1) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[r][e] = fmaf(tmp[r][e], bsc[r][c / 2], acc[r][e]);
+          }
+        } else {
+#pragma unroll
+          for (int p = 0; p < NP; p += 2) {
+            const uint32_t a[4] = {xh[p], xl[p], xh[p + 1], xl[p + 1]};
+            const uint32_t b[2] = {wh[p], wh[p + 1]};
+            mma_16816(acc[r], a, b);
+          }
+        }
+      }
+    }
+  }
+
+  // Sum the warps' column slices; C[token g][rows 2t, 2t+1] = hi (c0, c1) + lo (c2, c3).
+#pragma unroll
+  for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
+    const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
+    float s = 0.0f;
+#pragma unroll
+    for (int wp = 0; wp < kWarps; ++wp) {
+      const float4 v = red[wp][r][l];
+      s += j ? v.y + v.w : v.x + v.z;
+    }
+    const int token = l >> 2;
+    const int64_t row = row0 + 8 * r + 2 * (l & 3) + j;
+    if (token >= n || row >= rows) continue;
+    if constexpr (DT == DType::I8) s *= w.row_scale[row];
+    if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
+    out[static_cast<int64_t>(token) * rows + row] = s;
+  }
+}
+
+template <DType DT>
+void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
+  // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
+  // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape), T = 4 was the
+  // fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
+  const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
+  const int threads = kWarps * 32;
+  if (w.rows >= 4224)
+    gemv_q_kernel<DT, 4><<<grid_1d(w.rows, 32), threads, 0, stream>>>(x, n, w, seg_per_block, out);
+  else if (w.rows >= 2048)
+    gemv_q_kernel<DT, 2><<<grid_1d(w.rows, 16), threads, 0, stream>>>(x, n, w, seg_per_block, out);
+  else
+    gemv_q_kernel<DT, 1><<<grid_1d(w.rows, 8), threads, 0, stream>>>(x, n, w, seg_per_block, out);
+}
+
+inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
+
+}  // namespace
+
+bool gemv_q_supported(const float* x, const WeightView& w) {
+  if (!aligned(x, 16) || !aligned(w.data, 16)) return false;
+  switch (w.dtype) {
+    case DType::FP8_E4M3: return w.cols % 16 == 0 && w.block % 128 == 0;
+    case DType::I8: return w.cols % 16 == 0;
+    case DType::NVFP4: return w.cols % 32 == 0 && aligned(w.group_scale, 2);
+    default: return false;
+  }
+}
+
+void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
+  const int nn = static_cast<int>(n);
+  switch (w.dtype) {
+    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(x, nn, w, out, stream); break;
+    case DType::I8: launch<DType::I8>(x, nn, w, out, stream); break;
+    default: launch<DType::NVFP4>(x, nn, w, out, stream); break;
+  }
+}
+
+}  // namespace cuda
+}  // namespace pe

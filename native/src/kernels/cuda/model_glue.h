@@ -1,0 +1,33 @@
+// Small CUDA ops that connect the big ones inside the model forward (fused projections are split
+// into heads, q/k are normalized in place inside a wider row, penalties touch a few logits).
+// Device pointers, asynchronous on `stream`, no allocation. Each has a CPU twin it is tested
+// against in native/tests/test_cuda_glue.cpp.
+#pragma once
+#include <cstdint>
+
+#include "kernels/sampling.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace pe {
+namespace cuda {
+
+// dst[t, h, :] = src[t * token_stride + h * head_stride + (0 .. dim)], dst dense
+// [n_tokens, n_heads, dim]. (CPU twin: a memcpy per head.)
+void gather_heads(const float* src, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_stride,
+                  int64_t dim, float* dst, cudaStream_t stream);
+
+// In place l2 norm of n_heads rows of `dim` that start at x + t * token_stride for every token t
+// (rows of one token contiguous): x / sqrt(sum(x^2) + eps) * scale. (CPU twin: cpu::l2_norm per
+// token.) dim <= 1024.
+void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t dim, float eps,
+                   float scale, cudaStream_t stream);
+
+// Penalties on one logits row, given the distinct ids of prompt + output (n entries) and how
+// often each occurs in the output (0 for prompt-only ids): the repetition penalty on every id,
+// then -= frequency * count + presence where count > 0. Equal to cpu::apply_penalties.
+void apply_penalties(float* logits, const int32_t* ids, const int32_t* out_counts, int32_t n,
+                     const SamplingConfig& p, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace pe

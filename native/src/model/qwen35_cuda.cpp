@@ -1,0 +1,352 @@
+// CUDA model, forward pass: the same steps as Qwen35Model::forward (qwen35.cpp) on device
+// buffers; comments there explain the math, comments here the device-side choices.
+#ifdef PE_WITH_CUDA  // the CUDA model exists only in builds with the CUDA backend
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/model_glue.h"
+#include "model/qwen35_cuda_parts.h"
+
+namespace pe {
+namespace {
+
+constexpr size_t kAlign = 64;  // floats: 256-byte aligned sub-buffers
+
+int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Floats of activation workspace one step of `T` tokens needs (x, h, mix + the largest mixer/MLP).
+int64_t act_floats(const ModelConfig& c, const std::vector<DevLayer>& layers, int64_t T) {
+  int64_t in_w = 0, gu_w = 0;
+  for (const DevLayer& L : layers) {
+    in_w = std::max(in_w, L.in.width);
+    gu_w = std::max(gu_w, L.gate_up.width);
+  }
+  const int64_t gdn = aligned(T * in_w) + aligned(T * c.conv_dim()) + 2 * aligned(T * c.gdn_v_heads * c.gdn_v_dim) +
+                      4 * aligned(T * c.gdn_v_heads);
+  const int64_t att = aligned(T * in_w) + 3 * aligned(T * c.n_heads * c.head_dim) +
+                      2 * aligned(T * c.n_kv_heads * c.head_dim);
+  const int64_t mlp = aligned(T * gu_w) + aligned(T * 2 * c.intermediate) + aligned(T * c.intermediate);
+  return 3 * aligned(T * c.hidden) + std::max({gdn, att, mlp});
+}
+
+// Bump allocator over one workspace buffer, reset per use.
+struct Carve {
+  float* p;
+  float* take(int64_t n) {
+    float* r = p;
+    p += aligned(n);
+    return r;
+  }
+};
+
+}  // namespace
+
+void CudaQwen35Model::ensure_workspace(int64_t tokens, int64_t rows, int64_t ints, size_t attn_scratch) {
+  const ModelConfig& c = cfg_;
+  if (tokens > cap_tokens_) {
+    act_ = Buffer(Device::CUDA, static_cast<size_t>(act_floats(c, layers_, tokens)) * sizeof(float));
+    gdn_scratch_ = Buffer(Device::CUDA, cuda::gdn_chunked_scratch_bytes(tokens, c.gdn_v_heads));
+    cap_tokens_ = tokens;
+  }
+  if (rows > cap_rows_) {
+    logits_ = Buffer(Device::CUDA, static_cast<size_t>(rows * c.vocab) * sizeof(float));
+    cap_rows_ = rows;
+    sample_out_ = Buffer(Device::CUDA, static_cast<size_t>(rows) * (2 + 2 * PE_MAX_TOP_LOGPROBS) * 4);
+  }
+  if (ints > cap_ints_) {
+    ints_ = Buffer(Device::CUDA, static_cast<size_t>(ints) * sizeof(int32_t));
+    cap_ints_ = ints;
+  }
+  if (attn_scratch > attn_scratch_.size()) attn_scratch_ = Buffer(Device::CUDA, attn_scratch);
+  const size_t ss = cuda::sample_scratch_bytes(c.vocab);
+  if (sample_scratch_.size() < ss) {
+    sample_scratch_ = Buffer(Device::CUDA, ss);
+    penalty_row_ = Buffer(Device::CUDA, static_cast<size_t>(c.vocab) * sizeof(float));
+  }
+}
+
+void CudaQwen35Model::reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) {
+  std::lock_guard<std::mutex> lock(forward_mu_);
+  const ModelConfig& c = cfg_;
+  const size_t scratch = std::max(
+      cuda::attention_paged_scratch_bytes(1, max_context, c.n_heads, c.n_kv_heads, c.head_dim),
+      cuda::attention_paged_scratch_bytes(max_tokens, std::max<int64_t>(0, max_context - max_tokens), c.n_heads,
+                                          c.n_kv_heads, c.head_dim));
+  const int64_t pages_per_seq = max_context + 1;  // page size >= 1
+  ensure_workspace(max_tokens, max_seqs, 2 * max_tokens + max_seqs * pages_per_seq, scratch);
+}
+
+void CudaQwen35Model::linear(const float* x, int64_t n, const Projection& p, float* out) {
+  for (size_t r = 0; r < p.runs.size(); ++r)
+    cuda::linear(x, n, p.runs[r].view, out + n * p.run_offset[r], cuda::stream());
+}
+
+// Prefill chunks (and mixed batches): per sequence, conv and delta rule cut at snapshot points.
+void CudaQwen35Model::gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
+                                 const float* a_ptr, const float* b_ptr, int64_t ab_stride, float* y, float* g,
+                                 float* beta, float* o) {
+  const ModelConfig& c = cfg_;
+  cudaStream_t st = cuda::stream();
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t C = c.conv_dim(), Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
+  cuda::gdn_gates(a_ptr, b_ptr, ab_stride, T, Hv, L.A_log, L.dt_bias, g, beta, st);
+  const int64_t conv_floats = (c.conv_kernel - 1) * C, rec_floats = Hv * dk * dv;
+  // Conv over each chunk, cut at snapshot points (the conv state at the cut is what is saved).
+  int64_t r0 = 0;
+  for (const SeqChunk& s : b.seqs) {
+    int64_t done = 0;
+    auto conv_piece = [&](int64_t n) {
+      if (n <= 0) return;
+      cuda::conv1d_causal(u.ptr + (r0 + done) * u.stride, n, u.stride, C, L.conv, c.conv_kernel,
+                          gdn.conv_state(s.gdn_slot, gi), y + (r0 + done) * C, st);
+      done += n;
+    };
+    for (const auto& [offset, slot] : s.snapshots) {
+      conv_piece(offset - done);
+      mem_copy(Device::CUDA, gdn.conv_state(slot, gi), gdn.conv_state(s.gdn_slot, gi), sizeof(float) * conv_floats);
+    }
+    conv_piece(s.n_new - done);
+    r0 += s.n_new;
+  }
+  cuda::l2_norm_heads(y, T, C, Hk, dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)), st);
+  cuda::l2_norm_heads(y + Hk * dk, T, C, Hk, dk, 1e-6f, 1.0f, st);
+  r0 = 0;
+  for (const SeqChunk& s : b.seqs) {
+    int64_t done = 0;
+    auto rule_piece = [&](int64_t n) {
+      if (n <= 0) return;
+      const int64_t p0 = r0 + done;
+      cpu::GdnArgs args{y + p0 * C,  y + p0 * C + Hk * dk, C,  y + p0 * C + 2 * Hk * dk, C,
+                        g + p0 * Hv, beta + p0 * Hv,        n,  Hk, Hv, dk, dv,
+                        gdn.recurrent_state(s.gdn_slot, gi), o + p0 * Hv * dv};
+      if (n > 1)
+        cuda::gdn_chunked(args, gdn_scratch_.data(), gdn_scratch_.size(), st);
+      else
+        cuda::gdn_recurrent(args, st);
+      done += n;
+    };
+    for (const auto& [offset, slot] : s.snapshots) {
+      rule_piece(offset - done);
+      mem_copy(Device::CUDA, gdn.recurrent_state(slot, gi), gdn.recurrent_state(s.gdn_slot, gi),
+               sizeof(float) * rec_floats);
+    }
+    rule_piece(s.n_new - done);
+    r0 += s.n_new;
+  }
+}
+
+void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const float* x,
+                                float* out) {
+  const ModelConfig& c = cfg_;
+  cudaStream_t st = cuda::stream();
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t C = c.conv_dim(), Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
+  Carve w{static_cast<float*>(act_.data()) + 3 * aligned(cap_tokens_ * c.hidden)};
+  float* proj = w.take(T * L.in.width);
+  float* y = w.take(T * C);
+  float* z = w.take(T * Hv * dv);
+  float* o = w.take(T * Hv * dv);
+  float* g = w.take(T * Hv);
+  float* beta = w.take(T * Hv);
+  float* ab = w.take(2 * T * Hv);
+  linear(x, T, L.in, proj);
+  const Projection::Part u = L.in.part(0, proj, T), zp = L.in.part(1, proj, T), ap = L.in.part(2, proj, T),
+                         bp = L.in.part(3, proj, T);
+  // Gates read a and b with one stride: copy them side by side when the runs differ.
+  const float *a_ptr = ap.ptr, *b_ptr = bp.ptr;
+  int64_t ab_stride = ap.stride;
+  if (ap.stride != bp.stride) {
+    cuda::gather_heads(ap.ptr, T, ap.stride, 1, 0, Hv, ab, st);
+    cuda::gather_heads(bp.ptr, T, bp.stride, 1, 0, Hv, ab + T * Hv, st);
+    a_ptr = ab;
+    b_ptr = ab + T * Hv;
+    ab_stride = Hv;
+  }
+  bool all_decode = T == static_cast<int64_t>(b.seqs.size());
+  for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
+  if (all_decode) {
+    // One token per sequence: the batched decode op (conv step, norms, gates and the delta rule
+    // for every sequence in two launches) on dense rows; y holds the dense qkv rows here.
+    const float* qkv = u.ptr;
+    if (u.stride != C) {
+      cuda::gather_heads(u.ptr, T, u.stride, 1, 0, C, y, st);
+      qkv = y;
+    }
+    if (ab_stride != Hv) {
+      cuda::gather_heads(a_ptr, T, ab_stride, 1, 0, Hv, ab, st);
+      cuda::gather_heads(b_ptr, T, ab_stride, 1, 0, Hv, ab + T * Hv, st);
+      a_ptr = ab;
+      b_ptr = ab + T * Hv;
+    }
+    cpu::GdnDecodeArgs d{T,      qkv,   a_ptr, b_ptr, L.conv, L.A_log, L.dt_bias, d_slots_, gdn.conv_state(0, gi),
+                         gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(), Hk, Hv, dk, dv,
+                         c.conv_kernel, o};
+    cuda::gdn_decode(d, st);
+  } else {
+    gdn_chunks(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
+  }
+  const float* zd = zp.ptr;
+  if (zp.stride != Hv * dv && T > 1) {
+    cuda::gather_heads(zp.ptr, T, zp.stride, 1, 0, Hv * dv, z, st);
+    zd = z;
+  }
+  cuda::rms_norm_gated(o, zd, L.norm, T * Hv, dv, c.eps, o, st);
+  linear(o, T, L.out, out);
+}
+
+void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const float* x,
+                                      float* out) {
+  const ModelConfig& c = cfg_;
+  cudaStream_t st = cuda::stream();
+  const int64_t T = static_cast<int64_t>(b.tokens.size());
+  const int64_t Hq = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
+  Carve w{static_cast<float*>(act_.data()) + 3 * aligned(cap_tokens_ * c.hidden)};
+  float* proj = w.take(T * L.in.width);
+  float* q = w.take(T * Hq * D);
+  float* gate = w.take(T * Hq * D);
+  float* o = w.take(T * Hq * D);
+  float* kb = w.take(T * Hkv * D);
+  float* vb = w.take(T * Hkv * D);
+  linear(x, T, L.in, proj);
+  const Projection::Part qp = L.in.part(0, proj, T), kp = L.in.part(1, proj, T), vp = L.in.part(2, proj, T);
+  // q_proj rows per head: D query rows then D gate rows.
+  cuda::gather_heads(qp.ptr, T, qp.stride, Hq, 2 * D, D, q, st);
+  cuda::gather_heads(qp.ptr + D, T, qp.stride, Hq, 2 * D, D, gate, st);
+  cuda::gather_heads(kp.ptr, T, kp.stride, Hkv, D, D, kb, st);
+  cuda::gather_heads(vp.ptr, T, vp.stride, Hkv, D, D, vb, st);
+  cuda::rms_norm(q, L.q_norm, T * Hq, D, c.eps, true, q, st);
+  cuda::rms_norm(kb, L.k_norm, T * Hkv, D, c.eps, true, kb, st);
+  cuda::rope_neox(q, T, Hq * D, Hq, D, c.rot_dim, d_pos_, c.rope_theta, st);
+  cuda::rope_neox(kb, T, Hkv * D, Hkv, D, c.rot_dim, d_pos_, c.rope_theta, st);
+  cpu::PagedKV layer = kv.layer(ai);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  int64_t r0 = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const SeqChunk& s = b.seqs[i];
+    const int32_t* pt = d_pages_ + page_table_off_[i];
+    cuda::kv_write(layer, pt, s.n_past, s.n_new, kb + r0 * Hkv * D, vb + r0 * Hkv * D, st);
+    cuda::attention_paged(q + r0 * Hq * D, s.n_new, s.n_past, Hq, layer, pt, scale, gate + r0 * Hq * D,
+                          o + r0 * Hq * D, attn_scratch_.data(), attn_scratch_.size(), st);
+    r0 += s.n_new;
+  }
+  linear(o, T, L.out, out);
+}
+
+void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* out) {
+  const ModelConfig& c = cfg_;
+  cudaStream_t st = cuda::stream();
+  const int64_t I = c.intermediate;
+  Carve w{static_cast<float*>(act_.data()) + 3 * aligned(cap_tokens_ * c.hidden)};
+  float* proj = w.take(n * L.gate_up.width);
+  float* gu = w.take(n * 2 * I);
+  float* act = w.take(n * I);
+  linear(x, n, L.gate_up, proj);
+  const float* gu_ptr = proj;
+  if (L.gate_up.runs.size() > 1) {  // gate and up in separate runs: put them side by side for swiglu
+    const Projection::Part gp = L.gate_up.part(0, proj, n), up = L.gate_up.part(1, proj, n);
+    cuda::device_copy_2d(gu, 2 * I * sizeof(float), gp.ptr, gp.stride * sizeof(float), I * sizeof(float), n);
+    cuda::device_copy_2d(gu + I, 2 * I * sizeof(float), up.ptr, up.stride * sizeof(float), I * sizeof(float), n);
+    gu_ptr = gu;
+  }
+  cuda::swiglu(gu_ptr, n, I, act, st);
+  linear(act, n, L.down, out);
+}
+
+void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& res) {
+  std::lock_guard<std::mutex> lock(forward_mu_);
+  if (!ready_) fail(PE_ERR_STATE, "the model is not finalized");
+  if (kv.device() != Device::CUDA || gdn.device() != Device::CUDA)
+    fail(PE_ERR_INVALID_ARGUMENT, "the CUDA model needs KV and GDN pools in device memory");
+  const ModelConfig& c = cfg_;
+  cudaStream_t st = cuda::stream();
+  const int64_t T = static_cast<int64_t>(b.tokens.size()), H = c.hidden;
+  for (int32_t t : b.tokens)
+    if (t < 0 || t >= c.vocab) fail(PE_ERR_INVALID_ARGUMENT, "token id ", t, " outside the vocabulary");
+
+  // Token ids, positions and page tables go up in one copy.
+  host_ints_.assign(b.tokens.begin(), b.tokens.end());
+  for (const SeqChunk& s : b.seqs)
+    for (int64_t i = 0; i < s.n_new; ++i) host_ints_.push_back(static_cast<int32_t>(s.n_past + i));
+  if (static_cast<int64_t>(host_ints_.size()) != 2 * T)
+    fail(PE_ERR_INTERNAL, "batch has ", T, " tokens but its chunks cover ", host_ints_.size() - T);
+  page_table_off_.clear();
+  int64_t n_rows = 0, max_ctx = 0;
+  for (const SeqChunk& s : b.seqs) {
+    const int64_t n_pages = (s.n_past + s.n_new + kv.page_size() - 1) / kv.page_size();
+    page_table_off_.push_back(static_cast<int64_t>(host_ints_.size()) - 2 * T);
+    host_ints_.insert(host_ints_.end(), s.page_table, s.page_table + n_pages);
+    n_rows += s.logits == LogitsMode::All ? s.n_new : s.logits == LogitsMode::Last ? 1 : 0;
+    max_ctx = std::max(max_ctx, s.n_past + s.n_new);
+  }
+  const int64_t slots_off = static_cast<int64_t>(host_ints_.size());
+  for (const SeqChunk& s : b.seqs) host_ints_.push_back(s.gdn_slot);
+  size_t scratch = 0;
+  for (const SeqChunk& s : b.seqs)
+    scratch = std::max(scratch, cuda::attention_paged_scratch_bytes(s.n_new, s.n_past, c.n_heads, c.n_kv_heads,
+                                                                     c.head_dim));
+  ensure_workspace(T, b.host_outputs ? 1 : std::max<int64_t>(n_rows, 1), static_cast<int64_t>(host_ints_.size()),
+                   scratch);
+  int32_t* d_ints = ints_.as<int32_t>();
+  mem_upload(Device::CUDA, d_ints, host_ints_.data(), host_ints_.size() * sizeof(int32_t));
+  d_tokens_ = d_ints;
+  d_pos_ = d_ints + T;
+  d_pages_ = d_ints + 2 * T;
+  d_slots_ = d_ints + slots_off;
+
+  float* x = act_.as<float>();
+  float* h = x + aligned(cap_tokens_ * H);
+  float* mix = h + aligned(cap_tokens_ * H);
+  cuda::embedding(embed_.view, d_tokens_, T, x, st);
+  int64_t gi = 0, ai = 0;
+  for (const DevLayer& L : layers_) {
+    cuda::rms_norm(x, L.input_norm, T, H, c.eps, true, h, st);
+    if (L.full)
+      mixer_attention(L, ai++, b, kv, h, mix);
+    else
+      mixer_gdn(L, gi++, b, gdn, h, mix);
+    cuda::add(x, mix, T * H, x, st);
+    cuda::rms_norm(x, L.post_norm, T, H, c.eps, true, h, st);
+    mlp(L, T, h, mix);
+    cuda::add(x, mix, T * H, x, st);
+  }
+  cuda::rms_norm(x, final_norm_, T, H, c.eps, true, h, st);  // h: final hidden states
+
+  // Rows that need logits, gathered into `mix`, then one lm_head matmul.
+  res.logit_row_begin.clear();
+  int64_t row = 0, r0 = 0;
+  for (const SeqChunk& s : b.seqs) {
+    res.logit_row_begin.push_back(row);
+    const int64_t first = s.logits == LogitsMode::All ? 0 : s.logits == LogitsMode::Last ? s.n_new - 1 : s.n_new;
+    const int64_t n = s.n_new - first;
+    if (n > 0) mem_copy(Device::CUDA, mix + row * H, h + (r0 + first) * H, sizeof(float) * n * H);
+    row += n;
+    r0 += s.n_new;
+  }
+  // Engine steps keep their logits for sample(); a host-output forward (prompt logits on another
+  // thread) writes elsewhere so it cannot overwrite them between an engine forward and sample.
+  float* logits = logits_.as<float>();
+  if (b.host_outputs) {
+    const size_t need = static_cast<size_t>(std::max<int64_t>(n_rows, 1) * c.vocab) * sizeof(float);
+    if (logits_host_.size() < need) logits_host_ = Buffer(Device::CUDA, need);
+    logits = logits_host_.as<float>();
+  }
+  if (n_rows > 0) cuda::linear(mix, n_rows, cfg_.tied_embeddings ? embed_.view : lm_head_.view, logits, st);
+  if (!b.host_outputs) last_logits_ = logits;
+  if (b.host_outputs) {
+    res.logits.resize(static_cast<size_t>(n_rows * c.vocab));
+    res.hidden.resize(static_cast<size_t>(T * H));
+    mem_download(Device::CUDA, res.logits.data(), logits, res.logits.size() * sizeof(float));
+    mem_download(Device::CUDA, res.hidden.data(), h, res.hidden.size() * sizeof(float));
+  } else {
+    res.logits.clear();
+    res.hidden.clear();
+  }
+}
+
+}  // namespace pe
+
+#endif  // PE_WITH_CUDA

@@ -1,0 +1,106 @@
+// Internals of the CUDA model shared by its translation units: device weights, fused
+// projections, the workspace and the class itself (see qwen35_cuda.h for the design).
+#pragma once
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace pe {
+
+// A weight matrix in device memory (view holds the device pointers).
+struct DevMatrix {
+  WeightView view;
+  Buffer data, scales, group;
+};
+
+// Matrices that read the same input, concatenated by rows into runs. The output of run j is a
+// dense [n, rows_j] block at out + n * run_offset[j]; part p of the projection is columns
+// [part_col[p], + part_rows[p]) of run part_run[p].
+struct Projection {
+  std::vector<DevMatrix> runs;
+  std::vector<int64_t> run_offset;  // in floats per token
+  std::vector<int32_t> part_run;
+  std::vector<int64_t> part_col, part_rows;
+  int64_t width = 0;  // floats per token over all runs
+
+  struct Part {
+    float* ptr;
+    int64_t stride;  // floats between tokens
+  };
+  Part part(size_t p, float* out, int64_t n) const {
+    const DevMatrix& r = runs[part_run[p]];
+    return {out + n * run_offset[part_run[p]] + part_col[p], r.view.rows};
+  }
+};
+
+struct DevLayer {
+  bool full = false;
+  const float* input_norm = nullptr;
+  const float* post_norm = nullptr;
+  Projection in;       // attention: q | k | v; GDN: qkv | z | a | b
+  Projection gate_up;  // gate | up
+  Projection down, out;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* conv = nullptr;  // [conv_dim, K]
+  const float* dt_bias = nullptr;
+  const float* A_log = nullptr;
+  const float* norm = nullptr;
+};
+
+class CudaQwen35Model : public Model {
+ public:
+  explicit CudaQwen35Model(const ModelConfig& cfg);
+  ~CudaQwen35Model() override;
+  Device device() const override { return Device::CUDA; }
+  void finalize() override;
+  void load_dummy(DType matrix_dtype, uint64_t seed) override;
+  void forward(const Batch& batch, KvPool& kv, GdnPool& gdn, ForwardResult& out) override;
+  void sample(const ForwardResult& res, const std::vector<SampleJob>& jobs, std::vector<SampleOut>& outs) override;
+  void reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) override;
+  int64_t weight_bytes() const override { return weight_bytes_; }
+
+ private:
+  // Weight placement (qwen35_cuda_weights.cpp).
+  using MatrixSource = std::function<DevMatrix(const std::vector<std::string>& names)>;
+  void build_layers(const MatrixSource& make, const std::function<const float*(const std::string&)>& vec);
+  Projection projection(const std::vector<std::string>& names, const MatrixSource& make) const;
+  DevMatrix upload_run(const std::vector<std::string>& names);
+  DevMatrix dummy_run(const std::vector<std::string>& names, DType dtype, uint64_t seed);
+  const float* keep_vector(Buffer&& b);
+
+  // Forward pieces (qwen35_cuda.cpp).
+  void ensure_workspace(int64_t tokens, int64_t rows, int64_t ints, size_t attn_scratch);
+  void linear(const float* x, int64_t n, const Projection& p, float* out);
+  void gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
+                  const float* a_ptr, const float* b_ptr, int64_t ab_stride, float* y, float* g, float* beta, float* o);
+  void mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const float* x, float* out);
+  void mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const float* x, float* out);
+  void mlp(const DevLayer& L, int64_t n, const float* x, float* out);
+
+  std::vector<DevLayer> layers_;
+  DevMatrix embed_, lm_head_;
+  const float* final_norm_ = nullptr;
+  std::vector<Buffer> vectors_;
+  int64_t weight_bytes_ = 0;
+  bool ready_ = false;
+
+  // Workspace: activations [tokens], logits rows, int staging, attention and sampling scratch.
+  Buffer act_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_, penalty_ids_, penalty_row_;
+  int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
+  const float* last_logits_ = nullptr;
+  std::vector<int32_t> host_ints_;
+  std::vector<int64_t> page_table_off_;
+  const int32_t* d_tokens_ = nullptr;
+  const int32_t* d_pos_ = nullptr;
+  const int32_t* d_pages_ = nullptr;
+  const int32_t* d_slots_ = nullptr;  // GDN slot of each sequence
+  std::mutex forward_mu_;
+};
+
+}  // namespace pe

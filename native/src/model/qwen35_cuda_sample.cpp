@@ -1,0 +1,109 @@
+// CUDA model, sampling: penalties, sampling and logprobs run on the device logits of the last
+// forward; only the token ids (and requested logprobs) are copied back, in one transfer each.
+#ifdef PE_WITH_CUDA  // the CUDA model exists only in builds with the CUDA backend
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/model_glue.h"
+#include "model/qwen35_cuda_parts.h"
+
+namespace pe {
+namespace {
+
+bool has_penalties(const SampleJob& j) {
+  const SamplingConfig& p = j.cfg;
+  return (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) ||
+         ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && j.n_out > 0);
+}
+
+// Distinct ids of prompt + output (repetition penalty) and their output counts, as
+// cpu::apply_penalties sees them. Ids outside the vocabulary are skipped like there.
+void penalty_table(const SampleJob& j, int64_t V, std::vector<int32_t>& ids, std::vector<int32_t>& counts) {
+  std::unordered_map<int32_t, int32_t> index;
+  ids.clear();
+  counts.clear();
+  const bool rep = j.cfg.repetition_penalty != 1.0f && j.cfg.repetition_penalty > 0.0f;
+  auto add = [&](int32_t id, bool out) {
+    if (id < 0 || id >= V) return;
+    auto it = index.find(id);
+    if (it == index.end()) {
+      if (!rep && !out) return;
+      it = index.emplace(id, static_cast<int32_t>(ids.size())).first;
+      ids.push_back(id);
+      counts.push_back(0);
+    }
+    if (out) ++counts[it->second];
+  };
+  for (int64_t i = 0; i < j.n_prompt; ++i) add(j.prompt[i], false);
+  for (int64_t i = 0; i < j.n_out; ++i) add(j.out[i], true);
+  // Without presence/frequency the counts must not subtract anything.
+  if (j.cfg.presence_penalty == 0.0f && j.cfg.frequency_penalty == 0.0f) std::fill(counts.begin(), counts.end(), 0);
+}
+
+}  // namespace
+
+void CudaQwen35Model::sample(const ForwardResult& res, const std::vector<SampleJob>& jobs,
+                             std::vector<SampleOut>& outs) {
+  std::lock_guard<std::mutex> lock(forward_mu_);
+  const int64_t V = cfg_.vocab, n = static_cast<int64_t>(jobs.size());
+  outs.assign(jobs.size(), SampleOut{});
+  if (n == 0) return;
+  if (!last_logits_) fail(PE_ERR_STATE, "sample before any forward");
+  if (n > cap_rows_) fail(PE_ERR_INTERNAL, "sample: ", n, " jobs but the last forward had ", cap_rows_, " rows");
+  cudaStream_t st = cuda::stream();
+  // sample_out_: tokens [rows] | logprob [rows] | top ids [rows, 20] | top logprobs [rows, 20]
+  int32_t* d_tok = sample_out_.as<int32_t>();
+  float* d_lp = reinterpret_cast<float*>(d_tok + cap_rows_);
+  int32_t* d_top = reinterpret_cast<int32_t*>(d_lp + cap_rows_);
+  float* d_top_lp = reinterpret_cast<float*>(d_top + cap_rows_ * PE_MAX_TOP_LOGPROBS);
+  std::vector<int32_t> ids, counts;
+  for (int64_t i = 0; i < n; ++i) {
+    const SampleJob& j = jobs[i];
+    const float* row = last_logits_ + j.row * V;
+    const float* src = row;
+    if (has_penalties(j)) {
+      penalty_table(j, V, ids, counts);
+      const size_t need = 2 * ids.size() * sizeof(int32_t);
+      if (penalty_ids_.size() < need) penalty_ids_ = Buffer(Device::CUDA, std::max<size_t>(need, 1 << 16));
+      ids.insert(ids.end(), counts.begin(), counts.end());
+      mem_upload(Device::CUDA, penalty_ids_.data(), ids.data(), need);
+      float* pen = penalty_row_.as<float>();
+      mem_copy(Device::CUDA, pen, row, sizeof(float) * V);
+      const int32_t m = static_cast<int32_t>(counts.size());
+      cuda::apply_penalties(pen, penalty_ids_.as<int32_t>(), penalty_ids_.as<int32_t>() + m, m, j.cfg, st);
+      src = pen;
+    }
+    cuda::sample(src, V, j.cfg, j.u, d_tok + i, sample_scratch_.data(), sample_scratch_.size(), st);
+  }
+  std::vector<int32_t> toks(static_cast<size_t>(n));
+  mem_download(Device::CUDA, toks.data(), d_tok, sizeof(int32_t) * n);
+  bool any_lp = false;
+  for (int64_t i = 0; i < n; ++i) {
+    outs[i].token = toks[i];
+    const SampleJob& j = jobs[i];
+    if (j.n_logprobs < 0) continue;
+    any_lp = true;
+    cuda::logprobs(last_logits_ + j.row * V, V, toks[i], j.n_logprobs, d_lp + i, d_top + i * PE_MAX_TOP_LOGPROBS,
+                   d_top_lp + i * PE_MAX_TOP_LOGPROBS, st);
+  }
+  if (!any_lp) return;
+  std::vector<float> lp(static_cast<size_t>(n));
+  std::vector<int32_t> top(static_cast<size_t>(n * PE_MAX_TOP_LOGPROBS));
+  std::vector<float> top_lp(static_cast<size_t>(n * PE_MAX_TOP_LOGPROBS));
+  mem_download(Device::CUDA, lp.data(), d_lp, sizeof(float) * n);
+  mem_download(Device::CUDA, top.data(), d_top, sizeof(int32_t) * top.size());
+  mem_download(Device::CUDA, top_lp.data(), d_top_lp, sizeof(float) * top_lp.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (jobs[i].n_logprobs < 0) continue;
+    outs[i].logprob = lp[i];
+    std::copy_n(top.data() + i * PE_MAX_TOP_LOGPROBS, jobs[i].n_logprobs, outs[i].top_ids);
+    std::copy_n(top_lp.data() + i * PE_MAX_TOP_LOGPROBS, jobs[i].n_logprobs, outs[i].top_logprobs);
+  }
+}
+
+}  // namespace pe
+
+#endif  // PE_WITH_CUDA

@@ -1,0 +1,82 @@
+// cuda::gdn_decode against its CPU twin cpu::gdn_decode (itself checked against the per-sequence
+// ops in test_ops_gdn_decode): n_seqs 1, 3, 17, permuted non-contiguous slots in a pool of two
+// layers per slot (slot stride != layer size), several steps with both states carried, the test
+// checkpoints' head shapes, awkward ones (dk != dv, dv not a multiple of 4 or above 128, dk > 128)
+// and the 27B shape.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "test_cuda_util.h"
+
+using namespace pe;
+using pe_test::DevBuf;
+
+namespace {
+
+struct Shape {
+  int64_t hk, hv, dk, dv, K;
+  int64_t conv_dim() const { return 2 * hk * dk + hv * dv; }
+};
+
+void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed) {
+  pe_test::Rng rng(seed);
+  const int64_t C = s.conv_dim(), n_slots = n + 5;
+  const int64_t conv_layer = (s.K - 1) * C, rec_layer = s.hv * s.dk * s.dv;
+  const auto conv_w = rng.normals(C * s.K, 0.5f);
+  const auto A_log = rng.uniforms(s.hv, -2.0f, 1.0f), dt_bias = rng.normals(s.hv);
+  // Two layers per slot; the op works on layer 1.
+  std::vector<float> conv_pool = rng.normals(n_slots * 2 * conv_layer);
+  std::vector<float> rec_pool = rng.normals(n_slots * 2 * rec_layer, 0.3f);
+  std::vector<int32_t> slots(n_slots);
+  for (int64_t i = 0; i < n_slots; ++i) slots[i] = static_cast<int32_t>(n_slots - 1 - i);
+  for (int64_t i = n_slots - 1; i > 0; --i) std::swap(slots[i], slots[rng.below(i + 1)]);
+  slots.resize(n);
+
+  DevBuf<float> d_w(conv_w), d_A(A_log), d_dt(dt_bias), d_conv(conv_pool), d_rec(rec_pool);
+  DevBuf<int32_t> d_slots(slots);
+  DevBuf<float> d_qkv(n * C), d_a(n * s.hv), d_b(n * s.hv), d_out(n * s.hv * s.dv);
+  auto args = [&](const float* qkv, const float* a, const float* b, const float* w, const float* A,
+                  const float* dt, const int32_t* sl, float* conv, float* rec, float* out) {
+    return cpu::GdnDecodeArgs{n, qkv, a, b, w, A, dt, sl, conv + conv_layer, 2 * conv_layer,
+                              rec + rec_layer, 2 * rec_layer, s.hk, s.hv, s.dk, s.dv, s.K, out};
+  };
+  const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld K%lld n=%lld", (long long)s.hk,
+                               (long long)s.hv, (long long)s.dk, (long long)s.dv, (long long)s.K,
+                               (long long)n);
+  for (int step = 0; step < steps; ++step) {
+    const auto qkv = rng.normals(n * C), a = rng.normals(n * s.hv, 2.0f), b = rng.normals(n * s.hv, 2.0f);
+    std::vector<float> want(n * s.hv * s.dv);
+    cpu::gdn_decode(args(qkv.data(), a.data(), b.data(), conv_w.data(), A_log.data(), dt_bias.data(),
+                         slots.data(), conv_pool.data(), rec_pool.data(), want.data()));
+    d_qkv.upload(qkv);
+    d_a.upload(a);
+    d_b.upload(b);
+    d_out.poison();
+    cuda::gdn_decode(args(d_qkv.p, d_a.p, d_b.p, d_w.p, d_A.p, d_dt.p, d_slots.p, d_conv.p, d_rec.p,
+                          d_out.p),
+                     nullptr);
+    EXPECT_CLOSE("gdn_decode", cfg + cfgs(" step %d", step), d_out.download(), want, 1e-5);
+  }
+  EXPECT_CLOSE("gdn_decode", cfg + " rec state", d_rec.download(), rec_pool, 1e-5);
+  EXPECT_CLOSE("gdn_decode", cfg + " conv state", d_conv.download(), conv_pool, 0.0);
+}
+
+}  // namespace
+
+TEST(cuda_gdn_decode) {
+  // Test checkpoints' shapes; dk != dv; dv not a multiple of 4 (scalar path) or above 128 (two
+  // column blocks); dk > 128; K 1, 2, 3.
+  const Shape shapes[] = {{2, 4, 32, 32, 4}, {2, 2, 64, 64, 4}, {1, 3, 24, 40, 2}, {2, 6, 20, 8, 4},
+                          {2, 4, 32, 30, 4}, {1, 2, 64, 160, 4}, {1, 2, 200, 48, 3}, {2, 4, 32, 32, 1}};
+  for (const Shape& s : shapes)
+    for (int64_t n : {1, 3, 17}) check_decode(s, n, 3, 200 + n);
+}
+
+TEST(cuda_gdn_decode_27b_shape) {
+  for (int64_t n : {1, 3, 17}) {
+    if (small_only() && n > 3) continue;
+    check_decode({16, 48, 128, 128, 4}, n, 3, 300 + n);
+  }
+}

@@ -1,0 +1,83 @@
+// The model's glue ops (kernels/cuda/model_glue.h) against their CPU twins: head gathers out of
+// fused projection rows, in-place l2 norms of q/k heads inside the conv output rows, and the
+// sampling penalties (vs cpu::apply_penalties on the same history).
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "kernels/cuda/model_glue.h"
+#include "kernels/ops.h"
+#include "kernels/sampling.h"
+#include "test_cuda_util.h"
+
+using namespace pe;
+using pe_test::DevBuf;
+
+TEST(cuda_gather_heads) {
+  pe_test::Rng rng(1);
+  struct Case { int64_t heads, head_stride, dim, extra; };
+  for (const Case& c : {Case{1, 0, 48, 7}, Case{4, 128, 64, 3}, Case{24, 512, 256, 2048}, Case{2, 32, 32, 0}})
+    for (int64_t n : {1, 3, 17, 65}) {
+      const int64_t stride = c.heads * std::max(c.head_stride, c.dim) + c.extra;
+      const auto src = rng.normals(n * stride);
+      std::vector<float> ref(n * c.heads * c.dim);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t h = 0; h < c.heads; ++h)
+          std::memcpy(&ref[(t * c.heads + h) * c.dim], &src[t * stride + h * c.head_stride], sizeof(float) * c.dim);
+      DevBuf<float> ds(src), dd(ref.size());
+      cuda::gather_heads(ds.p, n, stride, c.heads, c.head_stride, c.dim, dd.p, nullptr);
+      EXPECT_CLOSE("gather_heads", cfgs("n=%lld heads=%lld dim=%lld", (long long)n, (long long)c.heads, (long long)c.dim),
+                   dd.download(), ref, 0.0);
+    }
+}
+
+TEST(cuda_l2_norm_heads) {
+  pe_test::Rng rng(2);
+  struct Case { int64_t heads, dim, stride_extra; float scale; };
+  for (const Case& c : {Case{2, 32, 64, 0.17f}, Case{16, 128, 4096, 0.088f}, Case{3, 24, 0, 1.0f}})
+    for (int64_t n : {1, 3, 17, 63, 1000}) {
+      const int64_t stride = c.heads * c.dim + c.stride_extra;
+      const auto x = rng.normals(n * stride, 2.0f);
+      std::vector<float> ref = x;
+      for (int64_t t = 0; t < n; ++t) cpu::l2_norm(ref.data() + t * stride, c.heads, c.dim, 1e-6f, c.scale);
+      DevBuf<float> dx(x);
+      cuda::l2_norm_heads(dx.p, n, stride, c.heads, c.dim, 1e-6f, c.scale, nullptr);
+      EXPECT_CLOSE("l2_norm_heads", cfgs("n=%lld heads=%lld dim=%lld", (long long)n, (long long)c.heads, (long long)c.dim),
+                   dx.download(), ref, 1e-5);
+    }
+}
+
+TEST(cuda_apply_penalties) {
+  pe_test::Rng rng(3);
+  const int64_t V = 1000;
+  for (int trial = 0; trial < 12; ++trial) {
+    SamplingConfig p;
+    p.repetition_penalty = trial % 3 == 0 ? 1.0f : 1.0f + 0.1f * static_cast<float>(trial);
+    p.presence_penalty = trial % 2 ? 0.4f : 0.0f;
+    p.frequency_penalty = trial % 4 < 2 ? 0.3f : 0.0f;
+    const int64_t n_prompt = rng.below(50), n_out = rng.below(40);
+    std::vector<int32_t> prompt(n_prompt), out(n_out);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng.below(120));  // overlapping ids, repeats
+    for (auto& t : out) t = static_cast<int32_t>(rng.below(120));
+    const auto logits = rng.normals(V, 4.0f);
+    std::vector<float> ref = logits;
+    cpu::apply_penalties(ref.data(), V, p, prompt.data(), n_prompt, out.data(), n_out);
+    // The table the CUDA model builds: distinct ids (prompt ids only with a repetition penalty)
+    // and output counts (zero without presence/frequency).
+    const bool rep = p.repetition_penalty != 1.0f;
+    std::map<int32_t, int32_t> counts;
+    if (rep)
+      for (int32_t t : prompt) counts[t] += 0;
+    for (int32_t t : out) ++counts[t];
+    std::vector<int32_t> ids, cnt;
+    for (auto [id, c] : counts) {
+      ids.push_back(id);
+      cnt.push_back(p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f ? 0 : c);
+    }
+    DevBuf<float> dl(logits);
+    DevBuf<int32_t> di(ids.empty() ? std::vector<int32_t>{0} : ids), dc(cnt.empty() ? std::vector<int32_t>{0} : cnt);
+    cuda::apply_penalties(dl.p, di.p, dc.p, static_cast<int32_t>(ids.size()), p, nullptr);
+    EXPECT_CLOSE("apply_penalties", cfgs("trial=%d prompt=%lld out=%lld", trial, (long long)n_prompt, (long long)n_out),
+                 dl.download(), ref, 1e-6);  // the GPU fuses frequency * count + presence (1 ulp)
+  }
+}

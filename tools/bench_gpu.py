@@ -1,0 +1,320 @@
+"""GPU benchmark of the 27B shape with dummy weights (issue 6). Not a test.
+
+Measures in ONE run, on the GPU it runs on:
+  hardware   device-to-device copy bandwidth (bytes read + written, torch) and the bf16 matmul
+             rate (torch.matmul 8192^3): the two roofs the engine's numbers are divided by
+  decode     tokens/s at batch 1, 2, 8 (dummy FP8 weights, prompt 32 tokens, greedy, ignore_eos;
+             steady state: token times after every request has its first token), bytes read per
+             step (weights except the embedding table, which is gathered, + GDN state read and
+             written + KV) and that traffic / step time / copy bandwidth = the HBM roofline share
+  prefill    tokens/s of one 4K and one 32K prompt (submit -> first token), and the share of the
+             bf16 matmul rate (2 * matmul params * tokens/s; attention FLOPs not counted)
+  depth      decode step time at context depth 1K, 8K, 32K, 64K for each KV dtype, on the 27B
+             layer shapes with --depth-layers layers (default 8: 2 attention + 6 GDN; a 64K prefill
+             of all 64 layers per dtype would cost minutes of GPU time); prints the per-step time
+             and the attention share per attention layer, so the 64-layer step is
+             short-context step + 16 x (attention at depth)
+  hf         (--hf) Hugging Face transformers, bf16, eager, random weights, same config: decode
+             tokens/s at batch 1 and prefill tokens/s at 4K, in a subprocess after the engine's GPU
+             memory is released
+
+  PYTHONPATH=. python3 tools/bench_gpu.py [--hf] [--skip-depth] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# MODEL_SPEC.md §1: the 27B-class dense shape.
+CONFIG_27B = {
+    "model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"], "vocab_size": 248320,
+    "hidden_size": 5120, "num_hidden_layers": 64, "intermediate_size": 17408, "num_attention_heads": 24,
+    "num_key_value_heads": 4, "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+    "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+    "rms_norm_eps": 1e-6, "partial_rotary_factor": 0.25, "max_position_embeddings": 262144,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+    "tie_word_embeddings": False, "hidden_act": "silu", "mtp_num_hidden_layers": 0, "eos_token_id": 248046,
+    "attention_bias": False, "full_attention_interval": 4,
+}  # fmt: skip
+
+
+def write_config(layers: int) -> str:
+    cfg = dict(CONFIG_27B, num_hidden_layers=layers)
+    cfg["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
+    d = tempfile.mkdtemp(prefix=f"pe27b_{layers}_")
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return d
+
+
+def matmul_params(c: dict) -> int:
+    """Weights every token multiplies (lm_head included, embedding excluded)."""
+    H, I, L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+    n_full = sum(1 for t in c["layer_types"] if t == "full_attention")
+    n_gdn = L - n_full
+    D, Hq, Hkv = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
+    Hk, Hv, dk, dv = (c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"],
+                      c["linear_value_head_dim"])  # fmt: skip
+    mlp = 3 * H * I
+    attn = H * (2 * Hq * D + 2 * Hkv * D) + Hq * D * H
+    gdn = H * (2 * Hk * dk + Hv * dv + Hv * dv + 2 * Hv) + Hv * dv * H
+    return L * mlp + n_full * attn + n_gdn * gdn + c["vocab_size"] * H
+
+
+def gdn_state_bytes(c: dict) -> int:
+    n_gdn = sum(1 for t in c["layer_types"] if t == "linear_attention")
+    conv = (c["linear_conv_kernel_dim"] - 1) * (2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] +
+                                                 c["linear_num_value_heads"] * c["linear_value_head_dim"])  # fmt: skip
+    rec = c["linear_num_value_heads"] * c["linear_key_head_dim"] * c["linear_value_head_dim"]
+    return n_gdn * (conv + rec) * 4
+
+
+# ---- hardware roofs (torch) ----
+def copy_bandwidth() -> float:
+    import torch
+
+    n = 4 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    reps = 10
+    for _ in range(reps):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    dt = (time.perf_counter() - t) / reps
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n / dt
+
+
+def bf16_matmul_rate() -> float:
+    import torch
+
+    n = 8192
+    a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    reps = 20
+    for _ in range(reps):
+        a @ b
+    torch.cuda.synchronize()
+    dt = (time.perf_counter() - t) / reps
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n**3 / dt
+
+
+# ---- the engine ----
+def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int):
+    from pyengine.config import ModelConfig
+    from pyengine.engine import EngineArgs, NativeEngine
+    from pyengine.model_loader import NativeModel
+
+    config = ModelConfig.from_dir(cfg_dir)
+    t = time.perf_counter()
+    model = NativeModel(cfg_dir, config, "cuda", weight_quant="fp8", load_format="dummy")
+    load_s = time.perf_counter() - t
+    args = EngineArgs(max_batch=max_batch, max_model_len=max_len, chunked_prefill_size=chunk,
+                      max_num_batched_tokens=chunk + max_batch, kv_cache_dtype=kv, prefix_cache=True,
+                      gpu_mem_ratio=0.92)  # fmt: skip
+    engine = NativeEngine(model, args, [])
+    return model, engine, load_s
+
+
+def run(engine, prompts: list[list[int]], max_tokens: int) -> tuple[float, list[list[float]]]:
+    """Submits all prompts at once; returns the submit time and each request's token times."""
+    from pyengine.sampling_params import SamplingParams
+
+    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    t0 = time.monotonic()
+    qs = [engine.add_request(p, sp, 0)[1] for p in prompts]
+    times = []
+    for q in qs:
+        ts = []
+        while True:
+            ev = q.get(timeout=600)
+            if ev.finished:
+                if ev.finish_reason not in ("length", "stop"):
+                    raise RuntimeError(f"request ended with {ev.finish_reason}: {ev.error}")
+                break
+            ts.append(ev.time)
+        times.append(ts)
+    return t0, times
+
+
+def decode_rate(engine, batch: int, n_tokens: int, seed: int) -> tuple[float, float]:
+    """(tokens/s over all requests, seconds per step) in the window where all are decoding."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(1000, 200000) for _ in range(32)] for _ in range(batch)]
+    _, times = run(engine, prompts, n_tokens)
+    start = max(ts[0] for ts in times)
+    end = min(ts[-1] for ts in times)
+    steps = [sum(1 for t in ts if start < t <= end) for ts in times]
+    step_s = (end - start) / max(1, min(steps))
+    return batch / step_s, step_s
+
+
+def prefill_rate(engine, n: int, seed: int) -> float:
+    rng = random.Random(seed)
+    prompt = [rng.randrange(1000, 200000) for _ in range(n)]
+    t0, times = run(engine, [prompt], 1)
+    return n / (times[0][0] - t0)
+
+
+def depth_step(engine, prompt: list[int], depth: int) -> float:
+    """Median decode step time after a prompt of `depth` tokens (a prefix of `prompt`: cached)."""
+    _, times = run(engine, [prompt[:depth]], 24)
+    ts = times[0]
+    return statistics.median(b - a for a, b in zip(ts[2:], ts[3:]))
+
+
+def bench_engine(args, out: dict) -> None:
+    c = dict(CONFIG_27B)
+    cfg_dir = write_config(64)
+    with open(os.path.join(cfg_dir, "config.json")) as f:
+        c = json.load(f)
+    model, engine, load_s = make_engine(cfg_dir, "fp16", 40000, 8, args.chunk)
+    wbytes = model.weight_bytes()
+    embed = c["vocab_size"] * c["hidden_size"] * 2
+    out["weights"] = {"device_bytes": wbytes, "load_dummy_s": round(load_s, 1)}
+    print(f"27B dummy FP8: weights {wbytes / 1e9:.2f} GB on the device, generated in {load_s:.1f} s", flush=True)
+    bw, mm = out["copy_bytes_per_s"], out["bf16_flops"]
+    decode_rate(engine, 1, 16, 0)  # warm-up
+    state = gdn_state_bytes(c)
+    out["decode"] = []
+    for b in (1, 2, 8):
+        tps, step = decode_rate(engine, b, args.decode_tokens, b)
+        read = (wbytes - embed) + b * state  # + KV of ~50 tokens: negligible
+        written = b * state
+        frac = (read + written) / step / bw
+        row = {"batch": b, "tok_s": round(tps, 1), "step_ms": round(step * 1e3, 3), "bytes_read_per_step": read,
+               "bytes_written_per_step": written, "hbm_fraction": round(frac, 3)}  # fmt: skip
+        out["decode"].append(row)
+        print(f"decode batch {b}: {tps:8.1f} tok/s  step {step * 1e3:7.3f} ms  read {read / 1e9:.2f} GB + written "
+              f"{written / 1e9:.2f} GB per step  = {frac * 100:.1f} % of copy bandwidth", flush=True)  # fmt: skip
+    params = matmul_params(c)
+    out["prefill"] = []
+    for n in args.prefill_sizes:
+        tps = prefill_rate(engine, n, n)
+        frac = 2 * params * tps / mm
+        out["prefill"].append({"tokens": n, "tok_s": round(tps, 1), "bf16_matmul_fraction": round(frac, 3)})
+        print(f"prefill {n:6d} tokens: {tps:8.1f} tok/s  = {frac * 100:.1f} % of the bf16 matmul rate "
+              f"(2 x {params / 1e9:.2f} G params x tok/s)", flush=True)  # fmt: skip
+    engine.close()
+    del engine, model
+
+
+def bench_depth(args, out: dict) -> None:
+    cfg_dir = write_config(args.depth_layers)
+    depths = args.depths
+    rng = random.Random(5)
+    prompt = [rng.randrange(1000, 200000) for _ in range(max(depths))]
+    out["depth"] = {"layers": args.depth_layers, "attention_layers": args.depth_layers // 4, "step_ms": {}}
+    print(f"decode step time (ms) by context depth, {args.depth_layers} layers of the 27B shape "
+          f"({args.depth_layers // 4} attention):")
+    print("  kv dtype   " + "".join(f"{d:>10d}" for d in depths))
+    for kv in ("fp16", "bf16", "fp8_e4m3", "int8", "fp4"):
+        model, engine, _ = make_engine(cfg_dir, kv, max(depths) + 64, 1, args.chunk)
+        prefill_rate(engine, max(depths), 5)  # fills the prefix cache; the depths below hit it
+        steps = [depth_step(engine, prompt, d) for d in depths]
+        engine.close()
+        del engine, model
+        out["depth"]["step_ms"][kv] = [round(s * 1e3, 3) for s in steps]
+        print(f"  {kv:9s}  " + "".join(f"{s * 1e3:10.3f}" for s in steps), flush=True)
+
+
+def bench_hf(out: dict) -> None:
+    """transformers eager bf16, random weights, in a fresh process (GPU memory of the engine freed)."""
+    code = r"""
+import json, time, torch, sys
+from transformers import Qwen3_5TextConfig, Qwen3_5ForCausalLM
+cfg = Qwen3_5TextConfig(**json.loads(sys.argv[1]))
+torch.set_default_dtype(torch.bfloat16)
+with torch.device("cuda"):
+    model = Qwen3_5ForCausalLM(cfg).eval()
+res = {}
+with torch.no_grad():
+    ids = torch.randint(1000, 200000, (1, 32), device="cuda")
+    out = model(ids, use_cache=True); past = out.past_key_values
+    tok = out.logits[:, -1:].argmax(-1)
+    times = []
+    for i in range(24):
+        torch.cuda.synchronize(); t = time.perf_counter()
+        out = model(tok, past_key_values=past, use_cache=True); past = out.past_key_values
+        tok = out.logits[:, -1:].argmax(-1); torch.cuda.synchronize(); times.append(time.perf_counter() - t)
+    times = sorted(times[4:]); res["decode_tok_s_batch1"] = 1.0 / times[len(times) // 2]
+    for n in (512, 4096):
+        ids = torch.randint(1000, 200000, (1, n), device="cuda")
+        torch.cuda.synchronize(); t = time.perf_counter(); model(ids, use_cache=False, logits_to_keep=1)
+        torch.cuda.synchronize(); res[f"prefill_tok_s_{n}"] = n / (time.perf_counter() - t)
+print("HFRESULT " + json.dumps(res))
+"""
+    cfg = dict(CONFIG_27B)
+    cfg["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(64)]
+    for k in ("model_type", "architectures", "mtp_num_hidden_layers"):
+        cfg.pop(k, None)
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], capture_output=True, text=True, timeout=900)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("HFRESULT ")), None)
+    if line is None:
+        print("transformers baseline failed:\n" + p.stdout[-2000:] + p.stderr[-3000:])
+        out["hf"] = {"error": p.stderr[-500:]}
+        return
+    res = json.loads(line[len("HFRESULT "):])
+    res["wall_s"] = round(time.perf_counter() - t, 1)
+    out["hf"] = res
+    print(f"transformers {__import__('transformers').__version__} bf16 eager: decode batch 1 "
+          f"{res['decode_tok_s_batch1']:.2f} tok/s, prefill 4K {res['prefill_tok_s_4096']:.1f} tok/s", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hf", action="store_true", help="also run the transformers baseline")
+    ap.add_argument("--skip-depth", action="store_true")
+    ap.add_argument("--skip-engine", action="store_true")
+    ap.add_argument("--depth-layers", type=int, default=8)
+    ap.add_argument("--decode-tokens", type=int, default=48)
+    ap.add_argument("--chunk", type=int, default=4096, help="chunked_prefill_size")
+    ap.add_argument("--prefill-sizes", type=int, nargs="+", default=[4096, 32768])
+    ap.add_argument("--depths", type=int, nargs="+", default=[1024, 8192, 32768, 65536])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    import torch
+
+    out: dict = {"gpu": torch.cuda.get_device_name(0), "command": " ".join(sys.argv)}
+    out["copy_bytes_per_s"] = copy_bandwidth()
+    out["bf16_flops"] = bf16_matmul_rate()
+    print(f"{out['gpu']}: copy {out['copy_bytes_per_s'] / 1e12:.2f} TB/s (read + write), "
+          f"bf16 matmul {out['bf16_flops'] / 1e12:.0f} TFLOP/s", flush=True)
+    if not args.skip_engine:
+        bench_engine(args, out)
+    if not args.skip_depth:
+        bench_depth(args, out)
+    if args.hf:
+        bench_hf(out)
+    print(json.dumps(out))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
