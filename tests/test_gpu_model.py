@@ -123,9 +123,7 @@ def test_quantized_kv_on_cuda_stays_close_to_fp16_kv(name):
             assert 0 < rel < rel_bound and top1 >= top1_bound, (dtype, rel, top1)
 
 
-@pytest.mark.parametrize("quant", ["int8", "fp8", pytest.param("nvfp4", marks=pytest.mark.xfail(
-    reason="H200 2026-11-29: NVFP4 CUDA vs CPU rel 5.6e-2, top1 0.91 on 200 tokens (int8 3.9e-4, fp8 "
-           "3.1e-3) although cuda::linear NVFP4 matches the CPU to 3.6e-4 per op: open bug"))])  # fmt: skip
+@pytest.mark.parametrize("quant", ["int8", "fp8", "nvfp4"])
 def test_weight_quant_on_cuda_matches_the_cpu_quantized_model(quant):
     """Same quantized weights on both backends (tests/test_weight_quant.py bounds what the
     quantization itself costs, on the CPU)."""

@@ -8,7 +8,6 @@
 #include "kernels/cuda/device_memory.h"
 #include "model/qwen35_cuda.h"
 #include "model/qwen35_cuda_parts.h"
-#include "model/quantize.h"
 
 namespace pe {
 
@@ -66,9 +65,11 @@ Projection CudaQwen35Model::projection(const std::vector<std::string>& names, co
   std::vector<std::vector<std::string>> runs;
   int64_t run_rows = 0;
   for (const std::string& n : names) {
-    const bool joins = !runs.empty() && dtype_of(n) == dtype_of(runs.back().front()) &&
-                       shape_of(n)[1] == shape_of(runs.back().front())[1] &&
-                       (dtype_of(n) != DType::FP8_E4M3 || run_rows % 128 == 0);
+    const std::string& head = runs.empty() ? n : runs.back().front();
+    const bool joins = !runs.empty() && dtype_of(n) == dtype_of(head) && shape_of(n)[1] == shape_of(head)[1] &&
+                       (dtype_of(n) != DType::FP8_E4M3 || run_rows % 128 == 0) &&
+                       (dtype_of(n) != DType::NVFP4 ||
+                        weights_.tensors().at(n).global_scale == weights_.tensors().at(head).global_scale);
     if (!joins) {
       runs.emplace_back();
       run_rows = 0;
@@ -87,33 +88,27 @@ Projection CudaQwen35Model::projection(const std::vector<std::string>& names, co
   return p;
 }
 
-// Host concatenation of the run's matrices, then (16/32-bit sources) the on-load quantization,
-// then one upload. FP8 runs concatenate their block-scale grids (rows are block aligned).
+// Host concatenation of the run's matrices (already in their final format: checkpoint or
+// on-load quantized per tensor, the same weights the CPU model uses), then one upload. FP8 runs
+// concatenate their block-scale grids (rows are block aligned), I8 their row scales, NVFP4 their
+// group scales (one global scale: projection() joins only equal ones).
 DevMatrix CudaQwen35Model::upload_run(const std::vector<std::string>& names) {
   WeightView v = weights_.matrix(names.front());
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> bytes, groups;
   std::vector<float> scales;
   if (names.size() > 1) {
+    v.rows = 0;
     for (const std::string& n : names) {
       const Tensor& t = weights_.get(n);
       bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
-      if (t.dtype == DType::FP8_E4M3) scales.insert(scales.end(), t.f32.begin(), t.f32.end());
+      scales.insert(scales.end(), t.f32.begin(), t.f32.end());
+      groups.insert(groups.end(), t.group_scale.begin(), t.group_scale.end());
+      v.rows += t.shape[0];
     }
-    v.rows = 0;
-    for (const std::string& n : names) v.rows += weights_.get(n).shape[0];
     v.data = bytes.data();
     if (v.dtype == DType::FP8_E4M3) v.block_scale = scales.data();
-  }
-  const bool quantize = weight_quant_ != DType::F32 &&
-                        (v.dtype == DType::F32 || v.dtype == DType::F16 || v.dtype == DType::BF16);
-  if (quantize) {
-    if (weight_quant_ == DType::NVFP4 && v.cols % 16 != 0)
-      fail(PE_ERR_INVALID_ARGUMENT, "weight_quant nvfp4: ", names.front(), " has ", v.cols,
-           " columns, not a multiple of 16");
-    QuantizedMatrix q = quantize_matrix(v, weight_quant_);
-    DevMatrix m = to_device(q.view());
-    weight_bytes_ += matrix_bytes(m);
-    return m;
+    if (v.dtype == DType::I8) v.row_scale = scales.data();
+    if (v.dtype == DType::NVFP4) v.group_scale = groups.data();
   }
   DevMatrix m = to_device(v);
   weight_bytes_ += matrix_bytes(m);
@@ -179,6 +174,7 @@ void CudaQwen35Model::build_layers(const MatrixSource& make,
 
 void CudaQwen35Model::finalize() {
   weights_.finalize();
+  if (weight_quant_ != DType::F32) weights_.quantize(weight_quant_);  // per tensor, as on the CPU
   auto vec = [&](const std::string& name) {
     const Tensor& t = weights_.get(name);
     Buffer b(Device::CUDA, t.f32.size() * sizeof(float));
