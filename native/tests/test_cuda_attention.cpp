@@ -32,8 +32,13 @@ const DType kAllKv[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DT
 // same values, so only fp32 summation order differs.
 double tol_of(DType t) { return t == DType::F32 ? 1e-5 : 1e-4; }
 
+// Which CUDA entry point a check runs: the public dispatcher, or the tensor-core prefill kernel
+// (attention_prefill_mma, tolerance kMmaTol) called directly.
+enum class Kernel { dispatch, prefill_mma };
+constexpr double kMmaTol = 3e-3;  // fp16 Q, K, V, P (cuda_ops.h)
+
 void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool gated, int64_t page,
-                     uint64_t seed) {
+                     uint64_t seed, Kernel kernel = Kernel::dispatch) {
   pe_test::Rng rng(seed);
   const int64_t total = start + n_q;
   const int64_t n_pages = (total + page - 1) / page + 3;
@@ -79,6 +84,12 @@ void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool
   dks.upload(hks);
   dvs.upload(hvs);
   DevBuf<float> dq(q), dgate(gate), dout(ref.size());
+  if (kernel == Kernel::prefill_mma) {
+    cuda::attention_prefill_mma(dq.p, n_q, start, s.hq, gkv, dpt.p, scale, gated ? dgate.p : nullptr,
+                                dout.p, nullptr);
+    EXPECT_CLOSE("prefill_mma", cfg, dout.download(), ref, kMmaTol);
+    return;
+  }
   const size_t sb = cuda::attention_paged_scratch_bytes(n_q, start, s.hq, s.hkv, s.d);
   DevBuf<uint8_t> scratch(sb);
   cuda::attention_paged(dq.p, n_q, start, s.hq, gkv, dpt.p, scale, gated ? dgate.p : nullptr, dout.p,
@@ -168,4 +179,60 @@ TEST(cuda_attention_27b_shape) {
     check_attention(s, t, small ? 40 : 1000, 1, false, 16, 8);
     check_attention(s, t, small ? 40 : 2000, 8, true, 16, 7);   // speculative verify block
   }
+}
+
+// The tensor-core prefill kernel (attention_prefill_mma, not yet behind attention_paged) against
+// the CPU twin: the checkpoint and 27B head layouts plus padded head_dims (16, 32, 40, 80: run as
+// 64 / 128 with zero columns), query counts around the 64-query block and the 16..64-key tiles,
+// from position 0 and after a cached prefix (chunked prefill), pages of 16, 64 and 7, gate on/off,
+// every cache dtype. Shapes the kernel refuses are printed as SKIP.
+TEST(cuda_attention_prefill_mma) {
+  const bool small = small_only();
+  const Shape shapes[] = {{4, 2, 64}, {8, 2, 128}, {24, 4, 256}, {6, 3, 16}, {3, 1, 32}, {2, 2, 40}, {4, 1, 80}};
+  const int64_t full_n[] = {1, 3, 17, 63, 65, 200, 1000}, small_n[] = {1, 17, 65};
+  const int64_t full_start[] = {0, 100, 1000}, small_start[] = {0, 37};
+  int runs = 0, skips = 0;
+  uint64_t seed = 1000;
+  for (const Shape& s : shapes)
+    for (DType t : kAllKv) {
+      const cpu::KvRowFormat fmt = [&] {
+        try {
+          return cpu::kv_row_format(t, s.d);
+        } catch (const std::exception&) {
+          return cpu::KvRowFormat{0, 0};
+        }
+      }();
+      const PagedKV probe{t, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512), nullptr, nullptr, 16,
+                          s.hkv, s.d};
+      if (fmt.bytes == 0 || !cuda::attention_prefill_mma_supported(1, probe)) {
+        std::printf("  %-16s %s H%lld/%lld D%lld: SKIP (unsupported)\n", "prefill_mma", dtype_name(t),
+                    (long long)s.hq, (long long)s.hkv, (long long)s.d);
+        ++skips;
+        continue;
+      }
+      const bool big = s.d >= 128;  // keep the CPU reference time of the default run short
+      for (int64_t start : small ? std::vector<int64_t>(small_start, small_start + 2)
+                                 : std::vector<int64_t>(full_start, full_start + 3))
+        for (int64_t n : small ? std::vector<int64_t>(small_n, small_n + 3)
+                               : std::vector<int64_t>(full_n, full_n + 7)) {
+          if (small && s.hq >= 24 && n > 17) continue;
+          // The padded head_dims and the slower dtypes of the big shapes: a subset of the sizes.
+          if (!small && (s.d % 64 != 0 || (big && t != DType::F16 && t != DType::F32)) && n != 1 &&
+              n != 65 && n != 200)
+            continue;
+          ++seed;
+          const int64_t page = (n + start) % 2 ? 16 : s.d % 64 ? 7 : 64;  // 7: rows straddle tiles
+          check_attention(s, t, start, n, (n + start / 100) % 2 == 1, page, seed, Kernel::prefill_mma);
+          ++runs;
+        }
+    }
+  std::printf("  prefill_mma: %d cases, %d shape/dtype pairs skipped\n", runs, skips);
+  CHECK(runs > 0);
+  // Refused shapes: head_dim not a multiple of 8 or above 256, unaligned cache.
+  CHECK(!cuda::attention_prefill_mma_supported(8, PagedKV{DType::F16, reinterpret_cast<void*>(256),
+                                                           reinterpret_cast<void*>(512), nullptr, nullptr, 16, 2, 20}));
+  CHECK(!cuda::attention_prefill_mma_supported(8, PagedKV{DType::F16, reinterpret_cast<void*>(256),
+                                                           reinterpret_cast<void*>(512), nullptr, nullptr, 16, 2, 512}));
+  CHECK(!cuda::attention_prefill_mma_supported(8, PagedKV{DType::F16, reinterpret_cast<void*>(264),
+                                                           reinterpret_cast<void*>(512), nullptr, nullptr, 16, 2, 64}));
 }

@@ -247,24 +247,55 @@ int main(int argc, char** argv) {
     }
     CK(cudaFree(state)); CK(cudaFree(gb));
   }
-  // 6. Attention prefill 4096 tokens (27B, F16 cache).
+  // 6. Attention prefill of one layer from position 0 (27B: 24 q heads, 4 kv heads, D 256, output
+  // gate), F16 cache: the fp32 SIMT tiled kernel behind attention_paged vs the tensor-core
+  // attention_prefill_mma. FLOPs causal: 2 * 2 * n^2 / 2 * D * Hq (Q K^T and P V). q, gate and
+  // out get their own buffers (32K tokens x 24 x 256 floats = 805 MB each). The old kernel at 32K
+  // runs for seconds: timed once (after one warm-up at 4K). Scratch: none (prefill of this size
+  // takes one key split; attention_paged_scratch_bytes' bound is for the split-K worst case).
   {
-    const int64_t n = quick ? 1024 : 4096, page = 16, n_pages = n / page;
-    void* kc = dalloc(n * 4 * 256 * 2, 7);
-    void* vc = dalloc(n * 4 * 256 * 2, 8);
-    std::vector<int32_t> hpt(n_pages);
-    for (int64_t i = 0; i < n_pages; ++i) hpt[i] = static_cast<int32_t>(i);
+    const int64_t Hq = 24, Hkv = 4, D = 256, page = 16, n_max = quick ? 4096 : 32768;
+    const size_t act = size_t(n_max) * Hq * D * 4;
+    float* aq = static_cast<float*>(dalloc(act, 10));  // finite floats, |x| < 2
+    float* agate = static_cast<float*>(dalloc(act, 11));
+    float* aout = static_cast<float*>(dalloc(act, 12));
+    void* kc = dalloc(size_t(n_max) * Hkv * D * 2, 7);
+    void* vc = dalloc(size_t(n_max) * Hkv * D * 2, 8);
+    std::vector<int32_t> hpt(n_max / page);
+    for (size_t i = 0; i < hpt.size(); ++i) hpt[i] = static_cast<int32_t>(i);
     int32_t* pt;
-    CK(cudaMalloc(&pt, n_pages * 4));
-    CK(cudaMemcpy(pt, hpt.data(), n_pages * 4, cudaMemcpyHostToDevice));
-    cpu::PagedKV kv{DType::F16, kc, vc, nullptr, nullptr, page, 4, 256};
-    const size_t sb = cuda::attention_paged_scratch_bytes(n, 0, 24, 4, 256);
-    void* scr;
-    CK(cudaMalloc(&scr, std::max<size_t>(sb, 1)));
-    const float ms = time_ms([&](int) { cuda::attention_paged(x, n, 0, 24, kv, pt, 0.0625f, nullptr, out, scr, sb, nullptr); });
-    char name[96];
-    std::snprintf(name, sizeof name, "attn prefill F16 n=%lld (%.0f tok/s/layer)", (long long)n, n / (ms * 1e-3));
-    report(name, ms, 2.0 * n * 4 * 256 * 2 + 8.0 * n * 24 * 256, 4.0 * n * n / 2 * 24 * 256);
+    CK(cudaMalloc(&pt, hpt.size() * 4));
+    CK(cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice));
+    const cpu::PagedKV kv{DType::F16, kc, vc, nullptr, nullptr, page, Hkv, D};
+    for (const int64_t n : {quick ? int64_t(1024) : int64_t(4096), n_max}) {
+      const double flops = 4.0 * n * n / 2 * D * Hq, bytes = 2.0 * n * Hkv * D * 2 + 12.0 * n * Hq * D;
+      auto old_kernel = [&](int) {
+        cuda::attention_paged(aq, n, 0, Hq, kv, pt, 0.0625f, agate, aout, nullptr, 0, nullptr);
+      };
+      float ms;
+      if (n > 8192) {  // one timed run
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        CK(cudaEventRecord(a));
+        old_kernel(0);
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        CK(cudaEventElapsedTime(&ms, a, b));
+        CK(cudaGetLastError());
+      } else {
+        ms = time_ms(old_kernel);
+      }
+      char name[96];
+      std::snprintf(name, sizeof name, "attn prefill tiled F16 n=%lld (%.0f tok/s/layer)", (long long)n, n / (ms * 1e-3));
+      report(name, ms, bytes, flops);
+      ms = time_ms([&](int) {
+        cuda::attention_prefill_mma(aq, n, 0, Hq, kv, pt, 0.0625f, agate, aout, nullptr);
+      });
+      std::snprintf(name, sizeof name, "attn prefill mma F16 n=%lld (%.0f tok/s/layer)", (long long)n, n / (ms * 1e-3));
+      report(name, ms, bytes, flops);
+    }
+    CK(cudaFree(aq)); CK(cudaFree(agate)); CK(cudaFree(aout)); CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt));
   }
   // 7. GDN decode step batched over sequences (27B shape): gdn_decode (2 launches per layer for
   // all sequences) vs the per-sequence ops the model calls today (conv1d, 2 l2_norms, gates,

@@ -71,6 +71,20 @@ void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, Gdn
   cpu::linear(x, T, L.z, z);
   cpu::linear(x, T, L.a, a);
   cpu::linear(x, T, L.b, bb);
+  bool all_decode = T == static_cast<int64_t>(b.seqs.size());
+  for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
+  if (all_decode) {
+    // One token per sequence: the batched step, parallel over (sequence, value head).
+    ws.slots.clear();
+    for (const SeqChunk& s : b.seqs) ws.slots.push_back(s.gdn_slot);
+    cpu::GdnDecodeArgs d{T,  u,  a,  bb, L.conv, L.A_log, L.dt_bias, ws.slots.data(), gdn.conv_state(0, gi),
+                         gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(), Hk, Hv, dk, dv,
+                         c.conv_kernel, o};
+    cpu::gdn_decode(d);
+    cpu::rms_norm_gated(o, z, L.norm, T * Hv, dv, c.eps, o);
+    cpu::linear(o, T, L.out, out);
+    return;
+  }
   cpu::gdn_gates(a, bb, Hv, T, Hv, L.A_log, L.dt_bias, g, beta);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   int64_t r0 = 0;

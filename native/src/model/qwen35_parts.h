@@ -29,7 +29,7 @@ struct Qwen35Model::LayerViews {
 // Activation buffers, grown to the largest batch seen (no allocation per step once warm).
 struct Qwen35Model::Workspace {
   std::vector<float> x, h, mix, t0, t1, t2, t3, t4, t5;
-  std::vector<int32_t> pos;
+  std::vector<int32_t> pos, slots;
   static float* get(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(n);
     return v.data();

@@ -6,13 +6,14 @@
 //   per value head h (key head h / (Hv/Hk)): S = e^g S; S += k (beta (v - S^T k))^T; o = S^T q
 // Phase 1 runs the per-sequence ops themselves (cheap at one token), phase 2 the recurrent step
 // in parallel over (sequence, value head): the state slices are disjoint because slots are.
-// The recurrent loops are gdn_recurrent's, so the result is the per-sequence ops' bits.
+// The recurrent step is gdn_recurrent's (gdn_step.h), so the result is the per-sequence ops' bits.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "core/threadpool.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/gdn_step.h"
 #include "kernels/ops.h"
 
 namespace pe {
@@ -20,31 +21,6 @@ namespace cpu {
 namespace {
 
 constexpr int kSlotY = 7;  // conv outputs and gates of every sequence (calling thread)
-
-// One token of the gated delta rule for one value head; kv_mem, delta: dv floats of scratch.
-void recurrent_step(float* S, const float* q, const float* k, const float* v, float g, float beta,
-                    int64_t dk, int64_t dv, float* kv_mem, float* delta, float* o) {
-  const float decay = std::exp(g);
-  std::fill(kv_mem, kv_mem + dv, 0.0f);
-  for (int64_t i = 0; i < dk; ++i) {
-    float* Si = S + i * dv;
-    const float ki = k[i];
-    for (int64_t j = 0; j < dv; ++j) {
-      Si[j] *= decay;
-      kv_mem[j] += Si[j] * ki;
-    }
-  }
-  for (int64_t j = 0; j < dv; ++j) delta[j] = beta * (v[j] - kv_mem[j]);
-  std::fill(o, o + dv, 0.0f);
-  for (int64_t i = 0; i < dk; ++i) {
-    float* Si = S + i * dv;
-    const float ki = k[i], qi = q[i];
-    for (int64_t j = 0; j < dv; ++j) {
-      Si[j] += ki * delta[j];
-      o[j] += Si[j] * qi;
-    }
-  }
-}
 
 }  // namespace
 
@@ -73,7 +49,7 @@ void gdn_decode(const GdnDecodeArgs& a) {
           const int64_t i = task / Hv, h = task % Hv, kh = h / r;
           const float* yi = y + i * C;
           float* S = a.rec_state + a.slots[i] * a.rec_slot_stride + h * dk * dv;
-          recurrent_step(S, yi + kh * dk, yi + Hk * dk + kh * dk, yi + 2 * Hk * dk + h * dv,
+          gdn_step(S, yi + kh * dk, yi + Hk * dk + kh * dk, yi + 2 * Hk * dk + h * dv,
                          g[task], beta[task], dk, dv, kv_mem, kv_mem + dv, a.out + task * dv);
         }
       },

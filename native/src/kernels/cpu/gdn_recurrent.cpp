@@ -13,6 +13,7 @@
 
 #include "core/threadpool.h"
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/gdn_step.h"
 #include "kernels/ops.h"
 
 namespace pe {
@@ -50,30 +51,8 @@ void gdn_recurrent(const GdnArgs& a) {
             const float* q = a.q + t * a.qk_stride + kh * dk;
             const float* k = a.k + t * a.qk_stride + kh * dk;
             const float* v = a.v + t * a.v_stride + h * dv;
-            const float decay = std::exp(a.g[t * a.Hv + h]);
-            const float beta = a.beta[t * a.Hv + h];
-            // Sweep 1: S *= decay; kv_mem = S^T k.
-            std::fill(kv_mem, kv_mem + dv, 0.0f);
-            for (int64_t i = 0; i < dk; ++i) {
-              float* Si = S + i * dv;
-              const float ki = k[i];
-              for (int64_t j = 0; j < dv; ++j) {
-                Si[j] *= decay;
-                kv_mem[j] += Si[j] * ki;
-              }
-            }
-            for (int64_t j = 0; j < dv; ++j) delta[j] = beta * (v[j] - kv_mem[j]);
-            // Sweep 2: S += k delta^T; o = S^T q.
-            float* o = a.out + (t * a.Hv + h) * dv;
-            std::fill(o, o + dv, 0.0f);
-            for (int64_t i = 0; i < dk; ++i) {
-              float* Si = S + i * dv;
-              const float ki = k[i], qi = q[i];
-              for (int64_t j = 0; j < dv; ++j) {
-                Si[j] += ki * delta[j];
-                o[j] += Si[j] * qi;
-              }
-            }
+            gdn_step(S, q, k, v, a.g[t * a.Hv + h], a.beta[t * a.Hv + h], dk, dv, kv_mem, delta,
+                     a.out + (t * a.Hv + h) * dv);
           }
         }
       },

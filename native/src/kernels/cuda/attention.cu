@@ -231,6 +231,11 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
                            scratch_bytes, stream);
     return;
   }
+  // Pending GPU verification: attention_prefill_mma (attention_prefill_mma.cu, tensor cores,
+  // tolerance 3e-3) is meant to take prefill here once test_cuda_attention's
+  // cuda_attention_prefill_mma passes on a GPU: if (attention_prefill_mma_supported(n_q, kv)) for
+  // long prefills (short chunks at depth keep the split-K tiled kernel: one block per 64 queries
+  // and head leaves most SMs idle there). Until then every prefill takes the fp32 tiled kernel.
   const Plan pl = make_plan(n_q, q_start_pos, n_heads, kv.n_kv_heads);
   const size_t need = pl.splits == 1 ? 0 : static_cast<size_t>(pl.splits) * n_q * n_heads * (kv.head_dim + 2) * sizeof(float);
   if (scratch_bytes < need)

@@ -19,6 +19,7 @@
 //   linear n <= 8 (GEMV: fp32 FMA; FP8/I8/NVFP4 mma, x hi+lo) 1e-5
 //   linear n > 8  (GEMM, fp16 operands)                     3e-3 (fp16 rounding of x and W)
 //   attention_paged (fp32 SIMT, online softmax)             1e-5 (F32 cache), 1e-4 (others)
+//   attention_prefill_mma (fp16 mma, fp32 softmax)          3e-3 (fp16 rounding of q, K, V, P)
 //   gdn_recurrent, gdn_chunked                              1e-4 (chunked vs recurrent order)
 //   sample: same token as the CPU except where u falls within ~1e-6 of a CDF step;
 //   logprobs: 1e-5 absolute, same top ids.
@@ -84,6 +85,21 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                      float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+
+// Prefill attention on the fp16 tensor cores (attention_prefill_mma.cu): exactly the semantics of
+// attention_paged (causal, GQA, optional sigmoid gate, every cache dtype), flash style: blocks of
+// 64 queries of one head, K/V tiles decoded to fp16 in shared memory, S = Q K^T and O += P V by
+// mma.sync (fp32 accumulation), online softmax in fp32 registers. No scratch, one launch.
+// Tolerance vs the CPU twin: normalized error 3e-3 (Q * scale, K, V and P rounded to fp16; expected
+// ~1e-4 .. 1e-3). NOT YET VERIFIED ON A GPU and not used by attention_paged's dispatch.
+// Supported: n_q >= 1 (at most 65535 * 64), head_dim % 8 == 0 and <= 256 (run padded to 64, 128 or
+// 256), NVFP4 head_dim % 16 == 0, cache pointers 16-byte aligned; q, gate, out need only float
+// alignment. attention_prefill_mma throws pe::Error (PE_ERR_UNSUPPORTED) on shapes the check
+// refuses, PE_ERR_INVALID_ARGUMENT on bad head counts, missing scales or positions >= 2^31.
+bool attention_prefill_mma_supported(int64_t n_q, const PagedKV& kv);
+void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                           const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
+                           float* out, cudaStream_t stream);
 
 // K <= 16. Output and state update run as two launches, so u/out/state must not alias.
 void conv1d_causal(const float* u, int64_t n, int64_t u_stride, int64_t C, const float* w,
