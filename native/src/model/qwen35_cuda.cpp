@@ -72,10 +72,14 @@ void CudaQwen35Model::ensure_workspace(int64_t tokens, int64_t rows, int64_t int
 void CudaQwen35Model::reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) {
   std::lock_guard<std::mutex> lock(forward_mu_);
   const ModelConfig& c = cfg_;
-  const size_t scratch = std::max(
-      cuda::attention_paged_scratch_bytes(1, max_context, c.n_heads, c.n_kv_heads, c.head_dim),
-      cuda::attention_paged_scratch_bytes(max_tokens, std::max<int64_t>(0, max_context - max_tokens), c.n_heads,
-                                          c.n_kv_heads, c.head_dim));
+  // Attention split-K scratch: the largest over chunk sizes at the deepest position (small
+  // chunks split the most; long prefill chunks need none).
+  size_t scratch = 0;
+  for (int64_t n : {int64_t(1), int64_t(2), int64_t(4), int64_t(8), int64_t(16), int64_t(17), int64_t(32), int64_t(64),
+                    int64_t(128), int64_t(256), int64_t(512), max_tokens})
+    if (n <= max_tokens)
+      scratch = std::max(scratch, cuda::attention_paged_scratch_bytes(n, std::max<int64_t>(0, max_context - n),
+                                                                      c.n_heads, c.n_kv_heads, c.head_dim));
   const int64_t pages_per_seq = max_context + 1;  // page size >= 1
   ensure_workspace(max_tokens, max_seqs, 2 * max_tokens + max_seqs * pages_per_seq, scratch);
 }
