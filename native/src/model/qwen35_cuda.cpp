@@ -21,15 +21,18 @@ int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 // Floats of activation workspace one step of `T` tokens needs (x, h, mix + the largest mixer/MLP).
 int64_t act_floats(const ModelConfig& c, const std::vector<DevLayer>& layers, int64_t T) {
   int64_t in_w = 0, gu_w = 0;
+  bool split_gate_up = false;  // a layer whose gate and up could not be fused needs a copy of both
   for (const DevLayer& L : layers) {
     in_w = std::max(in_w, L.in.width);
     gu_w = std::max(gu_w, L.gate_up.width);
+    split_gate_up = split_gate_up || L.gate_up.runs.size() > 1;
   }
   const int64_t gdn = aligned(T * in_w) + aligned(T * c.conv_dim()) + 2 * aligned(T * c.gdn_v_heads * c.gdn_v_dim) +
                       4 * aligned(T * c.gdn_v_heads);
   const int64_t att = aligned(T * in_w) + 3 * aligned(T * c.n_heads * c.head_dim) +
                       2 * aligned(T * c.n_kv_heads * c.head_dim);
-  const int64_t mlp = aligned(T * gu_w) + aligned(T * 2 * c.intermediate) + aligned(T * c.intermediate);
+  const int64_t mlp = aligned(T * gu_w) + (split_gate_up ? aligned(T * 2 * c.intermediate) : 0) +
+                      aligned(T * c.intermediate);
   return 3 * aligned(T * c.hidden) + std::max({gdn, att, mlp});
 }
 
@@ -246,8 +249,8 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
   const int64_t I = c.intermediate;
   Carve w{static_cast<float*>(act_.data()) + 3 * aligned(cap_tokens_ * c.hidden)};
   float* proj = w.take(n * L.gate_up.width);
-  float* gu = w.take(n * 2 * I);
   float* act = w.take(n * I);
+  float* gu = L.gate_up.runs.size() > 1 ? w.take(n * 2 * I) : nullptr;
   linear(x, n, L.gate_up, proj);
   const float* gu_ptr = proj;
   if (L.gate_up.runs.size() > 1) {  // gate and up in separate runs: put them side by side for swiglu
