@@ -11,9 +11,9 @@ Measures in ONE run, on the GPU it runs on:
              bf16 matmul rate (2 * matmul params * tokens/s; attention FLOPs not counted)
   depth      decode step time at context depth 1K, 8K, 32K, 64K for each KV dtype, on the 27B
              layer shapes with --depth-layers layers (default 8: 2 attention + 6 GDN; a 64K prefill
-             of all 64 layers per dtype would cost minutes of GPU time); prints the per-step time
-             and the attention share per attention layer, so the 64-layer step is
-             short-context step + 16 x (attention at depth)
+             of all 64 layers per dtype would cost minutes of GPU time); median of 60 decode steps;
+             prints the step time and the added time per attention layer over the 1K depth, so
+             the 64-layer step is its short-context step + 16 x that
   hf         (--hf) Hugging Face transformers, bf16, eager, random weights, same config: decode
              tokens/s at batch 1 and prefill tokens/s at 4K, in a subprocess after the engine's GPU
              memory is released
@@ -181,9 +181,9 @@ def prefill_rate(engine, n: int, seed: int) -> float:
 
 def depth_step(engine, prompt: list[int], depth: int) -> float:
     """Median decode step time after a prompt of `depth` tokens (a prefix of `prompt`: cached)."""
-    _, times = run(engine, [prompt[:depth]], 24)
+    _, times = run(engine, [prompt[:depth]], 64)
     ts = times[0]
-    return statistics.median(b - a for a, b in zip(ts[2:], ts[3:]))
+    return statistics.median(b - a for a, b in zip(ts[4:], ts[5:]))
 
 
 def bench_engine(args, out: dict) -> None:
@@ -238,7 +238,10 @@ def bench_depth(args, out: dict) -> None:
         engine.close()
         del engine, model
         out["depth"]["step_ms"][kv] = [round(s * 1e3, 3) for s in steps]
-        print(f"  {kv:9s}  " + "".join(f"{s * 1e3:10.3f}" for s in steps), flush=True)
+        n_attn = max(1, args.depth_layers // 4)
+        extra = [(s - steps[0]) / n_attn * 1e3 for s in steps]
+        print(f"  {kv:9s}  " + "".join(f"{s * 1e3:10.3f}" for s in steps) +
+              "   per attention layer over 1K: " + " ".join(f"{e:+.3f}" for e in extra[1:]), flush=True)
 
 
 def bench_hf(out: dict) -> None:
