@@ -40,19 +40,6 @@ class EngineArgs:
 KV_CACHE_DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8": 3, "int8": 4, "fp4": 6}
 
 
-# weight_quant names -> PE_DTYPE_* codes.
-WEIGHT_QUANTS = {"int8": 4, "fp8": 3, "fp8_e4m3": 3, "nvfp4": 6}
-LOAD_FORMATS = ("auto", "dummy")
-
-
-def weight_quant_code(name: str | None) -> int | None:
-    if name is None or name == "none":
-        return None
-    if name not in WEIGHT_QUANTS:
-        raise ValueError(f"weight_quant must be one of none, {', '.join(WEIGHT_QUANTS)}; got {name!r}")
-    return WEIGHT_QUANTS[name]
-
-
 def kv_dtype_code(name: str, device: str = "cpu") -> int:
     if name == "auto":
         return KV_CACHE_DTYPES["fp16" if device == "cuda" else "fp32"]

@@ -14,13 +14,25 @@ from .config import ModelConfig
 from .errors import CheckpointError
 
 
+# weight_quant names -> PE_DTYPE_* codes (on-load quantization of 16-bit weights).
+WEIGHT_QUANTS = {"int8": 4, "fp8": 3, "fp8_e4m3": 3, "nvfp4": 6}
+LOAD_FORMATS = ("auto", "dummy")
+_FP8, _BF16 = 3, 2
+
+
+def weight_quant_code(name: str | None) -> int | None:
+    if name is None or name == "none":
+        return None
+    if name not in WEIGHT_QUANTS:
+        raise ValueError(f"weight_quant must be one of none, {', '.join(WEIGHT_QUANTS)}; got {name!r}")
+    return WEIGHT_QUANTS[name]
+
+
 class NativeModel:
     """Owns a pe_model handle."""
 
     def __init__(self, model_dir: str, config: ModelConfig, device: str = "cpu", weight_quant: str | None = None,
                  load_format: str = "auto"):  # fmt: skip
-        from .engine import LOAD_FORMATS, weight_quant_code
-
         n = native()
         self._n = n
         self.config = config
@@ -46,16 +58,14 @@ class NativeModel:
         except ValueError as e:
             raise CheckpointError(f"{os.path.join(model_dir, 'config.json')}: {e}") from None
         self.handle = n.ffi.gc(out[0], n.lib.pe_model_free)
-        if load_format == "dummy":
-            # Random weights of the config's shapes (on the GPU for device="cuda"). FP8 matrices
-            # are generated directly when fp8 is asked; other formats quantize bf16 ones.
-            fp8 = quant == 3
-            if quant is not None and not fp8:
-                n.check(n.lib.pe_model_set_weight_quant(self.handle, quant), "weight_quant")
-            n.check(n.lib.pe_model_load_dummy(self.handle, 3 if fp8 else 2, 0x5EED), "dummy weights")
-            return
-        if quant is not None:
+        # Dummy FP8 weights are generated as FP8 directly; any other quantization applies at
+        # finalize (after the checkpoint or the dummy bf16 weights are in).
+        fp8_dummy = load_format == "dummy" and quant == _FP8
+        if quant is not None and not fp8_dummy:
             n.check(n.lib.pe_model_set_weight_quant(self.handle, quant), "weight_quant")
+        if load_format == "dummy":  # random weights of the config's shapes (on the GPU for cuda)
+            n.check(n.lib.pe_model_load_dummy(self.handle, _FP8 if fp8_dummy else _BF16, 0x5EED), "dummy weights")
+            return
         self._load(model_dir)
 
     def _load(self, model_dir: str) -> None:

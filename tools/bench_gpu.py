@@ -187,7 +187,6 @@ def depth_step(engine, prompt: list[int], depth: int) -> float:
 
 
 def bench_engine(args, out: dict) -> None:
-    c = dict(CONFIG_27B)
     cfg_dir = write_config(64)
     with open(os.path.join(cfg_dir, "config.json")) as f:
         c = json.load(f)

@@ -29,7 +29,6 @@ class GdnPool {
 
   Device device() const { return data_.device(); }
   int64_t slot_floats() const { return slot_floats_; }
-  float* base() const { return data_.as<float>(); }
   int64_t n_running() const { return n_running_; }
   int64_t n_snapshot() const { return n_snapshot_; }
   int64_t n_running_free() const { return static_cast<int64_t>(free_running_.size()); }

@@ -22,7 +22,6 @@ class KvPool {
   // Pointers into the pool's memory (device memory for a CUDA pool).
   cpu::PagedKV layer(int64_t attention_layer_index);
   Device device() const { return device_; }
-  DType dtype() const { return dtype_; }
   int64_t n_pages() const { return n_pages_; }
   int64_t page_size() const { return page_size_; }
   int64_t n_free() const { return static_cast<int64_t>(free_.size()); }

@@ -13,8 +13,6 @@
 
 namespace pe {
 
-const char* device_name(Device d) { return d == Device::CUDA ? "cuda" : "cpu"; }
-
 #ifndef PE_WITH_CUDA
 [[noreturn]] static void no_cuda() {
   fail(PE_ERR_UNSUPPORTED, "this build of pyengine has no CUDA backend (built without nvcc)");

@@ -11,7 +11,6 @@
 namespace pe {
 
 enum class Device : int32_t { CPU = 0, CUDA = 1 };
-const char* device_name(Device d);
 
 class Buffer {
  public:

@@ -268,24 +268,23 @@ void Engine::run_step() {
                         r.tokens.begin() + r.n_computed + c.n_tokens);
     batch.seqs.push_back(std::move(s));
   }
-  jobs_.clear();
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (batch.seqs[i].logits != LogitsMode::Last) continue;
-    const Request& r = *chunks[i].req;
-    SampleJob j;
-    j.row = static_cast<int64_t>(i);  // replaced by the row index below
-    j.cfg = r.sampling;
-    j.u = uniform_at(r.sampling.seed, static_cast<uint64_t>(r.n_generated()));
-    j.n_logprobs = r.logprobs;
-    j.prompt = r.tokens.data();
-    j.n_prompt = r.n_prompt;
-    j.out = r.tokens.data() + r.n_prompt;
-    j.n_out = r.n_generated();
-    jobs_.push_back(j);
-  }
   try {
     model_.forward(batch, *kv_, *gdn_, result_);
-    for (SampleJob& j : jobs_) j.row = result_.logit_row_begin[j.row];
+    jobs_.clear();
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (batch.seqs[i].logits != LogitsMode::Last) continue;
+      const Request& r = *chunks[i].req;
+      SampleJob j;
+      j.row = result_.logit_row_begin[i];
+      j.cfg = r.sampling;
+      j.u = uniform_at(r.sampling.seed, static_cast<uint64_t>(r.n_generated()));
+      j.n_logprobs = r.logprobs;
+      j.prompt = r.tokens.data();
+      j.n_prompt = r.n_prompt;
+      j.out = r.tokens.data() + r.n_prompt;
+      j.n_out = r.n_generated();
+      jobs_.push_back(j);
+    }
     model_.sample(result_, jobs_, samples_);
   } catch (const std::exception& e) {
     sched_->abandon(chunks);
@@ -320,15 +319,19 @@ void Engine::publish_stats() {
   s.prefix_cache_hit_tokens = cache_ ? cache_->hit_tokens() : 0;
   s.prompt_tokens = prompt_tokens_;
   s.generated_tokens = generated_tokens_;
-  s.device_bytes_in_use = device_bytes_in_use(model_.device());
   s.device_bytes_baseline = device_bytes_baseline_;
   std::lock_guard<std::mutex> g(stats_mu_);
   stats_ = s;
 }
 
 pe_engine_stats Engine::stats() {
-  std::lock_guard<std::mutex> g(stats_mu_);
-  pe_engine_stats s = stats_;
+  pe_engine_stats s;
+  {
+    std::lock_guard<std::mutex> g(stats_mu_);
+    s = stats_;
+  }
+  // Asked of the driver when read, not at every step.
+  s.device_bytes_in_use = device_bytes_in_use(model_.device());
   return s;
 }
 

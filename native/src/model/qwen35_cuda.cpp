@@ -36,6 +36,14 @@ int64_t act_floats(const ModelConfig& c, const std::vector<DevLayer>& layers, in
   return 3 * aligned(T * c.hidden) + std::max({gdn, att, mlp});
 }
 
+// n rows of `width` floats, `src_stride` floats apart, to rows `dst_stride` apart (device).
+void strided_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t width, int64_t n) {
+  cuda::device_copy_2d(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float), width * sizeof(float), n);
+}
+void dense_rows(float* dst, const float* src, int64_t src_stride, int64_t width, int64_t n) {
+  strided_rows(dst, width, src, src_stride, width, n);
+}
+
 // Bump allocator over one workspace buffer, reset per use.
 struct Carve {
   float* p;
@@ -163,31 +171,25 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   linear(x, T, L.in, proj);
   const Projection::Part u = L.in.part(0, proj, T), zp = L.in.part(1, proj, T), ap = L.in.part(2, proj, T),
                          bp = L.in.part(3, proj, T);
-  // Gates read a and b with one stride: copy them side by side when the runs differ.
+  bool all_decode = T == static_cast<int64_t>(b.seqs.size());
+  for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
+  // The gates read a and b with one stride, the decode op dense rows: copy them when needed.
   const float *a_ptr = ap.ptr, *b_ptr = bp.ptr;
   int64_t ab_stride = ap.stride;
-  if (ap.stride != bp.stride) {
-    cuda::gather_heads(ap.ptr, T, ap.stride, 1, 0, Hv, ab, st);
-    cuda::gather_heads(bp.ptr, T, bp.stride, 1, 0, Hv, ab + T * Hv, st);
+  if (ap.stride != bp.stride || (all_decode && ap.stride != Hv)) {
+    dense_rows(ab, ap.ptr, ap.stride, Hv, T);
+    dense_rows(ab + T * Hv, bp.ptr, bp.stride, Hv, T);
     a_ptr = ab;
     b_ptr = ab + T * Hv;
     ab_stride = Hv;
   }
-  bool all_decode = T == static_cast<int64_t>(b.seqs.size());
-  for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
   if (all_decode) {
     // One token per sequence: the batched decode op (conv step, norms, gates and the delta rule
     // for every sequence in two launches) on dense rows; y holds the dense qkv rows here.
     const float* qkv = u.ptr;
     if (u.stride != C) {
-      cuda::gather_heads(u.ptr, T, u.stride, 1, 0, C, y, st);
+      dense_rows(y, u.ptr, u.stride, C, T);
       qkv = y;
-    }
-    if (ab_stride != Hv) {
-      cuda::gather_heads(a_ptr, T, ab_stride, 1, 0, Hv, ab, st);
-      cuda::gather_heads(b_ptr, T, ab_stride, 1, 0, Hv, ab + T * Hv, st);
-      a_ptr = ab;
-      b_ptr = ab + T * Hv;
     }
     cpu::GdnDecodeArgs d{T,      qkv,   a_ptr, b_ptr, L.conv, L.A_log, L.dt_bias, d_slots_, gdn.conv_state(0, gi),
                          gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(), Hk, Hv, dk, dv,
@@ -198,7 +200,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   }
   const float* zd = zp.ptr;
   if (zp.stride != Hv * dv && T > 1) {
-    cuda::gather_heads(zp.ptr, T, zp.stride, 1, 0, Hv * dv, z, st);
+    dense_rows(z, zp.ptr, zp.stride, Hv * dv, T);
     zd = z;
   }
   cuda::rms_norm_gated(o, zd, L.norm, T * Hv, dv, c.eps, o, st);
@@ -223,8 +225,8 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
   // q_proj rows per head: D query rows then D gate rows.
   cuda::gather_heads(qp.ptr, T, qp.stride, Hq, 2 * D, D, q, st);
   cuda::gather_heads(qp.ptr + D, T, qp.stride, Hq, 2 * D, D, gate, st);
-  cuda::gather_heads(kp.ptr, T, kp.stride, Hkv, D, D, kb, st);
-  cuda::gather_heads(vp.ptr, T, vp.stride, Hkv, D, D, vb, st);
+  dense_rows(kb, kp.ptr, kp.stride, Hkv * D, T);
+  dense_rows(vb, vp.ptr, vp.stride, Hkv * D, T);
   cuda::rms_norm(q, L.q_norm, T * Hq, D, c.eps, true, q, st);
   cuda::rms_norm(kb, L.k_norm, T * Hkv, D, c.eps, true, kb, st);
   cuda::rope_neox(q, T, Hq * D, Hq, D, c.rot_dim, d_pos_, c.rope_theta, st);
@@ -255,8 +257,8 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
   const float* gu_ptr = proj;
   if (L.gate_up.runs.size() > 1) {  // gate and up in separate runs: put them side by side for swiglu
     const Projection::Part gp = L.gate_up.part(0, proj, n), up = L.gate_up.part(1, proj, n);
-    cuda::device_copy_2d(gu, 2 * I * sizeof(float), gp.ptr, gp.stride * sizeof(float), I * sizeof(float), n);
-    cuda::device_copy_2d(gu + I, 2 * I * sizeof(float), up.ptr, up.stride * sizeof(float), I * sizeof(float), n);
+    strided_rows(gu, 2 * I, gp.ptr, gp.stride, I, n);
+    strided_rows(gu + I, 2 * I, up.ptr, up.stride, I, n);
     gu_ptr = gu;
   }
   cuda::swiglu(gu_ptr, n, I, act, st);
@@ -299,7 +301,6 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
                    scratch);
   int32_t* d_ints = ints_.as<int32_t>();
   mem_upload(Device::CUDA, d_ints, host_ints_.data(), host_ints_.size() * sizeof(int32_t));
-  d_tokens_ = d_ints;
   d_pos_ = d_ints + T;
   d_pages_ = d_ints + 2 * T;
   d_slots_ = d_ints + slots_off;
@@ -307,7 +308,7 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   float* x = act_.as<float>();
   float* h = x + aligned(cap_tokens_ * H);
   float* mix = h + aligned(cap_tokens_ * H);
-  cuda::embedding(embed_.view, d_tokens_, T, x, st);
+  cuda::embedding(embed_.view, d_ints, T, x, st);  // token ids first
   int64_t gi = 0, ai = 0;
   for (const DevLayer& L : layers_) {
     cuda::rms_norm(x, L.input_norm, T, H, c.eps, true, h, st);

@@ -20,12 +20,12 @@ struct DevMatrix {
 
 // Matrices that read the same input, concatenated by rows into runs. The output of run j is a
 // dense [n, rows_j] block at out + n * run_offset[j]; part p of the projection is columns
-// [part_col[p], + part_rows[p]) of run part_run[p].
+// starting at part_col[p] of run part_run[p].
 struct Projection {
   std::vector<DevMatrix> runs;
   std::vector<int64_t> run_offset;  // in floats per token
   std::vector<int32_t> part_run;
-  std::vector<int64_t> part_col, part_rows;
+  std::vector<int64_t> part_col;
   int64_t width = 0;  // floats per token over all runs
 
   struct Part {
@@ -96,7 +96,6 @@ class CudaQwen35Model : public Model {
   const float* last_logits_ = nullptr;
   std::vector<int32_t> host_ints_;
   std::vector<int64_t> page_table_off_;
-  const int32_t* d_tokens_ = nullptr;
   const int32_t* d_pos_ = nullptr;
   const int32_t* d_pages_ = nullptr;
   const int32_t* d_slots_ = nullptr;  // GDN slot of each sequence

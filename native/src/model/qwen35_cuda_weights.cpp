@@ -1,5 +1,5 @@
-// CUDA model, weight placement: upload (with optional on-load quantization) or dummy generation,
-// and the fused projections (qwen35_cuda.h explains why they are fused).
+// CUDA model, weight placement: upload (weights as the WeightStore holds them, on-load quantized
+// there) or dummy generation, and the fused projections (qwen35_cuda.h explains why).
 #ifdef PE_WITH_CUDA  // the CUDA model exists only in builds with the CUDA backend
 #include <functional>
 #include <string>
@@ -76,7 +76,6 @@ Projection CudaQwen35Model::projection(const std::vector<std::string>& names, co
     }
     p.part_run.push_back(static_cast<int32_t>(runs.size() - 1));
     p.part_col.push_back(run_rows);
-    p.part_rows.push_back(shape_of(n)[0]);
     runs.back().push_back(n);
     run_rows += shape_of(n)[0];
   }

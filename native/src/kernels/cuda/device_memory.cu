@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/kv_codec.cuh"
 
 namespace pe {
 namespace cuda {
@@ -73,24 +74,6 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Round-to-nearest fp32 -> e4m3fn, saturating at 448 (|x| small enough here: no NaN inputs).
-__device__ __forceinline__ uint8_t f32_to_e4m3(float x) {
-  const uint32_t sign = x < 0.0f ? 0x80u : 0u;
-  float a = fminf(fabsf(x), 448.0f);
-  if (a < 0.0009765625f) return static_cast<uint8_t>(sign);  // below half the smallest subnormal
-  int e;
-  frexpf(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  int exp_field = e - 1 + 7;
-  if (exp_field < 1) {  // subnormal: value = mant/8 * 2^-6
-    const int mant = __float2int_rn(a * 512.0f);
-    return static_cast<uint8_t>(sign | (mant >= 8 ? 0x08u : static_cast<uint32_t>(mant)));
-  }
-  int mant = __float2int_rn((a / ldexpf(1.0f, e - 1) - 1.0f) * 8.0f);
-  if (mant == 8) { mant = 0; ++exp_field; }
-  if (exp_field > 15 || (exp_field == 15 && mant > 6)) { exp_field = 15; mant = 6; }
-  return static_cast<uint8_t>(sign | (exp_field << 3) | mant);
-}
-
 __global__ void fill_random_kernel(void* dst, int dtype, int64_t n, uint64_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
@@ -99,7 +82,7 @@ __global__ void fill_random_kernel(void* dst, int dtype, int64_t n, uint64_t see
       case 0: static_cast<float*>(dst)[i] = v; break;
       case 1: static_cast<__half*>(dst)[i] = __float2half(v); break;
       case 2: static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16(v); break;
-      default: static_cast<uint8_t*>(dst)[i] = f32_to_e4m3(v); break;
+      default: static_cast<uint8_t*>(dst)[i] = kv_enc_fp8(v); break;  // the CPU's rounding
     }
   }
 }
