@@ -164,17 +164,10 @@ def api_server() -> ServerProcess:
                       api_key=API_KEY)
 
 
-def plain_server() -> ServerProcess:
-    """No API key, prefix cache off so that freed pages return exactly to the baseline."""
-    # One engine thread leaves the other core to the browser test's Chromium, so a long
-    # generation to stop lasts long enough even on CI's two cores.
-    return get_server("plain", "--max_model_len", "4096", "--max_batch", "4",
-                      "--prefix_cache", "off", "--threads", "1")
-
-
 def browser_server() -> ServerProcess:
-    """The embedded chat model (real text in the screenshots; ~300 tokens/s on two cores, so a
-    long answer lasts seconds and the stop button always lands mid-generation)."""
+    """The embedded chat model, prefix cache off (freed requests return every page): real text in
+    the screenshots, and ~300-450 tokens/s on two cores, so a long answer lasts seconds and a stop
+    click or a client disconnect always lands mid-generation."""
     return get_server("browser", "--max_model_len", "8192", "--max_batch", "4", "--prefix_cache", "off",
                       "--threads", "1", embedded_model=True)
 
