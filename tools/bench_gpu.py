@@ -17,8 +17,12 @@ Measures in ONE run, on the GPU it runs on:
   hf         (--hf) Hugging Face transformers, bf16, eager, random weights, same config: decode
              tokens/s at batch 1 and prefill tokens/s at 4K, in a subprocess after the engine's GPU
              memory is released
+  graphs     (--cuda-graphs) the decode rows again with the engine option cuda_graphs on (same
+             model, a second engine), and the same A/B on the embedded default model (tiny, so
+             launch-bound: where replaying graphs matters most)
 
-  PYTHONPATH=. python3 tools/bench_gpu.py [--hf] [--skip-depth] [--out results.json]
+  PYTHONPATH=. python3 tools/bench_gpu.py [--hf] [--skip-depth] [--cuda-graphs] [--prefill-sizes N ...]
+                                          [--out results.json]     (--prefill-sizes with no sizes: none)
 """
 
 from __future__ import annotations
@@ -125,18 +129,23 @@ def bf16_matmul_rate() -> float:
 # ---- the engine ----
 def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int):
     from pyengine.config import ModelConfig
-    from pyengine.engine import EngineArgs, NativeEngine
     from pyengine.model_loader import NativeModel
 
     config = ModelConfig.from_dir(cfg_dir)
     t = time.perf_counter()
     model = NativeModel(cfg_dir, config, "cuda", weight_quant="fp8", load_format="dummy")
     load_s = time.perf_counter() - t
+    return model, engine_on(model, kv, max_len, max_batch, chunk), load_s
+
+
+def engine_on(model, kv: str, max_len: int, max_batch: int, chunk: int, cuda_graphs: bool = False, **kw):
+    from pyengine.engine import EngineArgs, NativeEngine
+
+    kw.setdefault("gpu_mem_ratio", 0.92)
     args = EngineArgs(max_batch=max_batch, max_model_len=max_len, chunked_prefill_size=chunk,
                       max_num_batched_tokens=chunk + max_batch, kv_cache_dtype=kv, prefix_cache=True,
-                      gpu_mem_ratio=0.92)  # fmt: skip
-    engine = NativeEngine(model, args, [])
-    return model, engine, load_s
+                      cuda_graphs=cuda_graphs, **kw)  # fmt: skip
+    return NativeEngine(model, args, [])
 
 
 def run(engine, prompts: list[list[int]], max_tokens: int) -> tuple[float, list[list[float]]]:
@@ -160,10 +169,10 @@ def run(engine, prompts: list[list[int]], max_tokens: int) -> tuple[float, list[
     return t0, times
 
 
-def decode_rate(engine, batch: int, n_tokens: int, seed: int) -> tuple[float, float]:
+def decode_rate(engine, batch: int, n_tokens: int, seed: int, vocab: int = 200000) -> tuple[float, float]:
     """(tokens/s over all requests, seconds per step) in the window where all are decoding."""
     rng = random.Random(seed)
-    prompts = [[rng.randrange(1000, 200000) for _ in range(32)] for _ in range(batch)]
+    prompts = [[rng.randrange(min(1000, vocab // 2), vocab) for _ in range(32)] for _ in range(batch)]
     _, times = run(engine, prompts, n_tokens)
     start = max(ts[0] for ts in times)
     end = min(ts[-1] for ts in times)
@@ -196,19 +205,27 @@ def bench_engine(args, out: dict) -> None:
     out["weights"] = {"device_bytes": wbytes, "load_dummy_s": round(load_s, 1)}
     print(f"27B dummy FP8: weights {wbytes / 1e9:.2f} GB on the device, generated in {load_s:.1f} s", flush=True)
     bw, mm = out["copy_bytes_per_s"], out["bf16_flops"]
-    decode_rate(engine, 1, 16, 0)  # warm-up
     state = gdn_state_bytes(c)
-    out["decode"] = []
-    for b in (1, 2, 8):
-        tps, step = decode_rate(engine, b, args.decode_tokens, b)
-        read = (wbytes - embed) + b * state  # + KV of ~50 tokens: negligible
-        written = b * state
-        frac = (read + written) / step / bw
-        row = {"batch": b, "tok_s": round(tps, 1), "step_ms": round(step * 1e3, 3), "bytes_read_per_step": read,
-               "bytes_written_per_step": written, "hbm_fraction": round(frac, 3)}  # fmt: skip
-        out["decode"].append(row)
-        print(f"decode batch {b}: {tps:8.1f} tok/s  step {step * 1e3:7.3f} ms  read {read / 1e9:.2f} GB + written "
-              f"{written / 1e9:.2f} GB per step  = {frac * 100:.1f} % of copy bandwidth", flush=True)  # fmt: skip
+
+    def decode_rows(engine, key: str, label: str) -> None:
+        decode_rate(engine, 1, 16, 0)  # warm-up
+        out[key] = []
+        for b in (1, 2, 8):
+            tps, step = decode_rate(engine, b, args.decode_tokens, b)
+            read = (wbytes - embed) + b * state  # + KV of ~50 tokens: negligible
+            written = b * state
+            frac = (read + written) / step / bw
+            row = {"batch": b, "tok_s": round(tps, 1), "step_ms": round(step * 1e3, 3), "bytes_read_per_step": read,
+                   "bytes_written_per_step": written, "hbm_fraction": round(frac, 3)}  # fmt: skip
+            out[key].append(row)
+            print(f"decode{label} batch {b}: {tps:8.1f} tok/s  step {step * 1e3:7.3f} ms  read {read / 1e9:.2f} GB + "
+                  f"written {written / 1e9:.2f} GB per step  = {frac * 100:.1f} % of copy bandwidth", flush=True)  # fmt: skip
+
+    decode_rows(engine, "decode", "")
+    if args.cuda_graphs:
+        engine.close()
+        engine = engine_on(model, "fp16", 40000, 8, args.chunk, cuda_graphs=True)
+        decode_rows(engine, "decode_cuda_graphs", " (cuda_graphs)")
     params = matmul_params(c)
     out["prefill"] = []
     for n in args.prefill_sizes:
@@ -219,6 +236,30 @@ def bench_engine(args, out: dict) -> None:
               f"(2 x {params / 1e9:.2f} G params x tok/s)", flush=True)  # fmt: skip
     engine.close()
     del engine, model
+
+
+def bench_default_model_graphs(args, out: dict) -> None:
+    """Decode A/B of cuda_graphs on the embedded default model (small: launch-bound)."""
+    from pyengine.config import ModelConfig
+    from pyengine.llm import default_model_path
+    from pyengine.model_loader import NativeModel
+
+    path = default_model_path()
+    config = ModelConfig.from_dir(path)
+    model = NativeModel(path, config, "cuda")
+    out["default_model_decode"] = {}
+    for graphs in (False, True):
+        engine = engine_on(model, "fp16", 512, 8, 256, cuda_graphs=graphs, kv_cache_bytes=1 << 30)
+        decode_rate(engine, 1, 16, 0, config.vocab_size)  # warm-up
+        rows = []
+        for b in (1, 2, 8):
+            tps, step = decode_rate(engine, b, args.decode_tokens, b, config.vocab_size)
+            rows.append({"batch": b, "tok_s": round(tps, 1), "step_ms": round(step * 1e3, 3)})
+            print(f"default model decode (cuda_graphs {'on' if graphs else 'off'}) batch {b}: {tps:8.1f} tok/s  "
+                  f"step {step * 1e3:7.3f} ms", flush=True)  # fmt: skip
+        out["default_model_decode"]["on" if graphs else "off"] = rows
+        engine.close()
+    del model
 
 
 def bench_depth(args, out: dict) -> None:
@@ -295,7 +336,8 @@ def main() -> None:
     ap.add_argument("--depth-layers", type=int, default=8)
     ap.add_argument("--decode-tokens", type=int, default=48)
     ap.add_argument("--chunk", type=int, default=4096, help="chunked_prefill_size")
-    ap.add_argument("--prefill-sizes", type=int, nargs="+", default=[4096, 32768])
+    ap.add_argument("--prefill-sizes", type=int, nargs="*", default=[4096, 32768])
+    ap.add_argument("--cuda-graphs", action="store_true", help="A/B decode with the engine option cuda_graphs")
     ap.add_argument("--depths", type=int, nargs="+", default=[1024, 8192, 32768, 65536])
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -306,6 +348,8 @@ def main() -> None:
     out["bf16_flops"] = bf16_matmul_rate()
     print(f"{out['gpu']}: copy {out['copy_bytes_per_s'] / 1e12:.2f} TB/s (read + write), "
           f"bf16 matmul {out['bf16_flops'] / 1e12:.0f} TFLOP/s", flush=True)
+    if args.cuda_graphs:
+        bench_default_model_graphs(args, out)
     if not args.skip_engine:
         bench_engine(args, out)
     if not args.skip_depth:

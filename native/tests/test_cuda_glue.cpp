@@ -1,6 +1,8 @@
 // The model's glue ops (kernels/cuda/model_glue.h) against their CPU twins: head gathers out of
 // fused projection rows, in-place l2 norms of q/k heads inside the conv output rows, and the
-// sampling penalties (vs cpu::apply_penalties on the same history).
+// sampling penalties (vs cpu::apply_penalties on the same history), and the attention inputs
+// (q/gate split, q/k norms and RoPE in one launch, vs cpu::attention_inputs).
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -80,4 +82,47 @@ TEST(cuda_apply_penalties) {
     EXPECT_CLOSE("apply_penalties", cfgs("trial=%d prompt=%lld out=%lld", trial, (long long)n_prompt, (long long)n_out),
                  dl.download(), ref, 1e-6);  // the GPU fuses frequency * count + presence (1 ulp)
   }
+}
+
+TEST(cuda_attention_inputs) {
+  pe_test::Rng rng(4);
+  struct Case { int64_t Hq, Hkv, D, rot; float theta; };
+  for (const Case& c : {Case{1, 1, 4, 2, 1e4f}, Case{4, 2, 48, 16, 1e6f}, Case{6, 2, 128, 128, 1e4f},
+                        Case{24, 4, 256, 64, 1e7f}, Case{3, 1, 512, 0, 1e4f}})
+    for (int64_t T : {1, 3, 17}) {
+      const int64_t q_stride = c.Hq * 2 * c.D + 2 * c.Hkv * c.D + 7, kv_stride = c.Hkv * c.D + 9;
+      const auto qg = rng.normals(T * q_stride, 2.0f), k_in = rng.normals(T * kv_stride, 2.0f),
+                 v_in = rng.normals(T * kv_stride), qw = rng.normals(c.D, 0.3f), kw = rng.normals(c.D, 0.3f);
+      std::vector<int32_t> pos(T);
+      for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(rng.below(262144));
+      std::vector<float> q(T * c.Hq * c.D), gate(q.size()), k(T * c.Hkv * c.D), v(k.size());
+      cpu::attention_inputs({qg.data(), q_stride, k_in.data(), kv_stride, v_in.data(), kv_stride, qw.data(), kw.data(),
+                             pos.data(), T, c.Hq, c.Hkv, c.D, c.rot, 1e-6f, c.theta, q.data(), gate.data(), k.data(),
+                             v.data()});
+      DevBuf<float> dqg(qg), dk_in(k_in), dv_in(v_in), dqw(qw), dkw(kw), dq(q.size()), dgate(q.size()), dk(k.size()),
+          dv(v.size());
+      DevBuf<int32_t> dpos(pos);
+      cpu::AttnInputArgs a{dqg.p, q_stride, dk_in.p, kv_stride, dv_in.p, kv_stride, dqw.p, dkw.p, dpos.p, T, c.Hq,
+                           c.Hkv, c.D, c.rot, 1e-6f, c.theta, dq.p, dgate.p, dk.p, dv.p};
+      cuda::attention_inputs(a, nullptr);
+      const std::string cfg = cfgs("Hq=%lld Hkv=%lld D=%lld rot=%lld T=%lld", (long long)c.Hq, (long long)c.Hkv,
+                                   (long long)c.D, (long long)c.rot, (long long)T);
+      EXPECT_CLOSE("attention_inputs q", cfg, dq.download(), q, 1e-5);
+      EXPECT_CLOSE("attention_inputs k", cfg, dk.download(), k, 1e-5);
+      EXPECT_CLOSE("attention_inputs gate", cfg, dgate.download(), gate, 0.0);
+      EXPECT_CLOSE("attention_inputs v", cfg, dv.download(), v, 0.0);
+      // k and v in place (dense rows, as the CPU model passes them).
+      std::vector<float> kd(k.size()), vd(v.size());
+      for (int64_t t = 0; t < T; ++t) {
+        std::copy_n(&k_in[t * kv_stride], c.Hkv * c.D, &kd[t * c.Hkv * c.D]);
+        std::copy_n(&v_in[t * kv_stride], c.Hkv * c.D, &vd[t * c.Hkv * c.D]);
+      }
+      DevBuf<float> dkd(kd), dvd(vd);
+      a.k_in = a.k = dkd.p;
+      a.v_in = a.v = dvd.p;
+      a.k_stride = a.v_stride = c.Hkv * c.D;
+      cuda::attention_inputs(a, nullptr);
+      EXPECT_CLOSE("attention_inputs k in place", cfg, dkd.download(), k, 1e-5);
+      EXPECT_CLOSE("attention_inputs v in place", cfg, dvd.download(), v, 0.0);
+    }
 }

@@ -1,6 +1,6 @@
 // CUDA row norms, RoPE and element-wise ops against the CPU twins on awkward sizes: per-token
 // norms (hidden 111, 5120), per-head norms (head dims 16 .. 256), partial rotary (27B: 64 of 256
-// dims, theta 1e7, positions up to 262K), swiglu and the residual add.
+// dims, theta 1e7, positions up to 262K), swiglu, the residual add and add + norm fused.
 #include <vector>
 
 #include "kernels/ops.h"
@@ -84,4 +84,25 @@ TEST(cuda_swiglu_add) {
       cuda::add(da.p, db.p, n * I, da.p, nullptr);  // out aliases a
       EXPECT_CLOSE("add", cfg, da.download(), sum, 0.0);
     }
+}
+
+TEST(cuda_add_rms_norm) {
+  pe_test::Rng rng(5);
+  for (int64_t dim : {16, 111, 1000, 1024, 1025, 5120})
+    for (int64_t rows : {1, 3, 17, 65})
+      for (int offset = 0; offset < 2; ++offset) {
+        const auto x = rng.normals(rows * dim, 3.0f), r = rng.normals(rows * dim), w = rng.normals(dim, 0.5f);
+        std::vector<float> ref_x = x, ref(rows * dim);
+        cpu::add_rms_norm(ref_x.data(), r.data(), w.data(), rows, dim, 1e-6f, offset != 0, ref.data());
+        DevBuf<float> dx(x), dr(r), dw(w), dout(rows * dim);
+        cuda::add_rms_norm(dx.p, dr.p, dw.p, rows, dim, 1e-6f, offset != 0, dout.p, nullptr);
+        const std::string cfg = cfgs("dim=%lld rows=%lld offset=%d", (long long)dim, (long long)rows, offset);
+        EXPECT_CLOSE("add_rms_norm x", cfg, dx.download(), ref_x, 0.0);
+        EXPECT_CLOSE("add_rms_norm", cfg, dout.download(), ref, 1e-5);
+        // Bit-equal to the two launches it replaces.
+        DevBuf<float> dx2(x), dout2(rows * dim);
+        cuda::add(dx2.p, dr.p, rows * dim, dx2.p, nullptr);
+        cuda::rms_norm(dx2.p, dw.p, rows, dim, 1e-6f, offset != 0, dout2.p, nullptr);
+        EXPECT_CLOSE("add_rms_norm vs add + rms_norm", cfg, dout.download(), dout2.download(), 0.0);
+      }
 }

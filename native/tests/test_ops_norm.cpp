@@ -1,5 +1,7 @@
-// Row norms (rms_norm plain/offset, rms_norm_gated, l2_norm) and element-wise ops (swiglu, add)
-// against double references; in-place (aliased) calls give the same result.
+// Row norms (rms_norm plain/offset, rms_norm_gated, l2_norm, add_rms_norm), the attention inputs
+// (head norms + RoPE) and element-wise ops (swiglu, add) against double references; in-place
+// (aliased) calls give the same result.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -128,4 +130,103 @@ TEST(add_random) {
     cpu::add(inplace.data(), b.data(), n, inplace.data());
     CHECK(inplace == want);
   }
+}
+
+TEST(add_rms_norm_random) {
+  // Simple: x = [1, 2] + [2, 2] = [3, 4] -> x / sqrt(12.5), offset w = 0.
+  float x0[2] = {1, 2};
+  const float r0[2] = {2, 2}, w0[2] = {0, 0};
+  float y0[2];
+  cpu::add_rms_norm(x0, r0, w0, 1, 2, 0.0f, true, y0);
+  CHECK_EQ(x0[0], 3.0f);
+  CHECK_NEAR(y0[1], 4 / std::sqrt(12.5), 1e-6);
+  pe_test::Rng rng(6);
+  for (int64_t rows : {1, 3, 17})
+    for (int64_t dim : {1, 7, 130, 5120})
+      for (bool offset : {false, true}) {
+        const auto x = rng.normals(rows * dim, 2.0f), r = rng.normals(rows * dim), w = rng.normals(dim, 0.3f);
+        // The two ops it replaces, bit for bit.
+        std::vector<float> want_x(rows * dim), want_y(rows * dim);
+        cpu::add(x.data(), r.data(), rows * dim, want_x.data());
+        cpu::rms_norm(want_x.data(), w.data(), rows, dim, 1e-6f, offset, want_y.data());
+        std::vector<float> got_x = x, got_y(rows * dim);
+        cpu::add_rms_norm(got_x.data(), r.data(), w.data(), rows, dim, 1e-6f, offset, got_y.data());
+        CHECK(got_x == want_x);
+        CHECK(got_y == want_y);
+        std::vector<float> sum(rows * dim);
+        for (int64_t i = 0; i < rows * dim; ++i) sum[i] = x[i] + r[i];
+        const auto ref = ref_rms(sum, w, rows, dim, 1e-6, offset, nullptr);
+        CHECK_CLOSE(got_y.data(), ref.data(), rows * dim, 1e-6);
+      }
+}
+
+namespace {
+
+// Double reference of rope_neox on one head row (the angle rounded to fp32 as the op does).
+void ref_rope(std::vector<double>& a, int64_t rot_dim, int32_t pos, float theta) {
+  const int64_t half = rot_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(rot_dim);
+    const float inv = 1.0f / static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(e)));
+    const double ang = static_cast<double>(static_cast<float>(pos) * inv);
+    const double x0 = a[i], x1 = a[i + half];
+    a[i] = x0 * std::cos(ang) - x1 * std::sin(ang);
+    a[i + half] = x1 * std::cos(ang) + x0 * std::sin(ang);
+  }
+}
+
+}  // namespace
+
+TEST(attention_inputs_random) {
+  pe_test::Rng rng(7);
+  struct Case { int64_t Hq, Hkv, D, rot; };
+  for (const Case& c : {Case{1, 1, 4, 2}, Case{4, 2, 16, 8}, Case{6, 2, 64, 16}, Case{24, 4, 256, 64}})
+    for (int64_t T : {1, 3, 9}) {
+      const int64_t q_stride = c.Hq * 2 * c.D + 5, kv_stride = c.Hkv * c.D + 3;
+      const auto qg = rng.normals(T * q_stride, 2.0f), k_in = rng.normals(T * kv_stride, 2.0f),
+                 v_in = rng.normals(T * kv_stride), qw = rng.normals(c.D, 0.3f), kw = rng.normals(c.D, 0.3f);
+      std::vector<int32_t> pos(T);
+      for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(rng.below(5000));
+      std::vector<float> q(T * c.Hq * c.D), gate(q.size()), k(T * c.Hkv * c.D), v(k.size());
+      cpu::attention_inputs({qg.data(), q_stride, k_in.data(), kv_stride, v_in.data(), kv_stride, qw.data(), kw.data(),
+                             pos.data(), T, c.Hq, c.Hkv, c.D, c.rot, 1e-6f, 1e6f, q.data(), gate.data(), k.data(),
+                             v.data()});
+      // Reference: per head, gather, double rms_norm (offset weights), double rope.
+      std::vector<double> rq(q.size()), rk(k.size());
+      auto head = [&](const float* src, const std::vector<float>& w, int32_t p, double* dst) {
+        std::vector<float> row(src, src + c.D);
+        const auto n = ref_rms(row, w, 1, c.D, 1e-6, true, nullptr);
+        std::vector<double> a(n.begin(), n.end());
+        ref_rope(a, c.rot, p, 1e6f);
+        std::copy(a.begin(), a.end(), dst);
+      };
+      bool copies_ok = true;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t h = 0; h < c.Hq; ++h) {
+          const float* row = &qg[t * q_stride + h * 2 * c.D];
+          head(row, qw, pos[t], &rq[(t * c.Hq + h) * c.D]);
+          copies_ok = copies_ok && std::equal(row + c.D, row + 2 * c.D, &gate[(t * c.Hq + h) * c.D]);
+        }
+        for (int64_t h = 0; h < c.Hkv; ++h) {
+          head(&k_in[t * kv_stride + h * c.D], kw, pos[t], &rk[(t * c.Hkv + h) * c.D]);
+          const float* vr = &v_in[t * kv_stride + h * c.D];
+          copies_ok = copies_ok && std::equal(vr, vr + c.D, &v[(t * c.Hkv + h) * c.D]);
+        }
+      }
+      CHECK(copies_ok);
+      CHECK_CLOSE(q.data(), rq.data(), static_cast<int64_t>(q.size()), 1e-5);
+      CHECK_CLOSE(k.data(), rk.data(), static_cast<int64_t>(k.size()), 1e-5);
+      // In place on dense k and v: the same k, v untouched.
+      std::vector<float> kd(k.size()), vd(v.size());
+      for (int64_t t = 0; t < T; ++t) {
+        std::copy_n(&k_in[t * kv_stride], c.Hkv * c.D, &kd[t * c.Hkv * c.D]);
+        std::copy_n(&v_in[t * kv_stride], c.Hkv * c.D, &vd[t * c.Hkv * c.D]);
+      }
+      const std::vector<float> v_before = vd;
+      cpu::attention_inputs({qg.data(), q_stride, kd.data(), c.Hkv * c.D, vd.data(), c.Hkv * c.D, qw.data(), kw.data(),
+                             pos.data(), T, c.Hq, c.Hkv, c.D, c.rot, 1e-6f, 1e6f, q.data(), gate.data(), kd.data(),
+                             vd.data()});
+      CHECK(kd == k);
+      CHECK(vd == v_before);
+    }
 }

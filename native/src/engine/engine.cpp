@@ -37,9 +37,8 @@ static void check_params(const pe_engine_params& p) {
 Engine::Engine(Model& model, const pe_engine_params& params) : model_(model), params_(params) {
   check_params(params_);
   if (params_.cuda_graphs && model_.device() != Device::CUDA)
-    fail(PE_ERR_INVALID_ARGUMENT, "cuda_graphs needs device 'cuda'");
-  if (params_.cuda_graphs)
-    fail(PE_ERR_UNSUPPORTED, "cuda_graphs: decode-step graph capture is not implemented yet (run with it off)");
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda_graphs needs device 'cuda' (it replays CUDA decode steps); this model runs on "
+                                  "the CPU");
   if (params_.num_threads > 0) set_num_threads(params_.num_threads);
   const ModelConfig& cfg = model_.config();
   if (params_.max_model_len > cfg.max_positions && cfg.max_positions > 0)
@@ -255,6 +254,7 @@ void Engine::run_step() {
   }
   Batch batch;
   batch.host_outputs = model_.device() == Device::CPU;
+  batch.cuda_graph = params_.cuda_graphs != 0;
   for (const ScheduledChunk& c : chunks) {
     Request& r = *c.req;
     SeqChunk s;

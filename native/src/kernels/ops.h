@@ -48,6 +48,12 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
 void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
                     float eps, float* out);
 
+// Residual add fused with the next RMSNorm: x += r, then out = rms_norm(x, w, eps, offset) over
+// rows of `dim`. Bit-identical to add(x, r, n_rows * dim, x) followed by rms_norm(x, ..., out).
+// out must not alias x or r.
+void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps,
+                  bool offset, float* out);
+
 // out[n, w.rows] = x[n, w.cols] * W^T, fp32 accumulation; W converted inside the kernel
 // (F32, F16, BF16, FP8_E4M3 with block scales). x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out);
@@ -58,6 +64,27 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out);
 // y[i] = x[i] cos - x[i + rot_dim/2] sin, y[i + rot_dim/2] = x[i + rot_dim/2] cos + x[i] sin.
 void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,
                int64_t rot_dim, const int32_t* pos, float theta);
+
+// The inputs of gated attention out of the projection rows of n_tokens tokens (positions pos[t]):
+//   q[t, h]    = rope(rms_norm(qg[t, h, 0:D]) * (1 + q_norm))   h < Hq  (qg: per head D query
+//   gate[t, h] = qg[t, h, D:2D]                                          values, then D gate values)
+//   k[t, h]    = rope(rms_norm(k_in[t, h, :]) * (1 + k_norm))   h < Hkv
+//   v[t, h]    = v_in[t, h, :]
+// rms_norm with eps, rope = rope_neox(rot_dim, theta). Input rows are *_stride floats apart (heads
+// contiguous), outputs dense [n_tokens, heads, D]. Same bits as those copies, rms_norm and rope_neox
+// in that order. k and v may be updated in place (k == k_in with k_stride == Hkv * D; same for v);
+// q and gate must not alias qg.
+struct AttnInputArgs {
+  const float* qg; int64_t qg_stride;
+  const float* k_in; int64_t k_stride;
+  const float* v_in; int64_t v_stride;
+  const float* q_norm; const float* k_norm;
+  const int32_t* pos;
+  int64_t n_tokens, Hq, Hkv, D, rot_dim;
+  float eps, theta;
+  float* q; float* gate; float* k; float* v;
+};
+void attention_inputs(const AttnInputArgs& a);
 
 // Paged KV cache of one attention layer: page p holds page_size tokens, each
 // [n_kv_heads, head_dim] for K and for V, stored as `dtype` (F32, F16, BF16, FP8_E4M3, I8 with a

@@ -40,6 +40,9 @@ struct Batch {
   // false: logits and hidden states may stay on the device (the engine samples there);
   // true: ForwardResult::logits / hidden are filled on the host.
   bool host_outputs = true;
+  // CUDA: a decode-only step (one token per sequence, no snapshots, no host outputs) may run as a
+  // replayed CUDA graph (engine option cuda_graphs). Ignored elsewhere.
+  bool cuda_graph = false;
 };
 
 struct ForwardResult {

@@ -135,17 +135,9 @@ void Qwen35Model::mixer_attention(const LayerViews& L, int64_t ai, const Batch& 
   cpu::linear(x, T, L.q, qg);
   cpu::linear(x, T, L.k, kb);
   cpu::linear(x, T, L.v, vb);
-  // q_proj rows per head: D query rows then D gate rows.
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = 0; h < Hq; ++h) {
-      std::memcpy(q + (t * Hq + h) * D, qg + (t * Hq + h) * 2 * D, sizeof(float) * D);
-      std::memcpy(gate + (t * Hq + h) * D, qg + (t * Hq + h) * 2 * D + D, sizeof(float) * D);
-    }
-  cpu::rms_norm(q, L.q_norm, T * Hq, D, c.eps, true, q);
-  cpu::rms_norm(kb, L.k_norm, T * Hkv, D, c.eps, true, kb);
-  int32_t* pos = ws.pos.data();
-  cpu::rope_neox(q, T, Hq * D, Hq, D, c.rot_dim, pos, c.rope_theta);
-  cpu::rope_neox(kb, T, Hkv * D, Hkv, D, c.rot_dim, pos, c.rope_theta);
+  // q_proj rows per head: D query rows then D gate rows; q and k normed and rotated, k in place.
+  cpu::attention_inputs({qg, Hq * 2 * D, kb, Hkv * D, vb, Hkv * D, L.q_norm, L.k_norm, ws.pos.data(), T, Hq, Hkv, D,
+                         c.rot_dim, c.eps, c.rope_theta, q, gate, kb, vb});
   cpu::PagedKV layer = kv.layer(ai);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int64_t r0 = 0;
@@ -185,8 +177,7 @@ void Qwen35Model::decoder_layer(const LayerViews& L, int64_t index, const Batch&
     mixer_attention(L, index, b, kv, h, mix, ws);
   else
     mixer_gdn(L, index, b, *gdn, h, mix, ws);
-  cpu::add(x, mix, T * H, x);
-  cpu::rms_norm(x, L.post_norm, T, H, cfg_.eps, true, h);
+  cpu::add_rms_norm(x, mix, L.post_norm, T, H, cfg_.eps, true, h);
   mlp(L, T, h, mix, ws);
   cpu::add(x, mix, T * H, x);
 }

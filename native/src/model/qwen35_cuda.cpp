@@ -173,10 +173,12 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
                          bp = L.in.part(3, proj, T);
   bool all_decode = T == static_cast<int64_t>(b.seqs.size());
   for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
-  // The gates read a and b with one stride, the decode op dense rows: copy them when needed.
+  // The gates read a and b with one stride, the decode op dense rows: copy them when needed. A
+  // single row's stride is never read (gdn_gates, gdn_decode and conv1d index row 0 only).
+  const bool one_row = T == 1;
   const float *a_ptr = ap.ptr, *b_ptr = bp.ptr;
   int64_t ab_stride = ap.stride;
-  if (ap.stride != bp.stride || (all_decode && ap.stride != Hv)) {
+  if (!one_row && (ap.stride != bp.stride || (all_decode && ap.stride != Hv))) {
     dense_rows(ab, ap.ptr, ap.stride, Hv, T);
     dense_rows(ab + T * Hv, bp.ptr, bp.stride, Hv, T);
     a_ptr = ab;
@@ -187,7 +189,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
     // One token per sequence: the batched decode op (conv step, norms, gates and the delta rule
     // for every sequence in two launches) on dense rows; y holds the dense qkv rows here.
     const float* qkv = u.ptr;
-    if (u.stride != C) {
+    if (u.stride != C && !one_row) {
       dense_rows(y, u.ptr, u.stride, C, T);
       qkv = y;
     }
@@ -199,7 +201,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
     gdn_chunks(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
   }
   const float* zd = zp.ptr;
-  if (zp.stride != Hv * dv && T > 1) {
+  if (zp.stride != Hv * dv && !one_row) {  // rms_norm_gated reads z as [T * Hv, dv] rows
     dense_rows(z, zp.ptr, zp.stride, Hv * dv, T);
     zd = z;
   }
@@ -222,15 +224,11 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
   float* vb = w.take(T * Hkv * D);
   linear(x, T, L.in, proj);
   const Projection::Part qp = L.in.part(0, proj, T), kp = L.in.part(1, proj, T), vp = L.in.part(2, proj, T);
-  // q_proj rows per head: D query rows then D gate rows.
-  cuda::gather_heads(qp.ptr, T, qp.stride, Hq, 2 * D, D, q, st);
-  cuda::gather_heads(qp.ptr + D, T, qp.stride, Hq, 2 * D, D, gate, st);
-  dense_rows(kb, kp.ptr, kp.stride, Hkv * D, T);
-  dense_rows(vb, vp.ptr, vp.stride, Hkv * D, T);
-  cuda::rms_norm(q, L.q_norm, T * Hq, D, c.eps, true, q, st);
-  cuda::rms_norm(kb, L.k_norm, T * Hkv, D, c.eps, true, kb, st);
-  cuda::rope_neox(q, T, Hq * D, Hq, D, c.rot_dim, d_pos_, c.rope_theta, st);
-  cuda::rope_neox(kb, T, Hkv * D, Hkv, D, c.rot_dim, d_pos_, c.rope_theta, st);
+  // q_proj rows per head: D query rows then D gate rows. One launch splits them, makes k and v
+  // dense and applies the q/k norms and RoPE.
+  cuda::attention_inputs({qp.ptr, qp.stride, kp.ptr, kp.stride, vp.ptr, vp.stride, L.q_norm, L.k_norm, d_pos_, T, Hq,
+                          Hkv, D, c.rot_dim, c.eps, c.rope_theta, q, gate, kb, vb},
+                         st);
   cpu::PagedKV layer = kv.layer(ai);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int64_t r0 = 0;
@@ -271,7 +269,6 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   if (kv.device() != Device::CUDA || gdn.device() != Device::CUDA)
     fail(PE_ERR_INVALID_ARGUMENT, "the CUDA model needs KV and GDN pools in device memory");
   const ModelConfig& c = cfg_;
-  cudaStream_t st = cuda::stream();
   const int64_t T = static_cast<int64_t>(b.tokens.size()), H = c.hidden;
   for (int32_t t : b.tokens)
     if (t < 0 || t >= c.vocab) fail(PE_ERR_INVALID_ARGUMENT, "token id ", t, " outside the vocabulary");
@@ -297,6 +294,7 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   for (const SeqChunk& s : b.seqs)
     scratch = std::max(scratch, cuda::attention_paged_scratch_bytes(s.n_new, s.n_past, c.n_heads, c.n_kv_heads,
                                                                      c.head_dim));
+  // Every buffer the step uses exists before its launches (a captured step must not allocate).
   ensure_workspace(T, b.host_outputs ? 1 : std::max<int64_t>(n_rows, 1), static_cast<int64_t>(host_ints_.size()),
                    scratch);
   int32_t* d_ints = ints_.as<int32_t>();
@@ -305,35 +303,6 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   d_pages_ = d_ints + 2 * T;
   d_slots_ = d_ints + slots_off;
 
-  float* x = act_.as<float>();
-  float* h = x + aligned(cap_tokens_ * H);
-  float* mix = h + aligned(cap_tokens_ * H);
-  cuda::embedding(embed_.view, d_ints, T, x, st);  // token ids first
-  int64_t gi = 0, ai = 0;
-  for (const DevLayer& L : layers_) {
-    cuda::rms_norm(x, L.input_norm, T, H, c.eps, true, h, st);
-    if (L.full)
-      mixer_attention(L, ai++, b, kv, h, mix);
-    else
-      mixer_gdn(L, gi++, b, gdn, h, mix);
-    cuda::add(x, mix, T * H, x, st);
-    cuda::rms_norm(x, L.post_norm, T, H, c.eps, true, h, st);
-    mlp(L, T, h, mix);
-    cuda::add(x, mix, T * H, x, st);
-  }
-  cuda::rms_norm(x, final_norm_, T, H, c.eps, true, h, st);  // h: final hidden states
-
-  // Rows that need logits, gathered into `mix`, then one lm_head matmul.
-  res.logit_row_begin.clear();
-  int64_t row = 0, r0 = 0;
-  for (const SeqChunk& s : b.seqs) {
-    res.logit_row_begin.push_back(row);
-    const int64_t first = s.logits == LogitsMode::All ? 0 : s.logits == LogitsMode::Last ? s.n_new - 1 : s.n_new;
-    const int64_t n = s.n_new - first;
-    if (n > 0) mem_copy(Device::CUDA, mix + row * H, h + (r0 + first) * H, sizeof(float) * n * H);
-    row += n;
-    r0 += s.n_new;
-  }
   // Engine steps keep their logits for sample(); a host-output forward (prompt logits on another
   // thread) writes elsewhere so it cannot overwrite them between an engine forward and sample.
   float* logits = logits_.as<float>();
@@ -342,9 +311,25 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
     if (logits_host_.size() < need) logits_host_ = Buffer(Device::CUDA, need);
     logits = logits_host_.as<float>();
   }
-  if (n_rows > 0) cuda::linear(mix, n_rows, cfg_.tied_embeddings ? embed_.view : lm_head_.view, logits, st);
+  res.logit_row_begin.clear();
+  int64_t row = 0;
+  for (const SeqChunk& s : b.seqs) {
+    res.logit_row_begin.push_back(row);
+    row += s.logits == LogitsMode::All ? s.n_new : s.logits == LogitsMode::Last ? 1 : 0;
+  }
+
+  // Decode-only steps may replay a CUDA graph (qwen35_cuda.h): everything after the upload above.
+  auto launches = [&] { step_launches(b, kv, gdn, n_rows, logits); };
+  bool decode_only = b.cuda_graph && !b.host_outputs && T > 0;
+  for (const SeqChunk& s : b.seqs) decode_only = decode_only && s.n_new == 1 && s.snapshots.empty();
+  if (decode_only)
+    graphs_.run(T * 4096 + n_rows, launches);  // one graph per (tokens, logit rows)
+  else
+    launches();
+
   if (!b.host_outputs) last_logits_ = logits;
   if (b.host_outputs) {
+    const float* h = act_.as<float>() + aligned(cap_tokens_ * H);
     res.logits.resize(static_cast<size_t>(n_rows * c.vocab));
     res.hidden.resize(static_cast<size_t>(T * H));
     mem_download(Device::CUDA, res.logits.data(), logits, res.logits.size() * sizeof(float));
@@ -353,6 +338,65 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
     res.logits.clear();
     res.hidden.clear();
   }
+}
+
+// The device work of a step after the upload: embedding, layers, final norm and the lm_head over
+// the rows that need logits. Launches only (no allocation, sync or host copy): it may be captured.
+void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_t n_rows, float* logits) {
+  const ModelConfig& c = cfg_;
+  cudaStream_t st = cuda::stream();
+  const int64_t T = static_cast<int64_t>(b.tokens.size()), H = c.hidden;
+  float* x = act_.as<float>();
+  float* h = x + aligned(cap_tokens_ * H);
+  float* mix = h + aligned(cap_tokens_ * H);
+  cuda::embedding(embed_.view, ints_.as<int32_t>(), T, x, st);  // token ids first
+  // Each residual add runs fused with the norm that follows it (the next layer's input norm, the
+  // post-attention norm, the final norm): x += mix; h = norm(x).
+  bool mix_pending = false;
+  auto add_norm = [&](const float* w) {
+    if (mix_pending)
+      cuda::add_rms_norm(x, mix, w, T, H, c.eps, true, h, st);
+    else
+      cuda::rms_norm(x, w, T, H, c.eps, true, h, st);
+    mix_pending = false;
+  };
+  int64_t gi = 0, ai = 0;
+  for (const DevLayer& L : layers_) {
+    add_norm(L.input_norm);
+    if (L.full)
+      mixer_attention(L, ai++, b, kv, h, mix);
+    else
+      mixer_gdn(L, gi++, b, gdn, h, mix);
+    mix_pending = true;
+    add_norm(L.post_norm);
+    mlp(L, T, h, mix);
+    mix_pending = true;
+  }
+  add_norm(final_norm_);  // h: final hidden states
+
+  // Rows that need logits, then one lm_head matmul. They are read from h in place when they are
+  // its leading rows in order (every decode step), else gathered into `mix`.
+  const float* rows = h;
+  int64_t row = 0, r0 = 0;
+  bool in_place = true;
+  for (const SeqChunk& s : b.seqs) {
+    const int64_t first = s.logits == LogitsMode::All ? 0 : s.logits == LogitsMode::Last ? s.n_new - 1 : s.n_new;
+    in_place = in_place && (s.n_new == first || row == r0 + first);
+    row += s.n_new - first;
+    r0 += s.n_new;
+  }
+  if (!in_place) {
+    row = r0 = 0;
+    for (const SeqChunk& s : b.seqs) {
+      const int64_t first = s.logits == LogitsMode::All ? 0 : s.logits == LogitsMode::Last ? s.n_new - 1 : s.n_new;
+      const int64_t n = s.n_new - first;
+      if (n > 0) mem_copy(Device::CUDA, mix + row * H, h + (r0 + first) * H, sizeof(float) * n * H);
+      row += n;
+      r0 += s.n_new;
+    }
+    rows = mix;
+  }
+  if (n_rows > 0) cuda::linear(rows, n_rows, cfg_.tied_embeddings ? embed_.view : lm_head_.view, logits, st);
 }
 
 }  // namespace pe

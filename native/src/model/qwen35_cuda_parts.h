@@ -4,13 +4,40 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/buffer.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 
+typedef struct CUgraphExec_st* cudaGraphExec_t;  // same typedefs as cuda_runtime.h
+
 namespace pe {
+
+// Decode steps replayed from CUDA graphs, one executable graph per step shape (engine option
+// cuda_graphs; qwen35_cuda.h explains the choice; qwen35_cuda_graph.cpp). Not thread-safe: the
+// model calls it under its forward lock.
+class StepGraphs {
+ public:
+  StepGraphs() = default;
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+  // Runs `launches` (stream work only) on the engine's stream. The first step of a shape `key`
+  // runs directly; later ones are captured into a graph that updates the shape's executable graph
+  // (re-instantiated when the update is refused), which is then launched. A capture that fails
+  // is ended, nothing of it has run, and pe::Error says why.
+  void run(int64_t key, const std::function<void()>& launches);
+
+ private:
+  struct Exec {
+    cudaGraphExec_t exec = nullptr;
+    bool seen = false;
+  };
+  std::unordered_map<int64_t, Exec> execs_;
+  int64_t n_replays_ = 0, n_instantiations_ = 0;
+};
 
 // A weight matrix in device memory (view holds the device pointers).
 struct DevMatrix {
@@ -82,6 +109,7 @@ class CudaQwen35Model : public Model {
   void mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const float* x, float* out);
   void mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const float* x, float* out);
   void mlp(const DevLayer& L, int64_t n, const float* x, float* out);
+  void step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_t n_rows, float* logits);
 
   std::vector<DevLayer> layers_;
   DevMatrix embed_, lm_head_;
@@ -99,6 +127,7 @@ class CudaQwen35Model : public Model {
   const int32_t* d_pos_ = nullptr;
   const int32_t* d_pages_ = nullptr;
   const int32_t* d_slots_ = nullptr;  // GDN slot of each sequence
+  StepGraphs graphs_;
   std::mutex forward_mu_;
 };
 

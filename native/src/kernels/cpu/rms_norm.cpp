@@ -2,6 +2,7 @@
 //   rms_norm:        y = x * rsqrt(mean(x^2) + eps) * (offset ? 1 + w : w)       rows of dim
 //   rms_norm_gated:  y = x * rsqrt(mean(x^2) + eps) * w * silu(z)  (GDN output norm, fused gate)
 //   l2_norm:         y = x / sqrt(sum(x^2) + eps) * scale          (GDN q/k, fused q scale)
+//   add_rms_norm:    x += r, then rms_norm of x              (residual add + the next layer norm)
 // Parallel over rows; small calls (decode) run inline.
 #include <algorithm>
 #include <cmath>
@@ -36,6 +37,21 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
         }
       },
       row_grain(dim));
+}
+
+void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps,
+                  bool offset, float* out) {
+  parallel_for(
+      n_rows,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          float* xr = x + i * dim;
+          const float* rr = r + i * dim;
+          for (int64_t j = 0; j < dim; ++j) xr[j] = xr[j] + rr[j];
+        }
+      },
+      row_grain(dim));
+  rms_norm(x, w, n_rows, dim, eps, offset, out);
 }
 
 void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,

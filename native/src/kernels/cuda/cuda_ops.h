@@ -16,9 +16,11 @@
 // Tolerances against the CPU twin, normalized error ||gpu - cpu|| / ||cpu|| (tests enforce them):
 //   embedding, kv_write, swiglu, add, conv1d, gdn_gates      exact .. 1e-5
 //   rms_norm, rms_norm_gated, l2_norm, rope_neox            1e-5
+//   add_rms_norm                                            1e-5 (bit-equal to add + rms_norm)
 //   linear n <= 8 (GEMV: fp32 FMA; FP8/I8/NVFP4 mma, x hi+lo) 1e-5
 //   linear n > 8  (GEMM, fp16 operands)                     3e-3 (fp16 rounding of x and W)
-//   attention_paged (fp32 SIMT, online softmax)             1e-5 (F32 cache), 1e-4 (others)
+//   attention_paged (fp32 SIMT, online softmax)             1e-5 (F32 cache), 1e-4 (others);
+//     chunks of >= kAttentionMmaMinQueries go to attention_prefill_mma: 3e-3
 //   attention_prefill_mma (fp16 mma, fp32 softmax)          3e-3 (fp16 rounding of q, K, V, P)
 //   gdn_recurrent, gdn_chunked                              1e-4 (chunked vs recurrent order)
 //   sample: same token as the CPU except where u falls within ~1e-6 of a CDF step;
@@ -49,6 +51,10 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
 void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
                     float eps, float* out, cudaStream_t stream);
 void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale, cudaStream_t stream);
+// x += r, then out = rms_norm(x): the residual add and the next norm in one launch, the same bits
+// as add + rms_norm. out must not alias x or r.
+void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps, bool offset,
+                  float* out, cudaStream_t stream);
 
 // Weights: F32, F16, BF16, FP8_E4M3 (block scales), I8 (row scales), NVFP4 (group + global
 // scales, cols % 16 == 0): the formats of ops.h, all on both paths.
@@ -59,6 +65,9 @@ void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale, cuda
 // n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch. x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
+// Tuning hook for tools/gpu/bench_kernels (A/B of the GEMM tiles): from this many tokens the GEMM
+// uses 128-token tiles instead of 64 (default 128). Not for use while other threads run linear.
+void linear_gemm_set_big_tile_tokens(int64_t n);
 
 // pos: device array [n_tokens]. rot_dim <= 256.
 void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,
@@ -80,8 +89,10 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 // aligned q and cache): one block per (kv head, query block, key split), all q heads of the
 // GQA group share each K/V load, splits fill the GPU, a second kernel combines the partial
 // softmaxes (attention_decode.cu). Otherwise (prefill): tiles of queries x keys with an online
-// softmax, fp32 SIMT (attention.cu). Quantized caches are dequantized exactly as on the CPU
-// (same values), so their tolerance is that of the F16 cache.
+// softmax, fp32 SIMT (attention.cu); chunks of >= kAttentionMmaMinQueries queries on shapes
+// attention_prefill_mma supports run there (tensor cores, its tolerance). Quantized caches are
+// dequantized exactly as on the CPU (same values), so their tolerance is that of the F16 cache.
+constexpr int64_t kAttentionMmaMinQueries = 64;
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                      float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream);
@@ -91,7 +102,7 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
 // 64 queries of one head, K/V tiles decoded to fp16 in shared memory, S = Q K^T and O += P V by
 // mma.sync (fp32 accumulation), online softmax in fp32 registers. No scratch, one launch.
 // Tolerance vs the CPU twin: normalized error 3e-3 (Q * scale, K, V and P rounded to fp16; expected
-// ~1e-4 .. 1e-3). NOT YET VERIFIED ON A GPU and not used by attention_paged's dispatch.
+// ~1e-4 .. 1e-3; measured on the H200 up to 1.2e-3).
 // Supported: n_q >= 1 (at most 65535 * 64), head_dim % 8 == 0 and <= 256 (run padded to 64, 128 or
 // 256), NVFP4 head_dim % 16 == 0, cache pointers 16-byte aligned; q, gate, out need only float
 // alignment. attention_prefill_mma throws pe::Error (PE_ERR_UNSUPPORTED) on shapes the check

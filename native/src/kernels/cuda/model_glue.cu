@@ -1,5 +1,7 @@
 #include "kernels/cuda/model_glue.h"
 
+#include <cmath>
+
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -30,6 +32,58 @@ __global__ void l2_norm_heads_kernel(float* x, int64_t n_rows, int64_t token_str
   for (int64_t d = lane; d < dim; d += 32) p[d] *= inv;
 }
 
+constexpr int kInputWarps = 8, kMaxInputDim = 512, kMaxHalfRot = 128;
+
+struct HalfInvFreq {
+  float v[kMaxHalfRot];
+};
+
+// One warp per (token t, head slot h): slots < Hq are query heads (q normed + rotated, gate copied),
+// the rest kv heads (k normed + rotated, v copied). The normed row is staged in shared memory
+// (RoPE pairs d with d + half across lanes; in-place k is read whole before it is written). The
+// norm and the rotation repeat rms_norm's and rope_neox's arithmetic.
+__global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half) {
+  __shared__ float rows[kInputWarps][kMaxInputDim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t slots = a.Hq + a.Hkv, D = a.D;
+  const int64_t task = static_cast<int64_t>(blockIdx.x) * kInputWarps + warp;
+  if (task >= a.n_tokens * slots) return;
+  const int64_t t = task / slots, h = task % slots;
+  const bool is_q = h < a.Hq;
+  const int64_t hh = is_q ? h : h - a.Hq;
+  const float* src = is_q ? a.qg + t * a.qg_stride + hh * 2 * D : a.k_in + t * a.k_stride + hh * D;
+  const float* w = is_q ? a.q_norm : a.k_norm;
+  float* dst = is_q ? a.q + (t * a.Hq + hh) * D : a.k + (t * a.Hkv + hh) * D;
+  const float* src2 = is_q ? src + D : a.v_in + t * a.v_stride + hh * D;
+  float* dst2 = is_q ? a.gate + (t * a.Hq + hh) * D : a.v + (t * a.Hkv + hh) * D;
+  float* row = rows[warp];
+  float ss = 0.0f;
+  for (int64_t d = lane; d < D; d += 32) {
+    const float x = src[d];
+    row[d] = x;
+    ss = fmaf(x, x, ss);
+  }
+  ss = warp_sum(ss);
+  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(D) + a.eps);
+  for (int64_t d = lane; d < D; d += 32) {
+    float y = row[d] * inv_rms;
+    y *= 1.0f + w[d];
+    row[d] = y;
+  }
+  __syncwarp();
+  const float p = static_cast<float>(a.pos[t]);
+  for (int d = lane; d < half; d += 32) {
+    double sd, cd;
+    sincos(static_cast<double>(p * inv.v[d]), &sd, &cd);
+    const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+    const float x0 = row[d], x1 = row[d + half];
+    dst[d] = x0 * c - x1 * s;
+    dst[d + half] = x1 * c + x0 * s;
+  }
+  for (int64_t d = 2 * half + lane; d < D; d += 32) dst[d] = row[d];
+  for (int64_t d = lane; d < D; d += 32) dst2[d] = src2[d];
+}
+
 __global__ void penalties_kernel(float* logits, const int32_t* ids, const int32_t* counts, int32_t n, float rep,
                                  float presence, float frequency) {
   const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -57,6 +111,22 @@ void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_h
   if (rows <= 0) return;
   if (dim > 1024) fail(PE_ERR_INVALID_ARGUMENT, "cuda::l2_norm_heads: dim ", dim, " > 1024");
   l2_norm_heads_kernel<<<grid_1d(rows, 8), 256, 0, stream>>>(x, rows, token_stride, n_heads, dim, eps, scale);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream) {
+  const int64_t tasks = a.n_tokens * (a.Hq + a.Hkv);
+  if (tasks <= 0 || a.D <= 0) return;
+  if (a.D > kMaxInputDim || a.rot_dim < 0 || a.rot_dim > a.D || a.rot_dim % 2 != 0 || a.rot_dim / 2 > kMaxHalfRot)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_inputs: head_dim ", a.D, " (<= ", kMaxInputDim, ") and rot_dim ",
+         a.rot_dim, " (even, <= head_dim, <= ", 2 * kMaxHalfRot, ") out of range");
+  const int half = static_cast<int>(a.rot_dim / 2);
+  HalfInvFreq inv{};  // as rope_neox: fp32 of the double power
+  for (int i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(a.rot_dim);
+    inv.v[i] = 1.0f / static_cast<float>(std::pow(static_cast<double>(a.theta), static_cast<double>(e)));
+  }
+  attention_inputs_kernel<<<grid_1d(tasks, kInputWarps), kInputWarps * 32, 0, stream>>>(a, inv, half);
   PE_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,10 +1,12 @@
 // Small CUDA ops that connect the big ones inside the model forward (fused projections are split
-// into heads, q/k are normalized in place inside a wider row, penalties touch a few logits).
+// into heads, q/k are normalized in place inside a wider row or normed and rotated on the way out
+// of it, penalties touch a few logits).
 // Device pointers, asynchronous on `stream`, no allocation. Each has a CPU twin it is tested
 // against in native/tests/test_cuda_glue.cpp.
 #pragma once
 #include <cstdint>
 
+#include "kernels/ops.h"
 #include "kernels/sampling.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -22,6 +24,12 @@ void gather_heads(const float* src, int64_t n_tokens, int64_t token_stride, int6
 // token.) dim <= 1024.
 void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t dim, float eps,
                    float scale, cudaStream_t stream);
+
+// The inputs of gated attention in one launch: q and gate out of the q_proj rows, q/k head norms
+// and partial RoPE, k and v made dense (cpu::attention_inputs in ops.h: same math, aliasing rules
+// and layouts; pos is a device array). One warp per (token, q head) or (token, kv head); D <= 512,
+// rot_dim even, <= D and <= 256. Tolerance vs the CPU twin: normalized error 1e-5 (rms_norm, rope).
+void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream);
 
 // Penalties on one logits row, given the distinct ids of prompt + output (n entries) and how
 // often each occurs in the output (0 for prompt-only ids): the repetition penalty on every id,

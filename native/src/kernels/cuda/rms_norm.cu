@@ -2,6 +2,8 @@
 //   rms_norm:        y = x * rsqrt(mean(x^2) + eps) * (offset ? 1 + w : w)
 //   rms_norm_gated:  y = x * rsqrt(mean(x^2) + eps) * w * silu(z)   (GDN output norm, fused gate)
 //   l2_norm:         y = x / sqrt(sum(x^2) + eps) * scale          (GDN q/k, fused q scale)
+//   add_rms_norm:    x += r; y = rms_norm(x)  (residual add fused with the next norm: one launch
+//                    instead of two; same sums in the same order, so the bits of add + rms_norm)
 // Rows of dim <= 1024 (per-head norms) get one warp each, 8 rows per block; longer rows (the
 // hidden size) one block of 256 threads each. Two passes over the row: the second hits L1.
 #include "kernels/cuda/cuda_common.cuh"
@@ -44,6 +46,47 @@ __global__ void norm_kernel(const float* x, const float* z, const float* w, int6
   }
 }
 
+// x += r row by row, then the rms norm of the new row (each thread re-reads only what it wrote).
+template <bool kOffset, bool kWarpRow>
+__global__ void add_norm_kernel(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps,
+                                float* out) {
+  __shared__ float red[32];
+  const int64_t row = kWarpRow ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
+                               : blockIdx.x;
+  if (row >= n_rows) return;
+  const int idx = kWarpRow ? (threadIdx.x & 31) : threadIdx.x;
+  const int n_thr = kWarpRow ? 32 : blockDim.x;
+  float* xr = x + row * dim;
+  const float* rr = r + row * dim;
+  float* yr = out + row * dim;
+  float s = 0.0f;
+  for (int64_t j = idx; j < dim; j += n_thr) {
+    const float v = xr[j] + rr[j];
+    xr[j] = v;
+    s = fmaf(v, v, s);
+  }
+  const float ss = kWarpRow ? warp_sum(s) : block_sum(s, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  for (int64_t j = idx; j < dim; j += n_thr) {
+    float y = xr[j] * inv;
+    y *= kOffset ? 1.0f + w[j] : w[j];
+    yr[j] = y;
+  }
+}
+
+template <bool kOffset>
+void launch_add_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps, float* out,
+                     cudaStream_t stream) {
+  if (dim <= 1024) {
+    add_norm_kernel<kOffset, true><<<grid_1d(n_rows, 8), 256, 0, stream>>>(x, r, w, n_rows, dim, eps, out);
+  } else {
+    if (n_rows > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda add_rms_norm: too many rows");
+    add_norm_kernel<kOffset, false><<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, r, w, n_rows, dim, eps,
+                                                                                       out);
+  }
+  PE_CUDA_LAUNCH_CHECK();
+}
+
 template <Kind K>
 void launch(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim, float eps,
             float scale, float* out, cudaStream_t stream) {
@@ -70,6 +113,13 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
 void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
                     float eps, float* out, cudaStream_t stream) {
   launch<Kind::kGated>(x, z, w, n_rows, dim, eps, 1.0f, out, stream);
+}
+
+void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps, bool offset,
+                  float* out, cudaStream_t stream) {
+  if (n_rows <= 0 || dim <= 0) return;
+  if (offset) launch_add_norm<true>(x, r, w, n_rows, dim, eps, out, stream);
+  else launch_add_norm<false>(x, r, w, n_rows, dim, eps, out, stream);
 }
 
 void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale, cudaStream_t stream) {
