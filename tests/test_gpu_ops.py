@@ -14,7 +14,8 @@ from pyengine._native import cuda_available
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA device or no CUDA build")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.join(ROOT, "build", "gpu")
+# tools/gpu/pytest_gpu.sh points this at its own build (same options): the library is built once.
+BUILD = os.environ.get("PYENGINE_GPU_BUILD", os.path.join(ROOT, "build", "gpu"))
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,12 @@ Measures in ONE run, on the GPU it runs on:
              written + KV) and that traffic / step time / copy bandwidth = the HBM roofline share
   prefill    tokens/s of one 4K and one 32K prompt (submit -> first token), and the share of the
              bf16 matmul rate (2 * matmul params * tokens/s; attention FLOPs not counted)
-  depth      decode step time at context depth 1K, 8K, 32K, 64K for each KV dtype, on the 27B
-             layer shapes with --depth-layers layers (default 8: 2 attention + 6 GDN; a 64K prefill
-             of all 64 layers per dtype would cost minutes of GPU time); median of 60 decode steps;
-             prints the step time and the added time per attention layer over the 1K depth, so
-             the 64-layer step is its short-context step + 16 x that
+  depth      decode step time at context depth 1K, 8K, 32K, 64K for each KV dtype, on
+             --depth-layers layers of the 27B attention-layer shape, all attention (default 8; a
+             64K prefill of all 64 layers per dtype would cost minutes of GPU time, and GDN layers
+             do not depend on the depth); median of 60 decode steps; prints the step time and the
+             added time per attention layer over the 1K depth, so the 64-layer model's step is its
+             short-context step + 16 x that
   hf         (--hf) Hugging Face transformers, bf16, eager, random weights, same config: decode
              tokens/s at batch 1 and prefill tokens/s at 4K, in a subprocess after the engine's GPU
              memory is released
@@ -54,9 +55,10 @@ CONFIG_27B = {
 }  # fmt: skip
 
 
-def write_config(layers: int) -> str:
+def write_config(layers: int, attention_only: bool = False) -> str:
     cfg = dict(CONFIG_27B, num_hidden_layers=layers)
-    cfg["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)]
+    cfg["layer_types"] = ["full_attention" if attention_only or (i + 1) % 4 == 0 else "linear_attention"
+                          for i in range(layers)]  # fmt: skip
     d = tempfile.mkdtemp(prefix=f"pe27b_{layers}_")
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f)
@@ -263,13 +265,12 @@ def bench_default_model_graphs(args, out: dict) -> None:
 
 
 def bench_depth(args, out: dict) -> None:
-    cfg_dir = write_config(args.depth_layers)
+    cfg_dir = write_config(args.depth_layers, attention_only=True)
     depths = args.depths
     rng = random.Random(5)
     prompt = [rng.randrange(1000, 200000) for _ in range(max(depths))]
-    out["depth"] = {"layers": args.depth_layers, "attention_layers": args.depth_layers // 4, "step_ms": {}}
-    print(f"decode step time (ms) by context depth, {args.depth_layers} layers of the 27B shape "
-          f"({args.depth_layers // 4} attention):")
+    out["depth"] = {"layers": args.depth_layers, "attention_layers": args.depth_layers, "step_ms": {}}
+    print(f"decode step time (ms) by context depth, {args.depth_layers} attention layers of the 27B shape:")
     print("  kv dtype   " + "".join(f"{d:>10d}" for d in depths))
     for kv in ("fp16", "bf16", "fp8_e4m3", "int8", "fp4"):
         model, engine, _ = make_engine(cfg_dir, kv, max(depths) + 64, 1, args.chunk)
@@ -278,7 +279,7 @@ def bench_depth(args, out: dict) -> None:
         engine.close()
         del engine, model
         out["depth"]["step_ms"][kv] = [round(s * 1e3, 3) for s in steps]
-        n_attn = max(1, args.depth_layers // 4)
+        n_attn = args.depth_layers
         extra = [(s - steps[0]) / n_attn * 1e3 for s in steps]
         print(f"  {kv:9s}  " + "".join(f"{s * 1e3:10.3f}" for s in steps) +
               "   per attention layer over 1K: " + " ".join(f"{e:+.3f}" for e in extra[1:]), flush=True)

@@ -38,7 +38,7 @@ enum class Kernel { dispatch, prefill_mma };
 constexpr double kMmaTol = 3e-3;  // fp16 Q, K, V, P (cuda_ops.h)
 
 void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool gated, int64_t page,
-                     uint64_t seed, Kernel kernel = Kernel::dispatch) {
+                     uint64_t seed, Kernel kernel = Kernel::dispatch, float q_mag = 1.0f, float kv_mag = 1.0f) {
   pe_test::Rng rng(seed);
   const int64_t total = start + n_q;
   const int64_t n_pages = (total + page - 1) / page + 3;
@@ -58,6 +58,7 @@ void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool
   // like post-norm activations, with a few outliers so the I8/NVFP4 scales vary.
   std::vector<float> k = rng.normals(total * row), v = rng.normals(total * row);
   for (int64_t i = 0; i < total * row; i += 37) k[i] *= 8.0f, v[i] *= 5.0f;
+  for (int64_t i = 0; i < total * row; ++i) k[i] *= kv_mag, v[i] *= kv_mag;
   DevBuf<float> gk(k), gv(v);
   for (auto [b, e] : {std::pair<int64_t, int64_t>{0, start}, {start, total}}) {
     if (e <= b) continue;
@@ -73,7 +74,9 @@ void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool
   CHECK(dks.download() == hks);
   CHECK(dvs.download() == hvs);
 
-  const std::vector<float> q = rng.normals(n_q * s.hq * s.d), gate = rng.normals(n_q * s.hq * s.d, 2.0f);
+  std::vector<float> q = rng.normals(n_q * s.hq * s.d);
+  for (float& x : q) x *= q_mag;
+  const std::vector<float> gate = rng.normals(n_q * s.hq * s.d, 2.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
   std::vector<float> ref(n_q * s.hq * s.d);
   cpu::attention_paged(q.data(), n_q, start, s.hq, ckv, pt.data(), scale, gated ? gate.data() : nullptr,
@@ -94,7 +97,9 @@ void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool
   DevBuf<uint8_t> scratch(sb);
   cuda::attention_paged(dq.p, n_q, start, s.hq, gkv, dpt.p, scale, gated ? dgate.p : nullptr, dout.p,
                         scratch.p, sb, nullptr);
-  EXPECT_CLOSE("attention", cfg, dout.download(), ref, tol_of(kvt));
+  // Long chunks take the tensor-core kernel inside attention_paged (cuda_ops.h).
+  const bool mma = n_q >= cuda::kAttentionMmaMinQueries && cuda::attention_prefill_mma_supported(n_q, gkv);
+  EXPECT_CLOSE("attention", cfg, dout.download(), ref, mma ? kMmaTol : tol_of(kvt));
 }
 
 const Shape kCkpt[] = {{4, 2, 64}, {8, 2, 128}};
@@ -181,11 +186,25 @@ TEST(cuda_attention_27b_shape) {
   }
 }
 
-// The tensor-core prefill kernel (attention_prefill_mma, not yet behind attention_paged) against
+// Decode on the tensor-core kernel (F16, FP8, I8, NVFP4 at head_dim 64 / 128 / 256) with q and
+// K/V far from unit scale: q's fp16 high + low split is normalized per vector, P' = P * scale must
+// stay in fp16 range. Flat (q tiny), peaked (K large) and small-V softmaxes, split-K depths.
+TEST(cuda_attention_decode_magnitudes) {
+  const bool small = small_only();
+  const struct { float q, kv; } mags[] = {{1e-3f, 1.0f}, {1.0f, 30.0f}, {30.0f, 1e-2f}};
+  for (DType t : kAllKv)
+    for (const auto& mg : mags) {
+      check_attention({8, 2, 128}, t, small ? 60 : 700, 1, false, 16, 77, Kernel::dispatch, mg.q, mg.kv);
+      check_attention({24, 4, 256}, t, small ? 30 : 1500, 2, true, 64, 78, Kernel::dispatch, mg.q, mg.kv);
+    }
+}
+
+// The tensor-core prefill kernel (attention_prefill_mma, behind attention_paged for chunks of >= 64 queries) against
 // the CPU twin: the checkpoint and 27B head layouts plus padded head_dims (16, 32, 40, 80: run as
 // 64 / 128 with zero columns), query counts around the 64-query block and the 16..64-key tiles,
 // from position 0 and after a cached prefix (chunked prefill), pages of 16, 64 and 7, gate on/off,
-// every cache dtype. Shapes the kernel refuses are printed as SKIP.
+// every cache dtype. Shapes the kernel refuses are listed (attention_paged keeps the tiled kernel
+// for them).
 TEST(cuda_attention_prefill_mma) {
   const bool small = small_only();
   const Shape shapes[] = {{4, 2, 64}, {8, 2, 128}, {24, 4, 256}, {6, 3, 16}, {3, 1, 32}, {2, 2, 40}, {4, 1, 80}};
@@ -205,7 +224,7 @@ TEST(cuda_attention_prefill_mma) {
       const PagedKV probe{t, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512), nullptr, nullptr, 16,
                           s.hkv, s.d};
       if (fmt.bytes == 0 || !cuda::attention_prefill_mma_supported(1, probe)) {
-        std::printf("  %-16s %s H%lld/%lld D%lld: SKIP (unsupported)\n", "prefill_mma", dtype_name(t),
+        std::printf("  %-16s %s H%lld/%lld D%lld: refused by the kernel (tiled kernel serves it)\n", "prefill_mma", dtype_name(t),
                     (long long)s.hq, (long long)s.hkv, (long long)s.d);
         ++skips;
         continue;

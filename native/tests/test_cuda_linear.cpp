@@ -1,8 +1,9 @@
 // CUDA linear (GEMV for n <= 8, tensor-core GEMM above) and embedding against the CPU twins:
 // every weight dtype (F32, F16, BF16, FP8 e4m3 with 128x128 (and 256x256) block scales, I8 with
 // row scales, NVFP4 with group + global scales), token counts around the GEMV/GEMM switch and the
-// tile edges, shapes that take the vector and the scalar paths, the three row tilings of the
-// quantized GEMV (T = 1, 2, 4), and the 27B shapes for decode.
+// tile edges (64- and 128-token GEMM tiles), shapes that take the vector and the scalar paths,
+// the row tilings of the quantized GEMV (T = 1, 2, 4), and the 27B shapes for decode (the fused
+// projections too).
 #include <vector>
 
 #include "core/dtype.h"
@@ -113,8 +114,8 @@ TEST(cuda_linear_gemv_quantized_tilings) {
   // Rows per warp 8 (< 2048 rows), 16 (< 4224) and 32, each with a partial last row group and
   // columns that leave the last step partly empty; FP8 with 256-wide blocks too.
   for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
-    for (int64_t n : {1, 2, 8})
-      for (auto rc : {std::pair<int64_t, int64_t>{1, 32}, {48, 5120}, {3001, 160}, {4301, 96}})
+    for (int64_t n : {1, 2, 4, 5, 8})
+      for (auto rc : {std::pair<int64_t, int64_t>{1, 32}, {48, 5120}, {3001, 160}, {4301, 96}, {100, 1120}, {203, 2080}})
         check_linear(t, n, rc.first, rc.second, 300 + n);
   for (int64_t n : {1, 4})
     for (auto rc : {std::pair<int64_t, int64_t>{300, 640}, {2500, 384}, {4500, 256}})
@@ -136,6 +137,18 @@ TEST(cuda_linear_gemm_all_dtypes) {
     }
 }
 
+TEST(cuda_linear_gemm_tiles) {
+  // 64-token tiles below 128 tokens, 128-token tiles from there (partial last tiles on both), the
+  // grouped tile order with several groups (many token tiles over few weight tiles), FP8 with
+  // 256-wide blocks.
+  const bool small = small_only();
+  for (DType t : {DType::FP8_E4M3, DType::BF16, DType::I8, DType::NVFP4})
+    for (int64_t n : {127, 128, 129, 300})
+      check_linear(t, n, 260, 256, 600 + n);
+  if (!small) check_linear(DType::FP8_E4M3, 2100, 136, 2048, 700);
+  for (int64_t n : {100, 200}) check_linear(DType::FP8_E4M3, n, 300, 640, 710 + n, 256);
+}
+
 TEST(cuda_linear_27b_shapes) {
   if (small_only()) return;
   // Decode of the 27B layer shapes (FP8 checkpoint weights; bf16 lm_head slice).
@@ -147,6 +160,19 @@ TEST(cuda_linear_27b_shapes) {
   check_linear(DType::I8, 1, 2048, 5120, 6);
   check_linear(DType::NVFP4, 2, 2048, 17408, 7);
   check_linear(DType::NVFP4, 8, 10240, 5120, 8);
+  // The fused decode projections (GDN in_proj qkv|z|a|b, attention q|k|v, out_proj, down).
+  for (int64_t n : {1, 3, 8}) {
+    check_linear(DType::FP8_E4M3, n, 16480, 5120, 10 + n);
+    check_linear(DType::FP8_E4M3, n, 14336, 5120, 20 + n);
+    check_linear(DType::FP8_E4M3, n, 48, 5120, 30 + n);
+  }
+  for (int64_t n : {1, 8}) {
+    check_linear(DType::FP8_E4M3, n, 5120, 6144, 40 + n);
+    check_linear(DType::FP8_E4M3, n, 5120, 17408, 50 + n);
+    check_linear(DType::I8, n, 16480, 5120, 60 + n);
+    check_linear(DType::NVFP4, n, 16480, 5120, 70 + n);
+  }
+  check_linear(DType::FP8_E4M3, 2, 34816, 5120, 80);
 }
 
 TEST(cuda_embedding_all_dtypes) {

@@ -1,9 +1,11 @@
 // Micro-benchmark of the CUDA decode/prefill kernels on the 27B shape (MODEL_SPEC §1), against
 // the device-to-device copy bandwidth measured in the same run (METHOD.md: the two numbers).
-// Prints one line per case: time (median of 20, CUDA events, after warm-up), bytes moved, GB/s
+// Prints one line per case: time (median of 20, CUDA events, after warm-up; section 2 as device
+// time per call from a CUDA graph of several calls, the eager time beside it), bytes moved, GB/s
 // and the fraction of the copy bandwidth (memory-bound kernels) or TFLOP/s (GEMM).
 // Weights are random bytes (fp8 kept finite), rotated over copies larger than L2.
-// Build: see tools/gpu/run_all.sh. Usage: bench_kernels [--quick]
+// Build: see tools/gpu/run_all.sh. Usage: bench_kernels [--quick] [--only gemv|attn]
+// (--only gemv: sections 1-2 alone, a short device call.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -61,6 +63,26 @@ void* dalloc(size_t bytes, uint8_t fill_seed) {
   return p;
 }
 
+// Device time per call of fn (k calls captured into one CUDA graph on a stream, median of
+// g_reps replays / k): no host launch cost, as the model runs its decode step.
+float graph_ms(const std::function<void(int, cudaStream_t)>& fn, int k) {
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  fn(0, st);  // warm-up (first-call setup outside the capture)
+  CK(cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < k; ++i) fn(i, st);
+  CK(cudaStreamEndCapture(st, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms = time_ms([&](int) { CK(cudaGraphLaunch(exec, st)); });  // st syncs with the legacy stream
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaStreamDestroy(st));
+  return ms / k;
+}
+
 double g_copy_gbs = 0;
 
 void report(const char* name, float ms, double bytes, double flops = 0) {
@@ -74,7 +96,13 @@ void report(const char* name, float ms, double bytes, double flops = 0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, only_gemv = false, only_attn = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemv") == 0) only_gemv = true, ++i;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "attn") == 0) only_attn = true, ++i;
+    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn]\n"); return 2; }
+  }
   if (quick) g_reps = 5;
   if (!cuda::device_available()) {
     std::printf("SKIP: no CUDA device\n");
@@ -98,7 +126,8 @@ int main(int argc, char** argv) {
   // 2. Decode GEMV on the 27B layer shapes (MODEL_SPEC), every weight format; weights rotate over
   // the pool (> L2). Bytes = weights + their scales + x + out.
   struct Shape { const char* name; int64_t rows, cols; };
-  const Shape shapes[] = {{"gdn in_proj_qkv 10240x5120", 10240, 5120}, {"gdn in_proj_z 6144x5120", 6144, 5120},
+  const Shape shapes[] = {{"gdn in_proj qkv|z|a|b 16480x5120", 16480, 5120}, {"attn q|k|v 14336x5120", 14336, 5120},
+                          {"gdn in_proj_qkv 10240x5120", 10240, 5120}, {"gdn in_proj_z 6144x5120", 6144, 5120},
                           {"gdn out_proj|o_proj 5120x6144", 5120, 6144}, {"mlp gate|up 34816x5120", 34816, 5120},
                           {"mlp down 5120x17408", 5120, 17408},        {"attn q_proj 12288x5120", 12288, 5120},
                           {"attn k|v_proj 1024x5120", 1024, 5120},     {"gdn in_proj_a|b 48x5120", 48, 5120},
@@ -120,6 +149,7 @@ int main(int argc, char** argv) {
   void* gscale = dalloc(size_t(34816) * 5120 / 16, 0);
   CK(cudaMemset(gscale, 0x38, size_t(34816) * 5120 / 16));
   for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::I8, DType::NVFP4}) {
+    if (only_attn) break;  // --only attn: section 4 alone
     for (const Shape& s : shapes) {
       const bool lm = s.rows == 248320;
       if (lm && dt != DType::BF16) continue;
@@ -139,19 +169,31 @@ int main(int argc, char** argv) {
         w.row_scale = scale;
         w.group_scale = static_cast<const uint8_t*>(gscale);
         w.global_scale = 0.01f;
-        const float ms = time_ms([&](int i) {
+        // Eager (one launch between events: host launch cost included) and graph (device time).
+        const float ms_eager = time_ms([&](int i) {
           w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
           cuda::linear(x, n, w, out, nullptr);
         });
+        const float ms = graph_ms([&](int i, cudaStream_t st) {
+          w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
+          cuda::linear(x, n, w, out, st);
+        }, 16);
         char name[96];
         std::snprintf(name, sizeof name, "gemv %s %s n=%d", dtype_name(dt), s.name, n);
         report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
+        std::printf("    (eager, launch cost included: %.4f ms)\n", ms_eager);
       }
     }
+  }
+  if (only_gemv) {
+    CK(cudaDeviceSynchronize());
+    std::printf("bench done\n");
+    return 0;
   }
   // 3. Prefill GEMM.
   for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::F16, DType::I8, DType::NVFP4})
     for (int n : {512, 4096}) {
+      if (only_attn) break;
       WeightView w;
       w.dtype = dt;
       w.rows = 17408;
@@ -213,6 +255,11 @@ int main(int argc, char** argv) {
       CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt)); CK(cudaFree(scr));
       if (ks) { CK(cudaFree(ks)); CK(cudaFree(vs)); }
     }
+  if (only_attn) {
+    CK(cudaDeviceSynchronize());
+    std::printf("bench done\n");
+    return 0;
+  }
   // 5. GDN: decode step (state read + written) and chunked prefill of 4096 tokens, 27B shape.
   {
     const int64_t Hk = 16, Hv = 48, dk = 128, dv = 128;

@@ -20,5 +20,5 @@ cmake -S . -B "$BUILD" $GEN -DPYENGINE_CUDA=ON -DPYENGINE_TESTS=ON -DCMAKE_CUDA_
   > "$OUT/build.log" 2>&1 && cmake --build "$BUILD" -j"$(nproc)" --target pyengine >> "$OUT/build.log" 2>&1 \
   || { echo "build FAILED"; grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
 echo "build ok ($((SECONDS - t0)) s)"
-export PYENGINE_LIBRARY="$ROOT/$BUILD/libpyengine.so" PYTHONPATH="$ROOT:${PYTHONPATH:-}"
+export PYENGINE_LIBRARY="$ROOT/$BUILD/libpyengine.so" PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYENGINE_GPU_BUILD="$ROOT/$BUILD"
 python3 -m pytest -m gpu -p no:cacheprovider -o addopts="" "$@" 2>&1 | tee "$OUT/pytest_gpu.log" | tail -40

@@ -1,57 +1,34 @@
-// Decode attention over the paged KV cache (n_q <= 16 queries, any context), split-K, fp32 math.
+// Decode attention over the paged KV cache (n_q <= 16 queries, any context), split-K.
 //
-// Memory bound: at depth every K/V byte is read once per call, so the kernel is organized around
-// the loads. A block owns one KV head, the query vectors that share it (the GQA group's heads x a
-// few queries, NV <= 8) and one split of the keys; blocks = kv heads x query blocks x splits, with
-// the split count chosen to fill the GPU once (SMs x resident blocks), so one sequence at batch 1
-// still uses every SM.
-// Lane layout: a row of head_dim values is D/8 chunks of 8 values (16 bytes of f16, 8 of fp8/i8,
-// 4 of nvfp4); a group of lpk = pow2ceil(D/8) lanes owns one key, lane c its chunk c, so a K row
-// is one coalesced vector load per lane and every query vector of the block reuses it from
-// registers (q: NV x 8 floats per lane). Scores are reduced over the group with xor shuffles;
-// each group keeps its own online softmax (m, l, acc[NV][8]) over U keys per step (U keys' loads
-// in flight per lane), and the groups/warps merge at the end. Quantized chunks are widened without
-// their scale (kv_codec.cuh), the scale multiplies the chunk's partial dot (K) or the softmax
-// weight (V). Scores are in the log2 domain (scale * log2 e folded into q), exp2 everywhere.
-// Splits > 1 write unnormalized (m, l, acc) partials and attention_combine merges them:
-// o = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, then the output gate.
+// Memory bound: at depth every K/V byte is read once per call. A block owns one KV head, the query
+// vectors that share it (the GQA group's heads x a few queries, NV <= 8) and one split of the
+// keys; blocks = kv heads x query blocks x splits, the split count chosen to fill the GPU once
+// (SMs x resident blocks), so one sequence at batch 1 still uses every SM. Splits > 1 write
+// unnormalized (m, l, acc) partials and attention_combine merges them:
+// o = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, then the output gate. Scores are in the
+// log2 domain (scale * log2 e folded into q), exp2 everywhere.
+//
+// Two kernels (design decision: per-key instructions, not bytes, limited the SIMT kernel; 2 x 6 x
+// 256 fp32 FMAs plus ~60 shuffles per key kept the quantized caches as slow as fp16):
+//   tensor cores (attention_decode_mma.cu): F16, FP8, I8, NVFP4 caches at head_dim 64 / 128 /
+//     256, matching this file's fp32 kernel to ~1e-6; its header has the layout and the
+//     measurements against this kernel.
+//   SIMT fp32 (below): F32 and BF16 caches (not exact in fp16) and other head_dims. Lane groups
+//     own keys, lane c chunk c of the row; scores reduced with xor shuffles; online softmax per
+//     group over U keys per step; quantized chunks widened without their scale.
 #include <algorithm>
 
-#include "kernels/cuda/kv_codec.cuh"
+#include "kernels/cuda/attention_decode.cuh"
 
 namespace pe {
 namespace cuda {
 namespace attn {
-
-constexpr int kMaxSplits = 256;    // partial states per row (scratch bound)
-constexpr int kMinSplitKeys = 32;  // fewer keys per block than this costs more than it hides
-constexpr int kDecodeMaxQ = 16;
-
-void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
-                       float* out, cudaStream_t stream);
 
 int64_t max_splits(int64_t n_keys) {
   return std::clamp<int64_t>((n_keys + kMinSplitKeys - 1) / kMinSplitKeys, 1, kMaxSplits);
 }
 
 namespace {
-
-constexpr int kWarps = 4, kThreads = kWarps * 32;
-constexpr int kWindow = 512;  // keys whose cache rows are resolved per shared-memory pass
-constexpr int kMaxD = 256, kMaxVecs = 8;
-
-struct DecodeParams {
-  const float* q;
-  const float* gate;
-  float* out;
-  float* part;
-  const int32_t* pt;
-  PagedKV kv;
-  int64_t n_q, q_start_pos, n_heads;
-  int group, hb, n_hb, qb, n_qb, split_len, lpk_log2;
-  float q_mul;   // scale * log2(e) * unit of the K chunks
-  float v_unit;  // unit of the V chunks
-};
 
 template <DType KV> __host__ __device__ constexpr int unroll() { return KV == DType::F32 ? 2 : 4; }
 
@@ -327,26 +304,11 @@ int sm_count() {
 }
 
 template <DType KV, int NV>
-void run_decode(DecodeParams p, int64_t n_keys, void* scratch, size_t scratch_bytes,
-                cudaStream_t stream) {
-  const int64_t base = static_cast<int64_t>(p.n_qb) * p.n_hb * p.kv.n_kv_heads;
-  const int64_t target = static_cast<int64_t>(sm_count()) * blocks_per_sm<KV, NV>();
-  int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys));
-  const int64_t len = (n_keys + splits - 1) / splits;
-  splits = (n_keys + len - 1) / len;
-  const int64_t rows = p.n_q * p.n_heads;
-  const size_t need = splits > 1 ? static_cast<size_t>(splits * rows * (p.kv.head_dim + 2)) * sizeof(float) : 0;
-  if (scratch_bytes < need)
-    fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: scratch of ", scratch_bytes, " bytes, needs ", need);
-  p.split_len = static_cast<int>(len);
-  p.part = static_cast<float*>(scratch);
+void run_decode(DecodeParams p, int64_t n_keys, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit;
-  attention_decode_kernel<KV, NV><<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(base)),
-                                    kThreads, 0, stream>>>(p);
-  PE_CUDA_LAUNCH_CHECK();
-  if (splits > 1) attention_combine(p.part, static_cast<int>(splits), rows, static_cast<int>(p.kv.head_dim),
-                                    p.gate, p.out, stream);
+  launch_decode(attention_decode_kernel<KV, NV>, blocks_per_sm<KV, NV>(), p, n_keys, scratch, scratch_bytes,
+                stream);
 }
 
 template <DType KV>
@@ -359,6 +321,25 @@ void run_decode_nv(int nv, const DecodeParams& p, int64_t n_keys, void* scratch,
 }
 
 }  // namespace
+
+void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
+                   void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  const int64_t base = static_cast<int64_t>(p.n_qb) * p.n_hb * p.kv.n_kv_heads;
+  const int64_t target = static_cast<int64_t>(sm_count()) * resident;
+  int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys));
+  const int64_t len = (n_keys + splits - 1) / splits;
+  splits = (n_keys + len - 1) / len;
+  const int64_t rows = p.n_q * p.n_heads;
+  const size_t need = splits > 1 ? static_cast<size_t>(splits * rows * (p.kv.head_dim + 2)) * sizeof(float) : 0;
+  if (scratch_bytes < need)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: scratch of ", scratch_bytes, " bytes, needs ", need);
+  p.split_len = static_cast<int>(len);
+  p.part = static_cast<float*>(scratch);
+  kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(base)), kThreads, 0, stream>>>(p);
+  PE_CUDA_LAUNCH_CHECK();
+  if (splits > 1) attention_combine(p.part, static_cast<int>(splits), rows, static_cast<int>(p.kv.head_dim),
+                                    p.gate, p.out, stream);
+}
 
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
                        float* out, cudaStream_t stream) {
@@ -395,13 +376,27 @@ void attention_decode(const float* q, int64_t n_q, int64_t q_start_pos, int64_t 
   p.q_mul = scale * 1.4426950408889634f;  // log2(e): scores in the log2 domain
   const int nv = p.qb * p.hb;
   const int64_t n_keys = q_start_pos + n_q;
+  const bool scales_aligned = kv.dtype != DType::NVFP4 || (reinterpret_cast<uintptr_t>(kv.k_scale) % 16 == 0 &&
+                                                           reinterpret_cast<uintptr_t>(kv.v_scale) % 16 == 0);
   switch (kv.dtype) {
+    case DType::F16:
+      if (!run_decode_tc_dim<DType::F16>(p, n_keys, scratch, scratch_bytes, stream))
+        run_decode_nv<DType::F16>(nv, p, n_keys, scratch, scratch_bytes, stream);
+      break;
+    case DType::FP8_E4M3:
+      if (!run_decode_tc_dim<DType::FP8_E4M3>(p, n_keys, scratch, scratch_bytes, stream))
+        run_decode_nv<DType::FP8_E4M3>(nv, p, n_keys, scratch, scratch_bytes, stream);
+      break;
+    case DType::I8:
+      if (!run_decode_tc_dim<DType::I8>(p, n_keys, scratch, scratch_bytes, stream))
+        run_decode_nv<DType::I8>(nv, p, n_keys, scratch, scratch_bytes, stream);
+      break;
+    case DType::NVFP4:
+      if (!scales_aligned || !run_decode_tc_dim<DType::NVFP4>(p, n_keys, scratch, scratch_bytes, stream))
+        run_decode_nv<DType::NVFP4>(nv, p, n_keys, scratch, scratch_bytes, stream);
+      break;
     case DType::F32: run_decode_nv<DType::F32>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
-    case DType::F16: run_decode_nv<DType::F16>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
-    case DType::BF16: run_decode_nv<DType::BF16>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
-    case DType::FP8_E4M3: run_decode_nv<DType::FP8_E4M3>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
-    case DType::I8: run_decode_nv<DType::I8>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
-    default: run_decode_nv<DType::NVFP4>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
+    default: run_decode_nv<DType::BF16>(nv, p, n_keys, scratch, scratch_bytes, stream); break;
   }
 }
 

@@ -171,6 +171,32 @@ __device__ __forceinline__ void kv_decode_chunk(const uint32_t (&w)[W], float (&
   }
 }
 
+// ---- value pairs as fp16x2 for mma operands (attention_decode.cu), same units as above ----
+// Each helper turns two values sitting at fixed byte/nibble positions of a word into one
+// fp16x2 register, exactly, with integer ops only (the pair may come from two cache rows after a
+// __byte_perm). FP8: bytes 1 and 3 (odd) or 0 and 2 (even) -> value / 256. I8: bytes of
+// x = raw ^ 0x80808080 -> the int8 values (1024 + biased byte in the fp16 mantissa, minus 1152).
+// NVFP4: low nibbles of bytes 0 and 2 (lo) or their high nibbles (hi) -> value / 16384.
+
+__device__ __forceinline__ uint32_t kv_fp8_pair_odd(uint32_t z) {
+  return (z & 0x80008000u) | ((z >> 1) & 0x3f803f80u);
+}
+__device__ __forceinline__ uint32_t kv_fp8_pair_even(uint32_t z) { return kv_fp8_pair_odd(z << 8); }
+
+__device__ __forceinline__ uint32_t kv_i8_pair_even(uint32_t x) {
+  const uint32_t h = (x & 0x00ff00ffu) | 0x64006400u;
+  const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&h), __float2half2_rn(1152.0f));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t kv_i8_pair_odd(uint32_t x) { return kv_i8_pair_even(x >> 8); }
+
+__device__ __forceinline__ uint32_t kv_fp4_pair_lo(uint32_t y) {
+  return ((y << 9) & 0x0e000e00u) | ((y << 12) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t kv_fp4_pair_hi(uint32_t y) {
+  return ((y << 5) & 0x0e000e00u) | ((y << 8) & 0x80008000u);
+}
+
 // ---- one element (any head_dim; the tiled prefill kernel), scale applied ----
 
 // Element d of cache row `row` (row = slot * n_kv_heads + kv head) as fp32.

@@ -20,13 +20,16 @@
 // FP8 block scales apply per 128-column segment (block % 128 == 0); I8 row scales and the NVFP4
 // global scale apply at the end; NVFP4 group scales multiply the decoded fp16 pairs (exact,
 // linear_common.cuh).
-// Status (H200, bench_kernels): n-independent as intended (n = 8 within ~15% of n = 1), but at
-// 55% (FP8) / 69% (I8) / 35% (NVFP4) of copy bandwidth on gate|up and 30-45% on the 5-12K-row
-// shapes: the kernel is issue- and latency-bound, not memory-bound. Every warp re-derives x_hi /
-// x_lo for its own columns (~10 instructions per x pair, the largest cost after the decode) and
-// waits for its loads each step. Next: build the x pairs once per block in shared memory (warps
-// then split rows, not columns) and keep one step of weight loads in flight while computing.
-// An L2 prefetch of the next step measured slower (dropped).
+// Status (H200, bench_kernels section 2, device time from CUDA-graph replays, n = 1 / n = 8, % of
+// the copy bandwidth): FP8 qkv|z|a|b 60 / 59, q|k|v 54 / 52, out 39 / 37, gate|up 61 / 60,
+// down 43 / 42; I8 50-79; NVFP4 24-39. Issue- and latency-bound, not memory-bound: throughput
+// keeps rising with warps past one wave, and I8 (cheapest decode) beats FP8 beats NVFP4.
+// Tried and measured (session 3), not kept: x hi/lo staged once per 128 columns in shared memory,
+// FP8 block scale folded into x, warps split rows x column slices sized to one wave, a rolling
+// load pipeline (16 chunks in flight per lane): FP8 +3 % per layer at n = 1, -2 % at n = 8, I8
+// -10 %, NVFP4 at n = 8 half speed (register spills). Next: deeper in-flight loads without
+// registers (a shared-memory ring; cp.async on sm_80+), fewer address/predicate instructions per
+// chunk. An L2 prefetch of the next step measured slower (dropped).
 #include "kernels/cuda/linear_common.cuh"
 
 namespace pe {

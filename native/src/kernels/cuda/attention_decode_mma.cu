@@ -1,0 +1,483 @@
+// Decode attention on the tensor cores (namespace tc): F16, FP8, I8, NVFP4 caches at head_dim
+// 64 / 128 / 256. attention_decode.cu has the split-K scheme, the fp32 SIMT kernel for the other
+// caches and head_dims, the combine and the dispatch; attention_decode.cuh what both share.
+//
+// Scores and P V on mma.sync (m16n8k16; two m16n8k8 on sm_75) with fp32 accumulation. Exactness:
+// every cache value is exact in fp16 (kv_codec units), q and P are split into fp16 high + low
+// parts (~22 bits, q normalized per vector by a power of two), scales multiply fp32 values (I8
+// row / NVFP4 group scales on the per-group partial scores and on P), so the result matches the
+// fp32 SIMT kernel to ~1e-6 (tolerance 1e-4 as before). ~15-50 instructions per key instead of
+// ~230.
+//
+// Warp step = 16 keys. S^T (16 keys x 8 vectors) = K Q^T by m16n8k16 with K as A (rows = keys g,
+// g+8 of the lane's group g = lane / 4) and Q^T as B, Q split into an fp16 high and low part (two
+// mma into one accumulator: ~22-bit q, K exact in fp16 after the kv_codec unit). Each lane then
+// holds the scores of keys g, g+8 for vectors 2t, 2t+1 (t = lane % 4): the softmax maxima reduce
+// over the 8 groups (3 shuffles), and the rescale of O needs none (O^T's columns are the same
+// vectors). P (fp32, <= 1) is split into fp16 high + low, moved into B-operand layout by
+// movmatrix, and O^T (16 dims x 8 vectors per m-tile) += V^T P^T (V as A: keys 2t, 2t+1, 2t+8,
+// 2t+9). Row scales (I8) and group scales (NVFP4) multiply P per key (per key and m-tile: an
+// NVFP4 m-tile is one 16-value group) and the per-k-step partial scores (NVFP4 K).
+// Dimension order is free inside a dot product, so every operand is read in whole 16-byte chunks
+// (4-byte words for NVFP4) and Q and the output are permuted to match (q_dim / out_dim).
+//
+// Measured (H200, 27B layer: 24 q / 4 kv heads, D 256, batch 1; bench_kernels --only attn), us at
+// 1K / 8K / 32K / 64K, % of the 4.2 TB/s copy at 64K. SIMT before -> tensor cores now:
+//   f16   21.9 / 40.9 / 84.9 / 141.2 -> 21.8 / 32.1 / 58.5 / 90.5 (70 %)
+//   fp8   21.1 / 41.5 / 88.8 / 153.6 -> 26.5 / 38.0 / 56.3 / 77.3 (41 %)
+//   i8    22.0 / 40.6 / 86.0 / 148.2 -> 26.9 / 38.3 / 58.3 / 80.4 (40 %)
+//   nvfp4 21.6 / 43.6 / 97.1 / 167.5 -> 21.4 / 31.0 / 57.6 / 92.4 (26 %)
+//   bf16 (SIMT, unchanged) 23.2 / 42.6 / 86.5 / 144.6.
+// NOT YET MET: quantized <= fp16 at every depth. fp8/i8 are ~5 us slower at 1K/8K and NVFP4 ties
+// fp16 at 64K: a warp issues its next 16 keys' loads only after this step's math, so a step is
+// one memory round trip plus the decode chain, and the smaller rows put fewer bytes in flight.
+// Next: prefetch the next step's K/V words into registers (room for FP8/I8: 188-194 regs), fewer
+// NVFP4 load instructions (one 4-byte word per group and key today), splits tuned per depth.
+#include <algorithm>
+
+#include "kernels/cuda/attention_decode.cuh"
+
+namespace pe {
+namespace cuda {
+namespace attn {
+
+namespace {
+
+namespace tc {
+
+constexpr int kVecs = 8, kStep = 16;
+
+__device__ __forceinline__ void mma_k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+#if __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else  // sm_75: two k8 halves, same fragments
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a2), "r"(a3), "r"(b1));
+#endif
+}
+
+// 8x8 b16 transpose in fragment layout (lane 4r + c holds row r, columns 2c, 2c+1).
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// (x, y) = hi + lo in fp16x2 (fp32 - fp16 residual: ~22 significant bits together).
+__device__ __forceinline__ void split_f16(float x, float y, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(x, y);
+  const float2 hf = __half22float2(h);
+  const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+template <DType KV, int D> struct Layout {
+  static constexpr bool kFp4 = KV == DType::NVFP4, kF16 = KV == DType::F16;
+  static constexpr int KS = D / 16, MT = D / 16;
+  // Words per key and lane: K (a quarter of the row; NVFP4: one word per k-step, half used) and V
+  // (two dims per m-tile; NVFP4: one word per m-tile, one byte used).
+  static constexpr int KW = kFp4 ? KS : kF16 ? D / 8 : D / 16;
+  static constexpr int VW = kFp4 ? MT : kF16 ? MT : MT / 2;
+  static constexpr int C = kF16 ? 8 : 16;                     // values per 16-byte K chunk
+  static constexpr int PW = VW < 4 ? VW : 4;                  // words per V piece
+  static constexpr int PV = kF16 ? 2 * PW : 4 * PW;           // values per V piece
+  static constexpr float kVMul = KV == DType::I8 ? 64.0f : kFp4 ? 4.0f : 1.0f;  // P' = P s kVMul
+
+  // Physical dim of the Q value that meets K k-step ks, k half `half` (0: k 2t.., 1: k 2t+8..),
+  // element e, in lane t (see the K fragment decode in the kernel).
+  __device__ static int q_dim(int ks, int half, int e, int t) {
+    if constexpr (kFp4) return 16 * ks + 4 * t + half + 2 * e;
+    const int v = kF16 ? 4 * ks + 2 * half + e : 4 * ks + half + 2 * e;
+    return C * (t + 4 * (v / C)) + v % C;
+  }
+  // Physical dim of O^T row g + 8h of m-tile j.
+  __device__ static int out_dim(int j, int h, int g) {
+    if constexpr (kFp4) return 16 * j + 2 * g + h;
+    const int v = 2 * j + h;
+    return PV * (g + 8 * (v / PV)) + v % PV;
+  }
+};
+
+template <DType KV, int D>
+__global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(DecodeParams p) {
+  using L = Layout<KV, D>;
+  constexpr int KS = L::KS, MT = L::MT, KW = L::KW, VW = L::VW;
+  constexpr bool kFp4 = L::kFp4, kI8 = KV == DType::I8, kF16 = L::kF16;
+  __shared__ int64_t rows[kWindow];
+  __shared__ uint4 qfrag[KS][32];
+  __shared__ float qscale[kVecs];
+  __shared__ float red_acc[kVecs][D];
+  __shared__ float red_m[kWarps][kVecs], red_l[kWarps][kVecs];
+  __shared__ float fin_l[kVecs], fin_m[kVecs];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int split = blockIdx.x;
+  const int qblk = blockIdx.y % p.n_qb, rest = blockIdx.y / p.n_qb;
+  const int hblk = rest % p.n_hb, kvh = rest / p.n_hb;
+  const int64_t i0 = static_cast<int64_t>(qblk) * p.qb;
+  const int nqi = static_cast<int>(min(static_cast<int64_t>(p.qb), p.n_q - i0));
+  const int h0 = kvh * p.group + hblk * p.hb, nh = min(p.hb, p.group - hblk * p.hb);
+  const int nv = nqi * nh;  // vector v = (query i0 + v / nh, head h0 + v % nh)
+
+  // Q fragments of vector g: scaled by a power of two so max |q| lands in [2^14, 2^15) (the fp16
+  // high + low parts keep ~22 bits whatever the magnitude), split, stored per k-step and lane.
+  {
+    const float* qrow = g < nv ? p.q + ((i0 + g / nh) * p.n_heads + h0 + g % nh) * D : nullptr;
+    float qmax = 0.0f;
+    if (qrow)
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, fabsf(qrow[L::q_dim(ks, i & 1, i >> 1, t)]));
+    qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 1));
+    qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 2));
+    qmax *= fabsf(p.q_mul);
+    const int ex = qmax > 0.0f ? static_cast<int>((__float_as_uint(qmax) >> 23) & 0xff) - 127 : 0;
+    const int k2 = max(-100, min(100, 14 - ex));  // qmax * 2^k2 in [2^14, 2^15)
+    const float qm = p.q_mul * __uint_as_float(static_cast<uint32_t>(127 + k2) << 23);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      float x[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[i] = qrow ? qrow[L::q_dim(ks, i & 1, i >> 1, t)] * qm : 0.0f;
+      uint4 f;  // {high k-half 0, high k-half 1, low k-half 0, low k-half 1}
+      split_f16(x[0], x[2], f.x, f.z);
+      split_f16(x[1], x[3], f.y, f.w);
+      qfrag[ks][lane] = f;
+    }
+    if (t == 0) qscale[g] = __uint_as_float(static_cast<uint32_t>(127 - k2) << 23);
+  }
+  __syncthreads();
+  const float qsc[2] = {qscale[2 * t], qscale[2 * t + 1]};
+  int qoff[2];  // vector 2t + e sees keys up to position qpos0 + qoff[e] (padding: all)
+#pragma unroll
+  for (int e = 0; e < 2; ++e) qoff[e] = 2 * t + e < nv ? (2 * t + e) / nh : 0x7fffffff;
+  const int64_t qpos0 = p.q_start_pos + i0;
+
+  float acc[MT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < MT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  const int64_t kb = static_cast<int64_t>(split) * p.split_len;
+  const int64_t ke = min(kb + p.split_len, p.q_start_pos + i0 + nqi);
+  const int64_t rb = kv_row_bytes(KV, D);
+  const uint8_t* kbase = static_cast<const uint8_t*>(p.kv.k);
+  const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v);
+  const uint32_t fp4_ksel = (t & 1) ? 0x4342u : 0x4140u;           // halfword t & 1 -> bytes 0, 2
+  const uint32_t fp4_vsel = (g & 3) | ((4u + (g & 3)) << 8);       // byte g & 3 of two rows
+
+  for (int64_t w0 = kb; w0 < ke; w0 += kWindow) {
+    const int wn = static_cast<int>(min(static_cast<int64_t>(kWindow), ke - w0));
+    __syncthreads();  // the previous window's rows are no longer read
+    for (int j = tid; j < wn; j += kThreads) {
+      const int64_t tk = w0 + j;
+      rows[j] = (static_cast<int64_t>(p.pt[tk / p.kv.page_size]) * p.kv.page_size + tk % p.kv.page_size) *
+                    p.kv.n_kv_heads + kvh;
+    }
+    __syncthreads();
+    for (int jw = warp * kStep; jw < wn; jw += kWarps * kStep) {  // warp-uniform
+      // Loads: K rows of keys g, g+8 (this lane's quarter), V rows of keys 2t, 2t+1, 2t+8, 2t+9
+      // (the dims of rows g, g+8 of every m-tile). Keys past the window read a valid row; their
+      // scores are masked, so they add 0 * finite.
+      const int64_t rk[2] = {rows[min(jw + g, wn - 1)], rows[min(jw + g + 8, wn - 1)]};
+      uint32_t kw[2][KW], vw[4][VW];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint8_t* src = kbase + rk[r] * rb;
+        if constexpr (kFp4) {
+#pragma unroll
+          for (int ks = 0; ks < KS; ++ks) kw[r][ks] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * ks + (t >> 1));
+        } else {
+#pragma unroll
+          for (int i = 0; i < KW / 4; ++i) {
+            const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + t + 4 * i);
+            kw[r][4 * i] = x.x; kw[r][4 * i + 1] = x.y; kw[r][4 * i + 2] = x.z; kw[r][4 * i + 3] = x.w;
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int key = jw + 2 * t + (r & 1) + 8 * (r >> 1);
+        const uint8_t* src = vbase + rows[min(key, wn - 1)] * rb;
+        if constexpr (kFp4) {
+#pragma unroll
+          for (int j = 0; j < MT; ++j) vw[r][j] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * j + (g >> 2));
+        } else if constexpr (L::PW == 4) {
+#pragma unroll
+          for (int i = 0; i < VW / 4; ++i) {
+            const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + g + 8 * i);
+            vw[r][4 * i] = x.x; vw[r][4 * i + 1] = x.y; vw[r][4 * i + 2] = x.z; vw[r][4 * i + 3] = x.w;
+          }
+        } else {  // 8-byte pieces (FP8 / I8 at head_dim 64)
+          const uint2 x = __ldg(reinterpret_cast<const uint2*>(src) + g);
+          vw[r][0] = x.x; vw[r][1] = x.y;
+        }
+      }
+      float ksc[2][kFp4 ? KS : 1], vsc[2][kFp4 ? MT : 1];
+      if constexpr (kI8) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          ksc[r][0] = __ldg(p.kv.k_scale + rk[r]);
+          vsc[r][0] = __ldg(p.kv.v_scale + rk[r]) * L::kVMul;
+        }
+      } else if constexpr (kFp4) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int i = 0; i < KS / 4; ++i) {
+            const float4 a = __ldg(reinterpret_cast<const float4*>(p.kv.k_scale + rk[r] * KS) + i);
+            ksc[r][4 * i] = a.x; ksc[r][4 * i + 1] = a.y; ksc[r][4 * i + 2] = a.z; ksc[r][4 * i + 3] = a.w;
+          }
+      }
+
+      // S^T = K Q^T: s[0], s[1] = key g, vectors 2t, 2t+1; s[2], s[3] = key g + 8.
+      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float sp[4][4] = {};  // 4 independent mma chains (k-step parity x q part), summed below
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        uint32_t a[2][2];  // [key row][k half]
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if constexpr (kF16) {
+            a[r][0] = kw[r][2 * ks];
+            a[r][1] = kw[r][2 * ks + 1];
+          } else if constexpr (KV == DType::FP8_E4M3) {
+            a[r][0] = kv_fp8_pair_even(kw[r][ks]);
+            a[r][1] = kv_fp8_pair_odd(kw[r][ks]);
+          } else if constexpr (kI8) {
+            const uint32_t x = kw[r][ks] ^ 0x80808080u;
+            a[r][0] = kv_i8_pair_even(x);
+            a[r][1] = kv_i8_pair_odd(x);
+          } else {
+            const uint32_t z = __byte_perm(kw[r][ks], 0u, fp4_ksel);
+            a[r][0] = kv_fp4_pair_lo(z);
+            a[r][1] = kv_fp4_pair_hi(z);
+          }
+        }
+        const uint4 qf = qfrag[ks][lane];
+        if constexpr (kFp4) {  // one group per k-step: its scale per key
+          float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma_k16(c, a[0][0], a[1][0], a[0][1], a[1][1], qf.x, qf.y);
+          mma_k16(c, a[0][0], a[1][0], a[0][1], a[1][1], qf.z, qf.w);
+          s[0] = fmaf(c[0], ksc[0][ks], s[0]);
+          s[1] = fmaf(c[1], ksc[0][ks], s[1]);
+          s[2] = fmaf(c[2], ksc[1][ks], s[2]);
+          s[3] = fmaf(c[3], ksc[1][ks], s[3]);
+        } else {
+          mma_k16(sp[ks & 1], a[0][0], a[1][0], a[0][1], a[1][1], qf.x, qf.y);
+          mma_k16(sp[2 + (ks & 1)], a[0][0], a[1][0], a[0][1], a[1][1], qf.z, qf.w);
+        }
+      }
+      if constexpr (!kFp4)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[i] = (sp[0][i] + sp[1][i]) + (sp[2][i] + sp[3][i]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int kj = jw + g + 8 * (i >> 1);
+        float x = s[i] * qsc[i & 1];
+        if constexpr (kI8) x *= ksc[i >> 1][0];
+        s[i] = kj < wn && w0 + kj - qpos0 <= qoff[i & 1] ? x : -INFINITY;
+      }
+      // Online softmax per vector (columns): maxima over the 16 keys = the 8 groups.
+      float mn[2], base[2];
+      bool grow = false;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float mx = fmaxf(s[e], s[2 + e]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        mn[e] = fmaxf(m[e], mx);
+        grow |= mn[e] > m[e];
+        base[e] = mn[e] == -INFINITY ? 0.0f : mn[e];
+      }
+      if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float corr = exp2f(m[e] - base[e]);
+          l[e] *= corr;
+#pragma unroll
+          for (int j = 0; j < MT; ++j) {
+            acc[j][e] *= corr;
+            acc[j][2 + e] *= corr;
+          }
+        }
+      }
+      float pr[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pr[i] = exp2f(s[i] - base[i & 1]);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        m[e] = mn[e];
+        l[e] += pr[e] + pr[2 + e];
+      }
+      // O^T += V^T P^T per m-tile (P high and low parts: two mma).
+      uint32_t bh[2], bl[2];
+      if constexpr (kFp4) {  // loaded here, not with the values: registers
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int i = 0; i < MT / 4; ++i) {
+            const float4 b = __ldg(reinterpret_cast<const float4*>(p.kv.v_scale + rk[r] * MT) + i);
+            vsc[r][4 * i] = b.x * L::kVMul; vsc[r][4 * i + 1] = b.y * L::kVMul;
+            vsc[r][4 * i + 2] = b.z * L::kVMul; vsc[r][4 * i + 3] = b.w * L::kVMul;
+          }
+      } else {
+        float pv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pv[i] = kI8 ? pr[i] * vsc[i >> 1][0] : pr[i];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          split_f16(pv[2 * r], pv[2 * r + 1], bh[r], bl[r]);
+          bh[r] = transpose8x8(bh[r]);
+          bl[r] = transpose8x8(bl[r]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < MT; ++j) {
+        uint32_t a[4];  // rows g / g+8 x keys (2t, 2t+1) / (2t+8, 2t+9)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t x0 = vw[2 * r][kF16 || kFp4 ? j : j >> 1], x1 = vw[2 * r + 1][kF16 || kFp4 ? j : j >> 1];
+          if constexpr (kF16) {
+            a[2 * r] = __byte_perm(x0, x1, 0x5410);
+            a[2 * r + 1] = __byte_perm(x0, x1, 0x7632);
+          } else if constexpr (kFp4) {
+            const uint32_t y = __byte_perm(x0, x1, fp4_vsel);
+            a[2 * r] = kv_fp4_pair_lo(y);
+            a[2 * r + 1] = kv_fp4_pair_hi(y);
+          } else {
+            const uint32_t z = __byte_perm(x0, x1, (j & 1) ? 0x7632 : 0x5410);
+            if constexpr (kI8) {
+              a[2 * r] = kv_i8_pair_even(z ^ 0x80808080u);
+              a[2 * r + 1] = kv_i8_pair_odd(z ^ 0x80808080u);
+            } else {
+              a[2 * r] = kv_fp8_pair_even(z);
+              a[2 * r + 1] = kv_fp8_pair_odd(z);
+            }
+          }
+        }
+        if constexpr (kFp4) {  // m-tile j = group j: its scale per key
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            split_f16(pr[2 * r] * vsc[r][j], pr[2 * r + 1] * vsc[r][j], bh[r], bl[r]);
+            bh[r] = transpose8x8(bh[r]);
+            bl[r] = transpose8x8(bl[r]);
+          }
+        }
+        mma_k16(acc[j], a[0], a[1], a[2], a[3], bh[0], bh[1]);
+        mma_k16(acc[j], a[0], a[1], a[2], a[3], bl[0], bl[1]);
+      }
+    }
+  }
+
+  // Merge: l over the 8 groups, then the warps through shared memory (fixed order).
+#pragma unroll
+  for (int e = 0; e < 2; ++e)
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) l[e] += __shfl_xor_sync(0xffffffffu, l[e], off);
+  if (g == 0)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      red_m[warp][2 * t + e] = m[e];
+      red_l[warp][2 * t + e] = l[e];
+    }
+  __syncthreads();
+  float fac[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w][2 * t + e]);
+    fac[e] = exp2f(m[e] - (mx == -INFINITY ? 0.0f : mx));
+  }
+  if (tid < kVecs) {
+    float mx = -INFINITY, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_m[w][tid]);
+    const float b = mx == -INFINITY ? 0.0f : mx;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += red_l[w][tid] * exp2f(red_m[w][tid] - b);
+    fin_m[tid] = mx;
+    fin_l[tid] = sum;
+  }
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w)
+#pragma unroll
+      for (int j = 0; j < MT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float& dst = red_acc[2 * t + (i & 1)][L::out_dim(j, i >> 1, g)];
+          const float x = acc[j][i] * fac[i & 1];
+          dst = w == 0 ? x : dst + x;
+        }
+    __syncthreads();
+  }
+
+  const bool direct = gridDim.x == 1;
+  const int64_t n_rows = p.n_q * p.n_heads;
+  for (int e = tid; e < nv * D; e += kThreads) {
+    const int v = e / D, d = e % D;
+    const int64_t row = (i0 + v / nh) * p.n_heads + h0 + v % nh;
+    const float val = red_acc[v][d] * p.v_unit;
+    if (direct) {
+      float o = val / fin_l[v];
+      if (p.gate) o *= sigmoid_f(p.gate[row * D + d]);
+      p.out[row * D + d] = o;
+    } else {
+      p.part[n_rows * 2 * gridDim.x + (split * n_rows + row) * D + d] = val;
+    }
+  }
+  if (!direct && tid < nv) {
+    const int64_t row = (i0 + tid / nh) * p.n_heads + h0 + tid % nh;
+    p.part[(split * n_rows + row) * 2] = fin_m[tid];
+    p.part[(split * n_rows + row) * 2 + 1] = fin_l[tid];
+  }
+}
+
+}  // namespace tc
+
+template <DType KV, int D>
+void run_decode_tc(DecodeParams p, int64_t n_keys, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  static const int resident = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, tc::attention_decode_mma_kernel<KV, D>, kThreads, 0) !=
+        cudaSuccess)
+      b = 1;
+    return std::max(b, 1);
+  }();
+  p.q_mul *= KvChunk<KV>::kUnit;
+  p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
+  launch_decode(tc::attention_decode_mma_kernel<KV, D>, resident, p, n_keys, scratch, scratch_bytes, stream);
+}
+
+}  // namespace
+
+template <DType KV>
+bool run_decode_tc_dim(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
+                       cudaStream_t stream) {
+  switch (p.kv.head_dim) {
+    case 64: run_decode_tc<KV, 64>(p, n_keys, scratch, scratch_bytes, stream); return true;
+    case 128: run_decode_tc<KV, 128>(p, n_keys, scratch, scratch_bytes, stream); return true;
+    case 256: run_decode_tc<KV, 256>(p, n_keys, scratch, scratch_bytes, stream); return true;
+    default: return false;
+  }
+}
+
+template bool run_decode_tc_dim<DType::F16>(const DecodeParams&, int64_t, void*, size_t, cudaStream_t);
+template bool run_decode_tc_dim<DType::FP8_E4M3>(const DecodeParams&, int64_t, void*, size_t, cudaStream_t);
+template bool run_decode_tc_dim<DType::I8>(const DecodeParams&, int64_t, void*, size_t, cudaStream_t);
+template bool run_decode_tc_dim<DType::NVFP4>(const DecodeParams&, int64_t, void*, size_t, cudaStream_t);
+
+}  // namespace attn
+}  // namespace cuda
+}  // namespace pe
