@@ -33,6 +33,44 @@ struct DecodeParams {
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
                        float* out, cudaStream_t stream);
 
+// Cache rows of keys w0 .. w0 + wn - 1 of KV head `head` into rows[] (the block's threads share
+// the work; the caller synchronizes before and after).
+__device__ __forceinline__ void resolve_rows(int64_t* rows, const DecodeParams& p, int64_t w0, int wn, int head,
+                                             int tid) {
+  for (int j = tid; j < wn; j += kThreads) {
+    const int64_t t = w0 + j;
+    rows[j] = (static_cast<int64_t>(p.pt[t / p.kv.page_size]) * p.kv.page_size + t % p.kv.page_size) *
+                  p.kv.n_kv_heads + head;
+  }
+}
+
+// A block's result for its nv vectors (vector v = query i0 + v / nh, head h0 + v % nh), acc rows
+// `stride` floats apart in shared memory: o = acc / l times the gate when the block is the only
+// split, else the unnormalized partial (acc, m, l) that attention_combine merges.
+__device__ __forceinline__ void store_decode_result(const DecodeParams& p, const float* red_acc, int stride,
+                                                    const float* fin_m, const float* fin_l, int nv, int nh,
+                                                    int64_t i0, int h0, int split, int D, int tid) {
+  const bool direct = gridDim.x == 1;
+  const int64_t n_rows = p.n_q * p.n_heads;
+  for (int e = tid; e < nv * D; e += kThreads) {
+    const int v = e / D, d = e % D;
+    const int64_t row = (i0 + v / nh) * p.n_heads + h0 + v % nh;
+    const float val = red_acc[v * stride + d] * p.v_unit;
+    if (direct) {
+      float o = val / fin_l[v];
+      if (p.gate) o *= sigmoid_f(p.gate[row * D + d]);
+      p.out[row * D + d] = o;
+    } else {
+      p.part[n_rows * 2 * gridDim.x + (split * n_rows + row) * D + d] = val;
+    }
+  }
+  if (!direct && tid < nv) {
+    const int64_t row = (i0 + tid / nh) * p.n_heads + h0 + tid % nh;
+    p.part[(split * n_rows + row) * 2] = fin_m[tid];
+    p.part[(split * n_rows + row) * 2 + 1] = fin_l[tid];
+  }
+}
+
 int64_t max_splits(int64_t n_keys);
 
 // Splits fill the GPU once (SMs x resident blocks), at least kMinSplitKeys keys each; splits > 1

@@ -178,11 +178,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
   for (int64_t w0 = kb; w0 < ke; w0 += kWindow) {
     const int wn = static_cast<int>(min(static_cast<int64_t>(kWindow), ke - w0));
     __syncthreads();  // the previous window's rows are no longer read
-    for (int j = tid; j < wn; j += kThreads) {
-      const int64_t tk = w0 + j;
-      rows[j] = (static_cast<int64_t>(p.pt[tk / p.kv.page_size]) * p.kv.page_size + tk % p.kv.page_size) *
-                    p.kv.n_kv_heads + kvh;
-    }
+    resolve_rows(rows, p, w0, wn, kvh, tid);
     __syncthreads();
     for (int jw = warp * kStep; jw < wn; jw += kWarps * kStep) {  // warp-uniform
       // Loads: K rows of keys g, g+8 (this lane's quarter), V rows of keys 2t, 2t+1, 2t+8, 2t+9
@@ -423,25 +419,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
     __syncthreads();
   }
 
-  const bool direct = gridDim.x == 1;
-  const int64_t n_rows = p.n_q * p.n_heads;
-  for (int e = tid; e < nv * D; e += kThreads) {
-    const int v = e / D, d = e % D;
-    const int64_t row = (i0 + v / nh) * p.n_heads + h0 + v % nh;
-    const float val = red_acc[v][d] * p.v_unit;
-    if (direct) {
-      float o = val / fin_l[v];
-      if (p.gate) o *= sigmoid_f(p.gate[row * D + d]);
-      p.out[row * D + d] = o;
-    } else {
-      p.part[n_rows * 2 * gridDim.x + (split * n_rows + row) * D + d] = val;
-    }
-  }
-  if (!direct && tid < nv) {
-    const int64_t row = (i0 + tid / nh) * p.n_heads + h0 + tid % nh;
-    p.part[(split * n_rows + row) * 2] = fin_m[tid];
-    p.part[(split * n_rows + row) * 2 + 1] = fin_l[tid];
-  }
+  store_decode_result(p, &red_acc[0][0], D, fin_m, fin_l, nv, nh, i0, h0, split, D, tid);
 }
 
 }  // namespace tc
