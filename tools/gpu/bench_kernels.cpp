@@ -4,7 +4,7 @@
 // time per call from a CUDA graph of several calls, the eager time beside it), bytes moved, GB/s
 // and the fraction of the copy bandwidth (memory-bound kernels) or TFLOP/s (GEMM).
 // Weights are random bytes (fp8 kept finite), rotated over copies larger than L2.
-// Build: see tools/gpu/run_all.sh. Usage: bench_kernels [--quick] [--only gemv|attn]
+// Build: see tools/gpu/run_all.sh. Usage: bench_kernels [--quick] [--only gemv|attn|gemm]
 // (--only gemv: sections 1-2 alone, a short device call.)
 #include <cuda_runtime.h>
 
@@ -96,12 +96,13 @@ void report(const char* name, float ms, double bytes, double flops = 0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, only_gemv = false, only_attn = false;
+  bool quick = false, only_gemv = false, only_attn = false, only_gemm = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemv") == 0) only_gemv = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "attn") == 0) only_attn = true, ++i;
-    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn]\n"); return 2; }
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemm") == 0) only_gemm = true, ++i;
+    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|gemm]\n"); return 2; }
   }
   if (quick) g_reps = 5;
   if (!cuda::device_available()) {
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
   void* gscale = dalloc(size_t(34816) * 5120 / 16, 0);
   CK(cudaMemset(gscale, 0x38, size_t(34816) * 5120 / 16));
   for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::I8, DType::NVFP4}) {
-    if (only_attn) break;  // --only attn: section 4 alone
+    if (only_attn || only_gemm) break;  // --only attn: section 4 alone; --only gemm: section 3
     for (const Shape& s : shapes) {
       const bool lm = s.rows == 248320;
       if (lm && dt != DType::BF16) continue;
@@ -190,25 +191,34 @@ int main(int argc, char** argv) {
     std::printf("bench done\n");
     return 0;
   }
-  // 3. Prefill GEMM.
+  // 3. Prefill GEMM; at n >= 128 both token tiles (128 = the default, 64 forced through the tuning
+  // hook) for the A/B of the tile size.
   for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::F16, DType::I8, DType::NVFP4})
-    for (int n : {512, 4096}) {
-      if (only_attn) break;
-      WeightView w;
-      w.dtype = dt;
-      w.rows = 17408;
-      w.cols = 5120;
-      w.block_scale = scale;
-      w.row_scale = scale;
-      w.group_scale = static_cast<const uint8_t*>(gscale);
-      w.global_scale = 0.01f;
-      w.data = pool;
-      const float ms = time_ms([&](int) { cuda::linear(x, n, w, out, nullptr); });
-      char name[96];
-      std::snprintf(name, sizeof name, "gemm %s 17408x5120 n=%d", dtype_name(dt), n);
-      const size_t wb = dtype_bytes_for(dt, w.rows * w.cols);
-      report(name, ms, double(wb) + 4.0 * n * (w.cols + w.rows), 2.0 * n * w.rows * w.cols);
-    }
+    for (int n : {512, 4096})
+      for (int tile : {128, 64}) {
+        if (only_attn) break;
+        WeightView w;
+        w.dtype = dt;
+        w.rows = 17408;
+        w.cols = 5120;
+        w.block_scale = scale;
+        w.row_scale = scale;
+        w.group_scale = static_cast<const uint8_t*>(gscale);
+        w.global_scale = 0.01f;
+        w.data = pool;
+        cuda::linear_gemm_set_big_tile_tokens(tile == 128 ? 128 : (int64_t(1) << 40));
+        const float ms = time_ms([&](int) { cuda::linear(x, n, w, out, nullptr); });
+        cuda::linear_gemm_set_big_tile_tokens(128);
+        char name[96];
+        std::snprintf(name, sizeof name, "gemm %s 17408x5120 n=%d tile %d", dtype_name(dt), n, tile);
+        const size_t wb = dtype_bytes_for(dt, w.rows * w.cols);
+        report(name, ms, double(wb) + 4.0 * n * (w.cols + w.rows), 2.0 * n * w.rows * w.cols);
+      }
+  if (only_gemm) {
+    CK(cudaDeviceSynchronize());
+    std::printf("bench done\n");
+    return 0;
+  }
   // 4. Attention decode at depth (27B: 24 q heads, 4 kv heads, D 256), batch 1, one layer, every
   // cache dtype. Bytes = K + V values + scales; caches rotate over copies of >= 256 MiB in all so
   // the reads come from HBM, not L2.
