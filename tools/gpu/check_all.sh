@@ -23,27 +23,11 @@ if [ "${SKIP_PYTEST:-0}" != 1 ]; then
   grep -E "passed|failed|error|rel |kv |weight_quant|requests:|FAIL" "$OUT/pytest_full.log" | tail -60
   echo "== pytest stage done at $((SECONDS - t0)) s"
 else
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    > "$OUT/wheels.log" 2>&1
-  GEN=""; command -v ninja >/dev/null && GEN="-G Ninja"
-  cmake -S . -B build/dev $GEN -DPYENGINE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" > "$OUT/build.log" 2>&1 &&
-    cmake --build build/dev -j"$(nproc)" --target pyengine >> "$OUT/build.log" 2>&1 || { echo "build FAILED"; tail -20 "$OUT/build.log"; exit 1; }
+  BUILD_ONLY=1 bash tools/gpu/pytest_gpu.sh || exit 1
 fi
 nm -C build/dev/libpyengine.so | grep -c " [TW] std::ostream" | sed 's/^/exported std::ostream symbols: /'
 if [ "${SM75:-0}" = 1 ]; then
-  B75=build/sm75; GEN=""; command -v ninja >/dev/null && GEN="-G Ninja"
-  if cmake -S . -B "$B75" $GEN -DPYENGINE_CUDA=ON -DPYENGINE_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES="75-virtual" \
-       > "$OUT/build_sm75.log" 2>&1 && cmake --build "$B75" -j"$(nproc)" >> "$OUT/build_sm75.log" 2>&1; then
-    : > "$OUT/tests_sm75.log"; rc=0
-    for t in "$B75"/test_cuda_*; do [ -x "$t" ] || continue
-      echo "### $(basename "$t")" >> "$OUT/tests_sm75.log"
-      PE_TEST_SMALL=1 timeout 150 "$t" >> "$OUT/tests_sm75.log" 2>&1 || { rc=1; echo "### FAILED $(basename "$t")" >> "$OUT/tests_sm75.log"; }
-    done
-    echo "== sm_75 PTX JIT: $([ $rc = 0 ] && echo ok || echo FAILED), $(grep -c '^\[ ok \]' "$OUT/tests_sm75.log") tests ok, $(grep -c 'FAIL' "$OUT/tests_sm75.log") FAIL lines ($((SECONDS - t0)) s)"
-    grep -E "FAIL" "$OUT/tests_sm75.log" | head -10
-  else
-    echo "== sm_75 PTX JIT: build FAILED"; tail -20 "$OUT/build_sm75.log"
-  fi
+  OUT="$OUT" bash tools/gpu/sm75_tests.sh; echo "== sm_75 stage done at $((SECONDS - t0)) s"
 fi
 export PYENGINE_LIBRARY="$ROOT/build/dev/libpyengine.so" PYTHONPATH="$ROOT:/tmp/site:${PYTHONPATH:-}"
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -53,18 +53,9 @@ if [ "$BUILD_OK" = 1 ]; then
   record "cpu tests" "$([ $? = 0 ] && echo ok || echo FAILED)"
 fi
 
-# 3. The sm_75 code path, JIT-compiled from compute_75 PTX.
-B75="${BUILD}_sm75"
-if cmake -S "$ROOT" -B "$B75" $GEN -DPYENGINE_CUDA=ON -DPYENGINE_TESTS=ON \
-     -DCMAKE_CUDA_ARCHITECTURES="75-virtual" > "$OUT/build_sm75.log" 2>&1 &&
-   cmake --build "$B75" -j"$JOBS" --target test_cuda_linear test_cuda_attention test_cuda_gdn test_cuda_ops test_cuda_sampling test_cuda_gdn_decode test_cuda_glue >> "$OUT/build_sm75.log" 2>&1; then
-  : > "$OUT/tests_sm75.log"; rc=0
-  for t in "$B75"/test_cuda_*; do [ -x "$t" ] || continue
-    PE_TEST_SMALL=1 timeout 120 "$t" >> "$OUT/tests_sm75.log" 2>&1 || rc=1; done
-  record "tests (sm_75 PTX JIT)" "$([ $rc = 0 ] && echo ok || echo FAILED) $(grep -c ' ok$' "$OUT/tests_sm75.log") cases ok, $(grep -c 'FAIL$' "$OUT/tests_sm75.log") failed$(skipped "$OUT/tests_sm75.log")"
-else
-  record "tests (sm_75 PTX JIT)" "build FAILED (build_sm75.log)"
-fi
+# 3. The sm_75 code path, JIT-compiled from compute_75 PTX (tools/gpu/sm75_tests.sh).
+line=$(OUT="$OUT" B75="${BUILD}_sm75" JOBS="$JOBS" bash "$ROOT/tools/gpu/sm75_tests.sh" | head -1)
+record "tests (sm_75 PTX JIT)" "${line#sm_75 PTX JIT: }"
 
 # 4. compute-sanitizer memcheck, small sizes (skipped past 420 s: the device call ends at 600).
 if [ "$BUILD_OK" = 1 ]; then

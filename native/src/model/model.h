@@ -32,6 +32,11 @@ struct SeqChunk {
   // GDN state copies: after `offset` tokens of this chunk, every GDN layer's conv and recurrent
   // state is copied into snapshot slot `slot` (prefix-cache snapshots at block boundaries).
   std::vector<std::pair<int64_t, int32_t>> snapshots;
+
+  // Rows first_logit_row() .. n_new - 1 of the chunk need logits.
+  int64_t first_logit_row() const {
+    return logits == LogitsMode::All ? 0 : logits == LogitsMode::Last ? n_new - 1 : n_new;
+  }
 };
 
 struct Batch {

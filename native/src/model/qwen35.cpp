@@ -218,8 +218,7 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
   float* sel = Workspace::get(ws.t5, T * H);
   for (const SeqChunk& s : b.seqs) {
     res.logit_row_begin.push_back(n_rows);
-    int64_t first = s.logits == LogitsMode::All ? 0 : s.logits == LogitsMode::Last ? s.n_new - 1 : s.n_new;
-    for (int64_t i = first; i < s.n_new; ++i, ++n_rows)
+    for (int64_t i = s.first_logit_row(); i < s.n_new; ++i, ++n_rows)
       std::memcpy(sel + n_rows * H, res.hidden.data() + (r0 + i) * H, sizeof(float) * H);
     r0 += s.n_new;
   }

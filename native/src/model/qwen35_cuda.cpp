@@ -280,13 +280,12 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   if (static_cast<int64_t>(host_ints_.size()) != 2 * T)
     fail(PE_ERR_INTERNAL, "batch has ", T, " tokens but its chunks cover ", host_ints_.size() - T);
   page_table_off_.clear();
-  int64_t n_rows = 0, max_ctx = 0;
+  int64_t n_rows = 0;
   for (const SeqChunk& s : b.seqs) {
     const int64_t n_pages = (s.n_past + s.n_new + kv.page_size() - 1) / kv.page_size();
     page_table_off_.push_back(static_cast<int64_t>(host_ints_.size()) - 2 * T);
     host_ints_.insert(host_ints_.end(), s.page_table, s.page_table + n_pages);
-    n_rows += s.logits == LogitsMode::All ? s.n_new : s.logits == LogitsMode::Last ? 1 : 0;
-    max_ctx = std::max(max_ctx, s.n_past + s.n_new);
+    n_rows += s.n_new - s.first_logit_row();
   }
   const int64_t slots_off = static_cast<int64_t>(host_ints_.size());
   for (const SeqChunk& s : b.seqs) host_ints_.push_back(s.gdn_slot);
@@ -315,7 +314,7 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   int64_t row = 0;
   for (const SeqChunk& s : b.seqs) {
     res.logit_row_begin.push_back(row);
-    row += s.logits == LogitsMode::All ? s.n_new : s.logits == LogitsMode::Last ? 1 : 0;
+    row += s.n_new - s.first_logit_row();
   }
 
   // Decode-only steps may replay a CUDA graph (qwen35_cuda.h): everything after the upload above.
@@ -323,7 +322,7 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   bool decode_only = b.cuda_graph && !b.host_outputs && T > 0;
   for (const SeqChunk& s : b.seqs) decode_only = decode_only && s.n_new == 1 && s.snapshots.empty();
   if (decode_only)
-    graphs_.run(T * 4096 + n_rows, launches);  // one graph per (tokens, logit rows)
+    graphs_.run((T << 32) | n_rows, launches);  // one graph per (tokens, logit rows)
   else
     launches();
 
@@ -380,7 +379,7 @@ void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, in
   int64_t row = 0, r0 = 0;
   bool in_place = true;
   for (const SeqChunk& s : b.seqs) {
-    const int64_t first = s.logits == LogitsMode::All ? 0 : s.logits == LogitsMode::Last ? s.n_new - 1 : s.n_new;
+    const int64_t first = s.first_logit_row();
     in_place = in_place && (s.n_new == first || row == r0 + first);
     row += s.n_new - first;
     r0 += s.n_new;
@@ -388,7 +387,7 @@ void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, in
   if (!in_place) {
     row = r0 = 0;
     for (const SeqChunk& s : b.seqs) {
-      const int64_t first = s.logits == LogitsMode::All ? 0 : s.logits == LogitsMode::Last ? s.n_new - 1 : s.n_new;
+      const int64_t first = s.first_logit_row();
       const int64_t n = s.n_new - first;
       if (n > 0) mem_copy(Device::CUDA, mix + row * H, h + (r0 + first) * H, sizeof(float) * n * H);
       row += n;

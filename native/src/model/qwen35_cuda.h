@@ -29,7 +29,7 @@
 // first step of a shape runs uncaptured (kernels load outside a capture). Workspace is reserved
 // before (reserve / ensure_workspace), so nothing in a captured step allocates, synchronizes or
 // copies from the host; a capture that fails anyway is ended and reported as pe::Error, and the
-// engine fails that step's requests and keeps serving. Code: qwen35_cuda_graph.cpp.
+// engine fails that step's requests and keeps serving. Code: kernels/cuda/step_graphs.cu.
 // Measured on an H200 (tools/bench_gpu.py --cuda-graphs): no gain yet, 0.95-1.1x of eager (27B
 // batch 1: 16.5 vs 16.1 ms; embedded model batch 8: 0.98 vs 0.85 ms), since the capture and update
 // cost about what they save. Replays without a capture need the per-step scalars (positions,

@@ -4,40 +4,14 @@
 #include <functional>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/buffer.h"
+#include "kernels/cuda/step_graphs.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 
-typedef struct CUgraphExec_st* cudaGraphExec_t;  // same typedefs as cuda_runtime.h
-
 namespace pe {
-
-// Decode steps replayed from CUDA graphs, one executable graph per step shape (engine option
-// cuda_graphs; qwen35_cuda.h explains the choice; qwen35_cuda_graph.cpp). Not thread-safe: the
-// model calls it under its forward lock.
-class StepGraphs {
- public:
-  StepGraphs() = default;
-  ~StepGraphs();
-  StepGraphs(const StepGraphs&) = delete;
-  StepGraphs& operator=(const StepGraphs&) = delete;
-  // Runs `launches` (stream work only) on the engine's stream. The first step of a shape `key`
-  // runs directly; later ones are captured into a graph that updates the shape's executable graph
-  // (re-instantiated when the update is refused), which is then launched. A capture that fails
-  // is ended, nothing of it has run, and pe::Error says why.
-  void run(int64_t key, const std::function<void()>& launches);
-
- private:
-  struct Exec {
-    cudaGraphExec_t exec = nullptr;
-    bool seen = false;
-  };
-  std::unordered_map<int64_t, Exec> execs_;
-  int64_t n_replays_ = 0, n_instantiations_ = 0;
-};
 
 // A weight matrix in device memory (view holds the device pointers).
 struct DevMatrix {
@@ -127,7 +101,7 @@ class CudaQwen35Model : public Model {
   const int32_t* d_pos_ = nullptr;
   const int32_t* d_pages_ = nullptr;
   const int32_t* d_slots_ = nullptr;  // GDN slot of each sequence
-  StepGraphs graphs_;
+  cuda::StepGraphs graphs_;
   std::mutex forward_mu_;
 };
 

@@ -1,8 +1,7 @@
-// CUDA model, decode steps as CUDA graphs (engine option cuda_graphs; qwen35_cuda.h says why):
-// the launches of a step are captured from the engine's stream, applied to the executable graph
-// of that step shape with cudaGraphExecUpdate (a fresh instantiation where the update is refused)
+// Decode steps as CUDA graphs (engine option cuda_graphs; model/qwen35_cuda.h says why): the
+// launches of a step are captured from the engine's stream, applied to the executable graph of
+// that step shape with cudaGraphExecUpdate (a fresh instantiation where the update is refused)
 // and launched as one graph.
-#ifdef PE_WITH_CUDA  // the CUDA model exists only in builds with the CUDA backend
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -10,9 +9,10 @@
 
 #include "core/error.h"
 #include "kernels/cuda/device_memory.h"
-#include "model/qwen35_cuda_parts.h"
+#include "kernels/cuda/step_graphs.h"
 
 namespace pe {
+namespace cuda {
 namespace {
 
 void check(cudaError_t e, const char* what) {
@@ -49,7 +49,7 @@ void StepGraphs::run(int64_t key, const std::function<void()>& launches) {
     launches();
     return;
   }
-  cudaStream_t st = cuda::stream();
+  cudaStream_t st = stream();
   // Thread-local mode: an unsafe call (sync, allocation, pageable copy) on this thread during the
   // capture fails instead of being recorded; other threads (stats readers) are unaffected.
   check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "cannot begin a capture");
@@ -94,6 +94,5 @@ void StepGraphs::run(int64_t key, const std::function<void()>& launches) {
   check(cudaGraphLaunch(e.exec, st), "cannot launch the decode step's graph");
 }
 
+}  // namespace cuda
 }  // namespace pe
-
-#endif  // PE_WITH_CUDA
