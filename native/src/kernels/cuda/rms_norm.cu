@@ -46,6 +46,9 @@ __global__ void norm_kernel(const float* x, const float* z, const float* w, int6
   }
 }
 
+// Rows up to this many values per thread stay in registers (256 threads: hidden sizes to 8192).
+constexpr int kAddNormRegs = 32;
+
 // x += r row by row, then the rms norm of the new row (each thread re-reads only what it wrote).
 template <bool kOffset, bool kWarpRow>
 __global__ void add_norm_kernel(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps,
@@ -60,6 +63,33 @@ __global__ void add_norm_kernel(float* x, const float* r, const float* w, int64_
   const float* rr = r + row * dim;
   float* yr = out + row * dim;
   float s = 0.0f;
+  if (dim <= static_cast<int64_t>(n_thr) * kAddNormRegs) {
+    // The row in registers: every load is issued before any store (a loop that stores x[j] before
+    // loading r[j + n] waits a full memory latency per element: x and r may alias as far as the
+    // compiler knows). Same sums in the same order as below.
+    float v[kAddNormRegs];
+#pragma unroll
+    for (int i = 0; i < kAddNormRegs; ++i) {
+      const int64_t j = idx + static_cast<int64_t>(i) * n_thr;
+      v[i] = j < dim ? xr[j] + rr[j] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kAddNormRegs; ++i) {
+      const int64_t j = idx + static_cast<int64_t>(i) * n_thr;
+      if (j < dim) {
+        xr[j] = v[i];
+        s = fmaf(v[i], v[i], s);
+      }
+    }
+    const float ss = kWarpRow ? warp_sum(s) : block_sum(s, red);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+#pragma unroll
+    for (int i = 0; i < kAddNormRegs; ++i) {
+      const int64_t j = idx + static_cast<int64_t>(i) * n_thr;
+      if (j < dim) yr[j] = v[i] * inv * (kOffset ? 1.0f + w[j] : w[j]);
+    }
+    return;
+  }
   for (int64_t j = idx; j < dim; j += n_thr) {
     const float v = xr[j] + rr[j];
     xr[j] = v;
