@@ -8,6 +8,7 @@
 // decode and chunked prefill after contexts of 1, 63, 65, 1000 (split-K + combine), the
 // speculative-verify block (n_q 8 at depth), gate on/off, and an odd head_dim (tiled fallback).
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -254,4 +255,56 @@ TEST(cuda_attention_prefill_mma) {
                                                            reinterpret_cast<void*>(512), nullptr, nullptr, 16, 2, 512}));
   CHECK(!cuda::attention_prefill_mma_supported(8, PagedKV{DType::F16, reinterpret_cast<void*>(264),
                                                            reinterpret_cast<void*>(512), nullptr, nullptr, 16, 2, 64}));
+}
+
+// The tensor-core decode variants of attention_decode_set_variant (0: session-3 kernel, 1: swizzled
+// merge + early page-table loads, 2 / 3: + L2 prefetch 1 / 2 rounds ahead) on the same GPU-written
+// cache: the same values (bit for bit where the split counts agree; within 1e-6 otherwise).
+// Depths past one window per block (27B shape on 132 SMs: 66 splits, > 33,800 keys) use the rows
+// resolved past a window's end; pages of 7 put page boundaries inside every tile; n_q 3 masks.
+TEST(cuda_attention_decode_variants) {
+  const bool small = small_only();
+  const struct { Shape s; int64_t ctx, n_q, page; } cases[] = {
+      {{24, 4, 256}, 1, 1, 16},   {{24, 4, 256}, 63, 3, 7},       {{24, 4, 256}, 1500, 1, 16},
+      {{8, 2, 128}, 700, 2, 7},   {{4, 2, 64}, 5000, 1, 64},      {{24, 4, 256}, small ? 3000 : 40000, 1, 16},
+      {{24, 4, 256}, small ? 2000 : 34500, 3, 7}};
+  for (DType t : {DType::F16, DType::FP8_E4M3, DType::I8, DType::NVFP4})
+    for (const auto& c : cases) {
+      pe_test::Rng rng(900 + c.ctx);
+      const int64_t total = c.ctx + c.n_q, n_pages = (total + c.page - 1) / c.page + 2;
+      std::vector<int32_t> pt(n_pages);
+      std::iota(pt.begin(), pt.end(), 0);
+      for (int64_t i = n_pages - 1; i > 0; --i) std::swap(pt[i], pt[rng.below(i + 1)]);
+      const cpu::KvRowFormat fmt = cpu::kv_row_format(t, c.s.d);
+      const int64_t rows = n_pages * c.page * c.s.hkv, row = c.s.hkv * c.s.d;
+      DevBuf<uint8_t> dk(rows * fmt.bytes), dv(rows * fmt.bytes);
+      DevBuf<float> dks(std::max<int64_t>(rows * fmt.scales, 1)), dvs(std::max<int64_t>(rows * fmt.scales, 1));
+      DevBuf<int32_t> dpt(pt);
+      PagedKV gkv{t, dk.p, dv.p, dks.p, dvs.p, c.page, c.s.hkv, c.s.d};
+      {
+        DevBuf<float> gk(rng.normals(total * row)), gv(rng.normals(total * row));
+        cuda::kv_write(gkv, dpt.p, 0, total, gk.p, gv.p, nullptr);
+      }
+      DevBuf<float> dq(rng.normals(c.n_q * c.s.hq * c.s.d)), dgate(rng.normals(c.n_q * c.s.hq * c.s.d));
+      const size_t sb = cuda::attention_paged_scratch_bytes(c.n_q, c.ctx, c.s.hq, c.s.hkv, c.s.d);
+      DevBuf<uint8_t> scratch(sb);
+      std::vector<float> ref;
+      for (int variant = 0; variant <= 3; ++variant) {
+        cuda::attention_decode_set_variant(variant);
+        DevBuf<float> dout(c.n_q * c.s.hq * c.s.d);
+        cuda::attention_paged(dq.p, c.n_q, c.ctx, c.s.hq, gkv, dpt.p, 1.0f / std::sqrt(static_cast<float>(c.s.d)),
+                              dgate.p, dout.p, scratch.p, sb, nullptr);
+        const std::vector<float> out = dout.download();
+        if (variant == 0) {
+          ref = out;
+          continue;
+        }
+        const bool same = std::memcmp(out.data(), ref.data(), out.size() * sizeof(float)) == 0;
+        const std::string cfg = cfgs("%s H%lld/%lld D%lld ctx=%lld n=%lld pg%lld v%d%s", dtype_name(t),
+                                     (long long)c.s.hq, (long long)c.s.hkv, (long long)c.s.d, (long long)c.ctx,
+                                     (long long)c.n_q, (long long)c.page, variant, same ? " bitwise" : "");
+        EXPECT_CLOSE("decode_variant", cfg, out, ref, 1e-6);
+      }
+      cuda::attention_decode_set_variant(2);
+    }
 }

@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   // 4. Attention decode at depth (27B: 24 q heads, 4 kv heads, D 256), batch 1, one layer, every
-  // cache dtype. Bytes = K + V values + scales; caches rotate over copies of >= 256 MiB in all so
+  // cache dtype; F16/FP8/I8/NVFP4 as variants v0..v3 of the tensor-core kernel (cuda_ops.h). Bytes = K + V values + scales; caches rotate over copies of >= 256 MiB in all so
   // the reads come from HBM, not L2.
   for (DType kvt : {DType::F16, DType::BF16, DType::FP8_E4M3, DType::I8, DType::NVFP4, DType::F32})
     for (int64_t depth : {1024, 8192, 32768, 65536}) {
@@ -250,18 +250,29 @@ int main(int argc, char** argv) {
       const size_t sb = cuda::attention_paged_scratch_bytes(1, depth, 24, 4, 256);
       void* scr;
       CK(cudaMalloc(&scr, std::max<size_t>(sb, 1)));
-      int call = 0;  // a new copy every call, warm-ups included
-      const float ms = time_ms([&](int) {
-        const int c = call++ % copies;
-        cpu::PagedKV kv{kvt, kc + c * cache, vc + c * cache,
-                        scales ? reinterpret_cast<float*>(ks + c * scales) : nullptr,
-                        scales ? reinterpret_cast<float*>(vs + c * scales) : nullptr, page, 4, 256};
-        cuda::attention_paged(x, 1, depth, 24, kv, pt, 0.0625f, x + 8192, out, scr, sb, nullptr);
-      });
-      char name[96];
-      std::snprintf(name, sizeof name, "attn decode %s depth=%lld (%.1f us)", dtype_name(kvt), (long long)depth,
-                    ms * 1e3);
-      report(name, ms, 2.0 * (depth + 1) * 4 * (vb + 4.0 * sc));
+      // The tensor-core dtypes once per attention_decode_set_variant (0: session-3 kernel, 1:
+      // conflict-free merge, 2 / 3: + L2 prefetch 1 / 2 rounds ahead), on the same buffers.
+      const bool tc = kvt != DType::BF16 && kvt != DType::F32;
+      for (int variant = tc ? 0 : 2; variant <= (tc ? 3 : 2); ++variant) {
+        cuda::attention_decode_set_variant(variant);
+        int call = 0;  // a new copy every call, warm-ups included
+        const float ms = time_ms([&](int) {
+          const int c = call++ % copies;
+          cpu::PagedKV kv{kvt, kc + c * cache, vc + c * cache,
+                          scales ? reinterpret_cast<float*>(ks + c * scales) : nullptr,
+                          scales ? reinterpret_cast<float*>(vs + c * scales) : nullptr, page, 4, 256};
+          cuda::attention_paged(x, 1, depth, 24, kv, pt, 0.0625f, x + 8192, out, scr, sb, nullptr);
+        });
+        char name[96];
+        if (tc)
+          std::snprintf(name, sizeof name, "attn decode %s depth=%lld v%d (%.1f us)", dtype_name(kvt),
+                        (long long)depth, variant, ms * 1e3);
+        else
+          std::snprintf(name, sizeof name, "attn decode %s depth=%lld (%.1f us)", dtype_name(kvt), (long long)depth,
+                        ms * 1e3);
+        report(name, ms, 2.0 * (depth + 1) * 4 * (vb + 4.0 * sc));
+      }
+      cuda::attention_decode_set_variant(2);
       CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt)); CK(cudaFree(scr));
       if (ks) { CK(cudaFree(ks)); CK(cudaFree(vs)); }
     }

@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, NV <= 6 ? 3 : 2) attention_decode_ke
     __syncthreads();
   }
 
-  store_decode_result(p, &red_acc[0][0], kMaxD, fin_m, fin_l, nv, nh, i0, h0, split, D, tid);
+  store_decode_result(p, [&](int v, int d) { return red_acc[v][d]; }, fin_m, fin_l, nv, nh, i0, h0, split, D, tid);
 }
 
 constexpr int kCombineWarps = 8;

@@ -15,6 +15,9 @@ constexpr int kDecodeMaxQ = 16;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kWindow = 512;  // keys whose cache rows are resolved per shared-memory pass
+// Tensor-core kernel: L2 prefetch runs this many rounds (kWarps x 16 keys) ahead at most; the
+// rows of a window are resolved that far past its end.
+constexpr int kMaxPrefetchRounds = 2;
 constexpr int kMaxD = 256, kMaxVecs = 8;
 
 struct DecodeParams {
@@ -28,6 +31,7 @@ struct DecodeParams {
   int group, hb, n_hb, qb, n_qb, split_len, lpk_log2;
   float q_mul;   // scale * log2(e) * unit of the K chunks
   float v_unit;  // unit of the V chunks
+  int pf_rounds;  // tensor-core kernel: L2 prefetch distance in rounds (0..kMaxPrefetchRounds)
 };
 
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
@@ -44,18 +48,19 @@ __device__ __forceinline__ void resolve_rows(int64_t* rows, const DecodeParams& 
   }
 }
 
-// A block's result for its nv vectors (vector v = query i0 + v / nh, head h0 + v % nh), acc rows
-// `stride` floats apart in shared memory: o = acc / l times the gate when the block is the only
-// split, else the unnormalized partial (acc, m, l) that attention_combine merges.
-__device__ __forceinline__ void store_decode_result(const DecodeParams& p, const float* red_acc, int stride,
-                                                    const float* fin_m, const float* fin_l, int nv, int nh,
-                                                    int64_t i0, int h0, int split, int D, int tid) {
+// A block's result for its nv vectors (vector v = query i0 + v / nh, head h0 + v % nh), acc_at(v,
+// d) reading the block's merged accumulator: o = acc / l times the gate when the block is the
+// only split, else the unnormalized partial (acc, m, l) that attention_combine merges.
+template <class AccAt>
+__device__ __forceinline__ void store_decode_result(const DecodeParams& p, const AccAt& acc_at, const float* fin_m,
+                                                    const float* fin_l, int nv, int nh, int64_t i0, int h0,
+                                                    int split, int D, int tid) {
   const bool direct = gridDim.x == 1;
   const int64_t n_rows = p.n_q * p.n_heads;
   for (int e = tid; e < nv * D; e += kThreads) {
     const int v = e / D, d = e % D;
     const int64_t row = (i0 + v / nh) * p.n_heads + h0 + v % nh;
-    const float val = red_acc[v * stride + d] * p.v_unit;
+    const float val = acc_at(v, d) * p.v_unit;
     if (direct) {
       float o = val / fin_l[v];
       if (p.gate) o *= sigmoid_f(p.gate[row * D + d]);

@@ -31,8 +31,16 @@
 // NOT YET MET: quantized <= fp16 at every depth. fp8/i8 are ~5 us slower at 1K/8K and NVFP4 ties
 // fp16 at 64K: a warp issues its next 16 keys' loads only after this step's math, so a step is
 // one memory round trip plus the decode chain, and the smaller rows put fewer bytes in flight.
-// Next: prefetch the next step's K/V words into registers (room for FP8/I8: 188-194 regs), fewer
-// NVFP4 load instructions (one 4-byte word per group and key today), splits tuned per depth.
+// Also: the cross-warp merge through red_acc stored lanes g, t of a fragment element on 2 banks
+// for FP8/I8 (16-way conflicts: ~7K smem wavefronts per block, ~3.6 us at 2 blocks/SM), 4 for
+// F16 (8-way), 8 for NVFP4 (4-way): part of the fixed cost that dominates at 1K/8K.
+// Tuned kernel (attention_decode_set_variant 1..3, default 2; NOT YET RUN ON A GPU, bit-identical
+// to the session-3 kernel, variant 0): swizzled merge (no conflicts), page-table loads under the Q
+// setup, and an L2 prefetch (prefetch.global.L2, no registers) of every K/V line and scale line of
+// the warp's tile pf_rounds rounds ahead, plus rounds 0..pf_rounds at block start, so a step's
+// loads hit L2 and each warp keeps the next round's bytes in flight during its math.
+// Register prefetch was not taken: a second FP8/I8 K+V buffer is +64 registers (194 -> ~258,
+// spills at the 255 cap of 2 blocks/SM) and NVFP4 is at 255 already.
 #include <algorithm>
 
 #include "kernels/cuda/attention_decode.cuh"
@@ -91,6 +99,12 @@ template <DType KV, int D> struct Layout {
   static constexpr int PW = VW < 4 ? VW : 4;                  // words per V piece
   static constexpr int PV = kF16 ? 2 * PW : 4 * PW;           // values per V piece
   static constexpr float kVMul = KV == DType::I8 ? 64.0f : kFp4 ? 4.0f : 1.0f;  // P' = P s kVMul
+  // Row geometry for the L2 prefetch: value bytes, scales, 128-byte lines from the row's start,
+  // prefetch items per key (K lines, V lines, then the K and V scale lines; even).
+  static constexpr int RB = kFp4 ? D / 2 : kF16 ? 2 * D : D;
+  static constexpr int RS = kFp4 ? D / 16 : KV == DType::I8 ? 1 : 0;
+  static constexpr int NL = (RB + 127) / 128;
+  static constexpr int PF = 2 * NL + (RS ? 2 : 0);
 
   // Physical dim of the Q value that meets K k-step ks, k half `half` (0: k 2t.., 1: k 2t+8..),
   // element e, in lane t (see the K fragment decode in the kernel).
@@ -105,14 +119,44 @@ template <DType KV, int D> struct Layout {
     const int v = 2 * j + h;
     return PV * (g + 8 * (v / PV)) + v % PV;
   }
+  // Tuned merge: dim d of vector v sits at column d ^ swz(v, d) of red_acc (low 5 bits only, so a
+  // 32-aligned run of dims stays in its run). One merge store (lanes g, t at out_dim(j, h, g) of
+  // vectors 2t + e) then hits 32 banks: out_dim alone puts them on 2 banks (FP8/I8, 16-way
+  // conflicts), 4 (F16, 8-way) or 8 (NVFP4, 4-way). Constants found by exhaustive search over the
+  // 12 layouts (dtype x head_dim).
+  __device__ static int swz(int v, int d) { return kFp4 ? (v >> 1) * 9 : ((v >> 1) ^ ((d >> 5) << 2)) & 31; }
 };
 
+__device__ __forceinline__ void prefetch_l2(const void* a) { asm volatile("prefetch.global.L2 [%0];" ::"l"(a)); }
+
+// L2 prefetch of item u (< Layout::PF) of cache row `row`: a 128-byte line of its K or V values,
+// or the line holding its K or V scales. Fire and forget: no register waits on it.
 template <DType KV, int D>
+__device__ __forceinline__ void prefetch_item(const DecodeParams& p, int64_t row, int u) {
+  using L = Layout<KV, D>;
+  if (L::RS == 0 || u < 2 * L::NL) {
+    const bool is_v = u >= L::NL;
+    prefetch_l2(static_cast<const uint8_t*>(is_v ? p.kv.v : p.kv.k) + row * L::RB + 128 * (is_v ? u - L::NL : u));
+  } else {
+    prefetch_l2((u == 2 * L::NL ? p.kv.k_scale : p.kv.v_scale) + row * L::RS);
+  }
+}
+
+// kTuned = false: the session-3 kernel as measured (attention_decode_set_variant(0)). kTuned =
+// true, bit-identical results (NOT YET RUN ON A GPU): the merge through red_acc without bank
+// conflicts (Layout::swz), the first window's page-table loads under the Q setup, and with
+// p.pf_rounds > 0 an L2 prefetch of the K/V lines (and scales) p.pf_rounds rounds of tiles ahead,
+// so a step's loads hit L2 instead of HBM while the next rounds' bytes are already in flight.
+template <DType KV, int D, bool kTuned>
 __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(DecodeParams p) {
   using L = Layout<KV, D>;
   constexpr int KS = L::KS, MT = L::MT, KW = L::KW, VW = L::VW;
   constexpr bool kFp4 = L::kFp4, kI8 = KV == DType::I8, kF16 = L::kF16;
-  __shared__ int64_t rows[kWindow];
+  // Tuned: the rows of a window plus up to kMaxPrefetchRounds rounds past it (prefetch targets).
+  constexpr int kRowsCap = kTuned ? kWindow + kMaxPrefetchRounds * kWarps * kStep : kWindow;
+  constexpr int kPg = kRowsCap / kThreads;
+  static_assert(kRowsCap % kThreads == 0, "rows per thread");
+  __shared__ int64_t rows[kRowsCap];
   __shared__ uint4 qfrag[KS][32];
   __shared__ float qscale[kVecs];
   __shared__ float red_acc[kVecs][D];
@@ -127,6 +171,36 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
   const int nqi = static_cast<int>(min(static_cast<int64_t>(p.qb), p.n_q - i0));
   const int h0 = kvh * p.group + hblk * p.hb, nh = min(p.hb, p.group - hblk * p.hb);
   const int nv = nqi * nh;  // vector v = (query i0 + v / nh, head h0 + v % nh)
+  const int64_t kb = static_cast<int64_t>(split) * p.split_len;
+  const int64_t ke = min(kb + p.split_len, p.q_start_pos + i0 + nqi);
+  const auto row_of = [&](int32_t page, int64_t tk) {  // cache row of key tk in page `page`
+    return (static_cast<int64_t>(page) * p.kv.page_size + tk % p.kv.page_size) * p.kv.n_kv_heads + kvh;
+  };
+
+  // Tuned: the first window's page-table entries (and the first rounds' L2 prefetches) go out
+  // before the Q loads, so their latencies overlap instead of adding up.
+  const int ahead = kTuned ? p.pf_rounds * kWarps * kStep : 0;  // prefetch distance in keys
+  const int ext0 = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(kWindow + ahead), ke - kb)));
+  int32_t pg[kTuned ? kPg : 1];
+  if constexpr (kTuned) {
+#pragma unroll
+    for (int i = 0; i < kPg; ++i) {
+      const int j = tid + i * kThreads;
+      pg[i] = j < ext0 ? p.pt[(kb + j) / p.kv.page_size] : 0;
+    }
+    if (ahead > 0) {  // rounds 0 .. pf_rounds, a key per thread
+      const int n_pf = min(ext0, ahead + kWarps * kStep);
+#pragma unroll
+      for (int i = 0; i < kPg; ++i) {
+        const int j = tid + i * kThreads;
+        if (j < n_pf) {
+          const int64_t row = row_of(pg[i], kb + j);
+#pragma unroll
+          for (int u = 0; u < L::PF; ++u) prefetch_item<KV, D>(p, row, u);
+        }
+      }
+    }
+  }
 
   // Q fragments of vector g: scaled by a power of two so max |q| lands in [2^14, 2^15) (the fp16
   // high + low parts keep ~22 bits whatever the magnitude), split, stored per k-step and lane.
@@ -156,6 +230,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
     }
     if (t == 0) qscale[g] = __uint_as_float(static_cast<uint32_t>(127 - k2) << 23);
   }
+  if constexpr (kTuned)
+#pragma unroll
+    for (int i = 0; i < kPg; ++i) {
+      const int j = tid + i * kThreads;
+      if (j < ext0) rows[j] = row_of(pg[i], kb + j);
+    }
   __syncthreads();
   const float qsc[2] = {qscale[2 * t], qscale[2 * t + 1]};
   int qoff[2];  // vector 2t + e sees keys up to position qpos0 + qoff[e] (padding: all)
@@ -167,8 +247,6 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
 #pragma unroll
   for (int j = 0; j < MT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  const int64_t kb = static_cast<int64_t>(split) * p.split_len;
-  const int64_t ke = min(kb + p.split_len, p.q_start_pos + i0 + nqi);
   const int64_t rb = kv_row_bytes(KV, D);
   const uint8_t* kbase = static_cast<const uint8_t*>(p.kv.k);
   const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v);
@@ -177,10 +255,23 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
 
   for (int64_t w0 = kb; w0 < ke; w0 += kWindow) {
     const int wn = static_cast<int>(min(static_cast<int64_t>(kWindow), ke - w0));
-    __syncthreads();  // the previous window's rows are no longer read
-    resolve_rows(rows, p, w0, wn, kvh, tid);
-    __syncthreads();
+    // Rows resolved: this window's, plus (tuned) `ahead` keys past it, which the next window
+    // hands to the same warp (kWindow is a multiple of a round).
+    const int wn_ext = kTuned ? static_cast<int>(min(static_cast<int64_t>(kWindow + ahead), ke - w0)) : wn;
+    if (!kTuned || w0 != kb) {  // tuned: the first window's rows were stored with the Q fragments
+      __syncthreads();  // the previous window's rows are no longer read
+      resolve_rows(rows, p, w0, wn_ext, kvh, tid);
+      __syncthreads();
+    }
     for (int jw = warp * kStep; jw < wn; jw += kWarps * kStep) {  // warp-uniform
+      if constexpr (kTuned) {  // this warp's tile `ahead` keys on: lane = key (lane & 15), items of half lane >> 4
+        const int jp = jw + ahead + (lane & 15);
+        if (ahead > 0 && jp < wn_ext) {
+          const int64_t row = rows[jp];
+#pragma unroll
+          for (int i = 0; i < L::PF / 2; ++i) prefetch_item<KV, D>(p, row, (lane >> 4) + 2 * i);
+        }
+      }
       // Loads: K rows of keys g, g+8 (this lane's quarter), V rows of keys 2t, 2t+1, 2t+8, 2t+9
       // (the dims of rows g, g+8 of every m-tile). Keys past the window read a valid row; their
       // scores are masked, so they add 0 * finite.
@@ -377,6 +468,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
   }
 
   // Merge: l over the 8 groups, then the warps through shared memory (fixed order).
+  float* const racc = &red_acc[0][0];
+  const auto acc_at = [&](int v, int d) -> float& { return racc[v * D + (kTuned ? d ^ L::swz(v, d) : d)]; };
 #pragma unroll
   for (int e = 0; e < 2; ++e)
 #pragma unroll
@@ -412,30 +505,43 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
       for (int j = 0; j < MT; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          float& dst = red_acc[2 * t + (i & 1)][L::out_dim(j, i >> 1, g)];
+          float& dst = acc_at(2 * t + (i & 1), L::out_dim(j, i >> 1, g));
           const float x = acc[j][i] * fac[i & 1];
           dst = w == 0 ? x : dst + x;
         }
     __syncthreads();
   }
 
-  store_decode_result(p, &red_acc[0][0], D, fin_m, fin_l, nv, nh, i0, h0, split, D, tid);
+  store_decode_result(p, acc_at, fin_m, fin_l, nv, nh, i0, h0, split, D, tid);
 }
 
 }  // namespace tc
 
-template <DType KV, int D>
+// attention_decode_set_variant: 0 the session-3 kernel, 1 tuned without prefetch, 2 / 3 tuned
+// with the L2 prefetch 1 / 2 rounds ahead.
+int g_variant = 2;
+
+template <DType KV, int D, bool kTuned>
 void run_decode_tc(DecodeParams p, int64_t n_keys, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   static const int resident = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, tc::attention_decode_mma_kernel<KV, D>, kThreads, 0) !=
-        cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, tc::attention_decode_mma_kernel<KV, D, kTuned>, kThreads,
+                                                      0) != cudaSuccess)
       b = 1;
     return std::max(b, 1);
   }();
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
-  launch_decode(tc::attention_decode_mma_kernel<KV, D>, resident, p, n_keys, scratch, scratch_bytes, stream);
+  p.pf_rounds = kTuned ? std::clamp(g_variant - 1, 0, kMaxPrefetchRounds) : 0;
+  launch_decode(tc::attention_decode_mma_kernel<KV, D, kTuned>, resident, p, n_keys, scratch, scratch_bytes,
+                stream);
+}
+
+template <DType KV, int D>
+void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
+                           cudaStream_t stream) {
+  if (g_variant == 0) run_decode_tc<KV, D, false>(p, n_keys, scratch, scratch_bytes, stream);
+  else run_decode_tc<KV, D, true>(p, n_keys, scratch, scratch_bytes, stream);
 }
 
 }  // namespace
@@ -444,9 +550,9 @@ template <DType KV>
 bool run_decode_tc_dim(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                        cudaStream_t stream) {
   switch (p.kv.head_dim) {
-    case 64: run_decode_tc<KV, 64>(p, n_keys, scratch, scratch_bytes, stream); return true;
-    case 128: run_decode_tc<KV, 128>(p, n_keys, scratch, scratch_bytes, stream); return true;
-    case 256: run_decode_tc<KV, 256>(p, n_keys, scratch, scratch_bytes, stream); return true;
+    case 64: run_decode_tc_variant<KV, 64>(p, n_keys, scratch, scratch_bytes, stream); return true;
+    case 128: run_decode_tc_variant<KV, 128>(p, n_keys, scratch, scratch_bytes, stream); return true;
+    case 256: run_decode_tc_variant<KV, 256>(p, n_keys, scratch, scratch_bytes, stream); return true;
     default: return false;
   }
 }
@@ -457,5 +563,8 @@ template bool run_decode_tc_dim<DType::I8>(const DecodeParams&, int64_t, void*, 
 template bool run_decode_tc_dim<DType::NVFP4>(const DecodeParams&, int64_t, void*, size_t, cudaStream_t);
 
 }  // namespace attn
+
+void attention_decode_set_variant(int variant) { attn::g_variant = std::clamp(variant, 0, 1 + attn::kMaxPrefetchRounds); }
+
 }  // namespace cuda
 }  // namespace pe

@@ -93,6 +93,13 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 // attention_prefill_mma supports run there (tensor cores, its tolerance). Quantized caches are
 // dequantized exactly as on the CPU (same values), so their tolerance is that of the F16 cache.
 constexpr int64_t kAttentionMmaMinQueries = 64;
+// Tuning hook for tools/gpu/bench_kernels (A/B of the tensor-core decode kernel, F16/FP8/I8/NVFP4
+// caches): 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the
+// page-table loads under the Q setup; 2 = 1 + L2 prefetch of the K/V lines one round of tiles
+// ahead (default); 3 = two rounds ahead. Same results in every variant (bit for bit where the split
+// count is the same). Values outside 0..3 are clamped. Not for use while other threads run
+// attention_paged.
+void attention_decode_set_variant(int variant);
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                      float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream);
