@@ -111,8 +111,9 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device %s sm_%d%d, %d SMs, L2 %d MB\n", prop.name, prop.major, prop.minor,
-              prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  std::printf("device %s sm_%d%d, %d SMs, L2 %d MB; FP8/I8 GEMV sm_90 bulk-copy path: %s\n", prop.name,
+              prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+              cuda::linear_gemv_bulk_path_available() ? "available (rows show sm75 and bulk)" : "not available");
   // 1. Copy bandwidth (bytes read + written).
   const size_t copy_bytes = size_t(2) << 30;
   void* src = dalloc(copy_bytes, 1);
@@ -170,19 +171,26 @@ int main(int argc, char** argv) {
         w.row_scale = scale;
         w.group_scale = static_cast<const uint8_t*>(gscale);
         w.global_scale = 0.01f;
-        // Eager (one launch between events: host launch cost included) and graph (device time).
-        const float ms_eager = time_ms([&](int i) {
-          w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
-          cuda::linear(x, n, w, out, nullptr);
-        });
-        const float ms = graph_ms([&](int i, cudaStream_t st) {
-          w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
-          cuda::linear(x, n, w, out, st);
-        }, 16);
-        char name[96];
-        std::snprintf(name, sizeof name, "gemv %s %s n=%d", dtype_name(dt), s.name, n);
-        report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
-        std::printf("    (eager, launch cost included: %.4f ms)\n", ms_eager);
+        // FP8/I8: the sm_75 kernel and, where available, the sm_90 bulk-copy one (A/B in one run).
+        const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8) && cuda::linear_gemv_bulk_path_available();
+        for (int path = ab ? 0 : 1; path < 2; ++path) {
+          cuda::linear_gemv_set_bulk_path(path == 1);
+          // Eager (one launch between events: host launch cost included) and graph (device time).
+          const float ms_eager = time_ms([&](int i) {
+            w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
+            cuda::linear(x, n, w, out, nullptr);
+          });
+          const float ms = graph_ms([&](int i, cudaStream_t st) {
+            w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
+            cuda::linear(x, n, w, out, st);
+          }, 16);
+          char name[96];
+          std::snprintf(name, sizeof name, "gemv %s %s n=%d%s", dtype_name(dt), s.name, n,
+                        !ab ? "" : path == 0 ? " sm75" : " bulk");
+          report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
+          std::printf("    (eager, launch cost included: %.4f ms)\n", ms_eager);
+        }
+        cuda::linear_gemv_set_bulk_path(true);
       }
     }
   }
@@ -220,7 +228,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   // 4. Attention decode at depth (27B: 24 q heads, 4 kv heads, D 256), batch 1, one layer, every
-  // cache dtype; F16/FP8/I8/NVFP4 as variants v0..v3 of the tensor-core kernel (cuda_ops.h). Bytes = K + V values + scales; caches rotate over copies of >= 256 MiB in all so
+  // cache dtype; F16/FP8/I8/NVFP4 once per variant of the tensor-core kernel (cuda_ops.h). Bytes = K + V values + scales; caches rotate over copies of >= 256 MiB in all so
   // the reads come from HBM, not L2.
   for (DType kvt : {DType::F16, DType::BF16, DType::FP8_E4M3, DType::I8, DType::NVFP4, DType::F32})
     for (int64_t depth : {1024, 8192, 32768, 65536}) {
@@ -250,29 +258,31 @@ int main(int argc, char** argv) {
       const size_t sb = cuda::attention_paged_scratch_bytes(1, depth, 24, 4, 256);
       void* scr;
       CK(cudaMalloc(&scr, std::max<size_t>(sb, 1)));
-      // The tensor-core dtypes once per attention_decode_set_variant (0: session-3 kernel, 1:
-      // conflict-free merge, 2 / 3: + L2 prefetch 1 / 2 rounds ahead), on the same buffers.
+      // The tensor-core dtypes once per attention_decode_set_variant (cuda_ops.h; "dflt" = -1, the
+      // per-dtype default), on the same buffers. Device time per call from a graph of one call per
+      // copy (>= 256 MiB a replay: from HBM; as the model's step runs, launches queued ahead) and,
+      // beside it, the eager time between two events (host launch cost included: most of the 1K
+      // figure), whose calls walk on through the copies across the variants (no L2 hits).
       const bool tc = kvt != DType::BF16 && kvt != DType::F32;
-      for (int variant = tc ? 0 : 2; variant <= (tc ? 3 : 2); ++variant) {
+      int next = 0;
+      for (int variant = -1; variant < (tc ? cuda::kAttentionDecodeVariants : 0); ++variant) {
         cuda::attention_decode_set_variant(variant);
-        int call = 0;  // a new copy every call, warm-ups included
-        const float ms = time_ms([&](int) {
-          const int c = call++ % copies;
+        const auto call = [&](int c, cudaStream_t st) {
           cpu::PagedKV kv{kvt, kc + c * cache, vc + c * cache,
                           scales ? reinterpret_cast<float*>(ks + c * scales) : nullptr,
                           scales ? reinterpret_cast<float*>(vs + c * scales) : nullptr, page, 4, 256};
-          cuda::attention_paged(x, 1, depth, 24, kv, pt, 0.0625f, x + 8192, out, scr, sb, nullptr);
-        });
-        char name[96];
-        if (tc)
-          std::snprintf(name, sizeof name, "attn decode %s depth=%lld v%d (%.1f us)", dtype_name(kvt),
-                        (long long)depth, variant, ms * 1e3);
-        else
-          std::snprintf(name, sizeof name, "attn decode %s depth=%lld (%.1f us)", dtype_name(kvt), (long long)depth,
-                        ms * 1e3);
+          cuda::attention_paged(x, 1, depth, 24, kv, pt, 0.0625f, x + 8192, out, scr, sb, st);
+        };
+        const float ms = graph_ms([&](int i, cudaStream_t st) { call(i % copies, st); }, std::max(copies, 8));
+        const float ms_eager = time_ms([&](int) { call(next++ % copies, nullptr); });
+        char name[96], var[8] = "";
+        if (tc) std::snprintf(var, sizeof var, variant < 0 ? " dflt" : " v%d", variant);
+        std::snprintf(name, sizeof name, "attn decode %s depth=%lld%s (%.1f us)", dtype_name(kvt), (long long)depth,
+                      var, ms * 1e3);
         report(name, ms, 2.0 * (depth + 1) * 4 * (vb + 4.0 * sc));
+        std::printf("    (eager, launch cost included: %.1f us)\n", ms_eager * 1e3);
       }
-      cuda::attention_decode_set_variant(2);
+      cuda::attention_decode_set_variant(-1);
       CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt)); CK(cudaFree(scr));
       if (ks) { CK(cudaFree(ks)); CK(cudaFree(vs)); }
     }

@@ -66,8 +66,16 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // No scratch. x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
 // Tuning hook for tools/gpu/bench_kernels (A/B of the GEMM tiles): from this many tokens the GEMM
-// uses 128-token tiles instead of 64 (default 128). Not for use while other threads run linear.
+// uses 128-token tiles instead of 64 for FP8 and NVFP4 weights (default 128; on the H200 they were
+// 1.25-1.45x faster there, while 64-token tiles stayed faster for F16/BF16/I8 and are always used
+// for those). Not for use while other threads run linear.
 void linear_gemm_set_big_tile_tokens(int64_t n);
+// FP8/I8 GEMV on sm_90 streams the weights by cp.async.bulk (linear_gemv_q_bulk.cu) where this
+// build has sm_90 code and the device is sm_90+: linear_gemv_bulk_path_available(). The hook turns
+// it off (and on again) for A/B runs and tests; off, the sm_75 kernel runs on any device. Not for
+// use while other threads run linear.
+bool linear_gemv_bulk_path_available();
+void linear_gemv_set_bulk_path(bool on);
 
 // pos: device array [n_tokens]. rot_dim <= 256.
 void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,
@@ -93,12 +101,17 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 // attention_prefill_mma supports run there (tensor cores, its tolerance). Quantized caches are
 // dequantized exactly as on the CPU (same values), so their tolerance is that of the F16 cache.
 constexpr int64_t kAttentionMmaMinQueries = 64;
-// Tuning hook for tools/gpu/bench_kernels (A/B of the tensor-core decode kernel, F16/FP8/I8/NVFP4
-// caches): 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the
-// page-table loads under the Q setup; 2 = 1 + L2 prefetch of the K/V lines one round of tiles
-// ahead (default); 3 = two rounds ahead. Same results in every variant (bit for bit where the split
-// count is the same). Values outside 0..3 are clamped. Not for use while other threads run
-// attention_paged.
+// Tuning hook for tools/gpu/bench_kernels and the tests (A/B of the tensor-core decode kernel,
+// F16/FP8/I8/NVFP4 caches): -1 = the per-dtype default (the fastest measured: 1 for F16, FP8, I8;
+// 0 for NVFP4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
+// 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the page-table
+// loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
+// ahead; 4 = 1 + a split-K combine that issues all its loads at once (one memory wait, not four);
+// 5 = 4 + split lengths in whole rounds of 64 keys (every warp of a block busy, fewer splits at
+// short depth). Same results in every variant (bit for bit where the split count is the same,
+// within 1e-6 otherwise). Values outside -1..kAttentionDecodeVariants-1 are clamped. Not for use
+// while other threads run attention_paged.
+constexpr int kAttentionDecodeVariants = 6;
 void attention_decode_set_variant(int variant);
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,

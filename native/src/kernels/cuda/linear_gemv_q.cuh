@@ -1,0 +1,78 @@
+// Parts of the tensor-core quantized GEMV shared by its two kernels: linear_gemv_q.cu (any GPU,
+// sm_75 instructions) and linear_gemv_q_bulk.cu (sm_90: weights streamed by cp.async.bulk). See
+// linear_gemv_q.cu for the "swap AB" layout these feed: A = [x_hi; x_lo] as fp16 pairs, B = the
+// weights decoded to fp16 pairs, both in the same k order.
+#pragma once
+#include "kernels/cuda/linear_common.cuh"
+
+namespace pe {
+namespace cuda {
+namespace gemv_q {
+
+template <DType DT>
+__host__ __device__ constexpr int values_per_chunk() { return DT == DType::NVFP4 ? 32 : 16; }
+
+// x_hi + x_lo == x (to ~2^-22 relative), both fp16x2.
+__device__ __forceinline__ void split_x(float a, float b, uint32_t& hi, uint32_t& lo) {
+  a = fminf(fmaxf(a, -65504.0f), 65504.0f);
+  b = fminf(fmaxf(b, -65504.0f), 65504.0f);
+  const __half2 h = __floats2half2_rn(a, b);
+  const float2 f = __half22float2(h);
+  hi = as_u32(h);
+  lo = as_u32(__floats2half2_rn(a - f.x, b - f.y));
+}
+
+// One 16-byte chunk -> NP fp16 pairs, in the pair order split_x is fed with (see x_pairs).
+template <DType DT>
+__device__ __forceinline__ void decode_chunk(const uint4& raw, uint32_t gsc, uint32_t* wh) {
+  const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (DT == DType::FP8_E4M3) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      wh[2 * q] = e4m3x2_to_h2<false>(u[q]);
+      wh[2 * q + 1] = e4m3x2_to_h2<true>(u[q]);
+    }
+  } else if constexpr (DT == DType::I8) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      wh[2 * q] = i8x2_to_h2<false>(u[q]);
+      wh[2 * q + 1] = i8x2_to_h2<true>(u[q]);
+    }
+  } else {
+    // Group scales of the chunk's two 16-value groups, * 2^7 (exact products, header).
+    const __half2 s = __hmul2(as_h2(e4m3x2_to_h2<false>(gsc)), __float2half2_rn(32768.0f));
+    const __half2 s0 = __low2half2(s), s1 = __high2half2(s);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const __half2 sq = q < 2 ? s0 : s1;
+      wh[4 * q + 0] = as_u32(__hmul2(as_h2(e2m1x2_to_h2<0>(u[q])), sq));
+      wh[4 * q + 1] = as_u32(__hmul2(as_h2(e2m1x2_to_h2<1>(u[q])), sq));
+      wh[4 * q + 2] = as_u32(__hmul2(as_h2(e2m1x2_to_h2<2>(u[q])), sq));
+      wh[4 * q + 3] = as_u32(__hmul2(as_h2(e2m1x2_to_h2<3>(u[q])), sq));
+    }
+  }
+}
+
+// The x values of one chunk (VPC floats at xp, or zeros) as hi/lo pairs matching decode_chunk:
+// fp8/int8 pair p = columns (2p, 2p+1); e2m1 pair 4q + i = columns (8q + i, 8q + i + 4).
+template <DType DT>
+__device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* xh, uint32_t* xl) {
+  constexpr int VPC = values_per_chunk<DT>();
+  float f[VPC];
+#pragma unroll
+  for (int e = 0; e < VPC; e += 4) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (valid) v = __ldg(reinterpret_cast<const float4*>(xp + e));
+    f[e] = v.x; f[e + 1] = v.y; f[e + 2] = v.z; f[e + 3] = v.w;
+  }
+#pragma unroll
+  for (int p = 0; p < VPC / 2; ++p) {
+    const int c0 = DT == DType::NVFP4 ? 8 * (p / 4) + p % 4 : 2 * p;
+    const int c1 = DT == DType::NVFP4 ? c0 + 4 : c0 + 1;
+    split_x(f[c0], f[c1], xh[p], xl[p]);
+  }
+}
+
+}  // namespace gemv_q
+}  // namespace cuda
+}  // namespace pe
