@@ -96,11 +96,18 @@ void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool
   }
   const size_t sb = cuda::attention_paged_scratch_bytes(n_q, start, s.hq, s.hkv, s.d);
   DevBuf<uint8_t> scratch(sb);
-  cuda::attention_paged(dq.p, n_q, start, s.hq, gkv, dpt.p, scale, gated ? dgate.p : nullptr, dout.p,
-                        scratch.p, sb, nullptr);
-  // Long chunks take the tensor-core kernel inside attention_paged (cuda_ops.h).
-  const bool mma = n_q >= cuda::kAttentionMmaMinQueries && cuda::attention_prefill_mma_supported(n_q, gkv);
-  EXPECT_CLOSE("attention", cfg, dout.download(), ref, mma ? kMmaTol : tol_of(kvt));
+  // Decode on the tensor-core caches: every attention_decode_set_variant (-1: the per-dtype default).
+  const bool tc_decode = n_q <= 16 && kvt != DType::F32 && kvt != DType::BF16;
+  for (int variant = -1; variant < (tc_decode ? cuda::kAttentionDecodeVariants : 0); ++variant) {
+    cuda::attention_decode_set_variant(variant);
+    cuda::attention_paged(dq.p, n_q, start, s.hq, gkv, dpt.p, scale, gated ? dgate.p : nullptr, dout.p,
+                          scratch.p, sb, nullptr);
+    // Long chunks take the tensor-core kernel inside attention_paged (cuda_ops.h).
+    const bool mma = n_q >= cuda::kAttentionMmaMinQueries && cuda::attention_prefill_mma_supported(n_q, gkv);
+    EXPECT_CLOSE("attention", tc_decode ? cfg + cfgs(" v%d", variant) : cfg, dout.download(), ref,
+                 mma ? kMmaTol : tol_of(kvt));
+  }
+  cuda::attention_decode_set_variant(-1);
 }
 
 const Shape kCkpt[] = {{4, 2, 64}, {8, 2, 128}};
@@ -257,9 +264,9 @@ TEST(cuda_attention_prefill_mma) {
                                                            reinterpret_cast<void*>(512), nullptr, nullptr, 16, 2, 64}));
 }
 
-// The tensor-core decode variants of attention_decode_set_variant (0: session-3 kernel, 1: swizzled
-// merge + early page-table loads, 2 / 3: + L2 prefetch 1 / 2 rounds ahead) on the same GPU-written
-// cache: the same values (bit for bit where the split counts agree; within 1e-6 otherwise).
+// The tensor-core decode variants of attention_decode_set_variant (cuda_ops.h; -1 the per-dtype
+// default) against variant 0 on the same GPU-written cache: the same values (bit for bit where the
+// split counts agree; within 1e-6 otherwise). check_attention runs them all against the CPU too.
 // Depths past one window per block (27B shape on 132 SMs: 66 splits, > 33,800 keys) use the rows
 // resolved past a window's end; pages of 7 put page boundaries inside every tile; n_q 3 masks.
 TEST(cuda_attention_decode_variants) {
@@ -289,7 +296,8 @@ TEST(cuda_attention_decode_variants) {
       const size_t sb = cuda::attention_paged_scratch_bytes(c.n_q, c.ctx, c.s.hq, c.s.hkv, c.s.d);
       DevBuf<uint8_t> scratch(sb);
       std::vector<float> ref;
-      for (int variant = 0; variant <= 3; ++variant) {
+      for (int i = 0; i <= cuda::kAttentionDecodeVariants; ++i) {
+        const int variant = i < cuda::kAttentionDecodeVariants ? i : -1;  // the per-dtype default last
         cuda::attention_decode_set_variant(variant);
         DevBuf<float> dout(c.n_q * c.s.hq * c.s.d);
         cuda::attention_paged(dq.p, c.n_q, c.ctx, c.s.hq, gkv, dpt.p, 1.0f / std::sqrt(static_cast<float>(c.s.d)),
@@ -305,6 +313,6 @@ TEST(cuda_attention_decode_variants) {
                                      (long long)c.n_q, (long long)c.page, variant, same ? " bitwise" : "");
         EXPECT_CLOSE("decode_variant", cfg, out, ref, 1e-6);
       }
-      cuda::attention_decode_set_variant(2);
+      cuda::attention_decode_set_variant(-1);
     }
 }

@@ -34,11 +34,20 @@
 // Also: the cross-warp merge through red_acc stored lanes g, t of a fragment element on 2 banks
 // for FP8/I8 (16-way conflicts: ~7K smem wavefronts per block, ~3.6 us at 2 blocks/SM), 4 for
 // F16 (8-way), 8 for NVFP4 (4-way): part of the fixed cost that dominates at 1K/8K.
-// Tuned kernel (attention_decode_set_variant 1..3, default 2; NOT YET RUN ON A GPU, bit-identical
-// to the session-3 kernel, variant 0): swizzled merge (no conflicts), page-table loads under the Q
-// setup, and an L2 prefetch (prefetch.global.L2, no registers) of every K/V line and scale line of
-// the warp's tile pf_rounds rounds ahead, plus rounds 0..pf_rounds at block start, so a step's
-// loads hit L2 and each warp keeps the next round's bytes in flight during its math.
+// Tuned kernel (attention_decode_set_variant 1..5, bit-identical to the session-3 kernel, variant
+// 0): swizzled merge (no conflicts), page-table loads under the Q setup, and (2, 3) an L2 prefetch
+// (prefetch.global.L2, no registers) of every K/V line and scale line of the warp's tile
+// pf_rounds rounds ahead, plus rounds 0..pf_rounds at block start. Measured on the H200 (us at
+// 1K / 8K / 32K / 64K, eager launches; v0 v1 v2 v3):
+//   f16    22.7 23.2 22.9 22.9 / 31.5 32.2 34.7 34.5 / 58.8 57.6 63.3 73.1 / 90.3 88.8 96.3 119.3
+//   fp8    30.8 25.6 25.0 25.3 / 40.5 33.4 34.5 34.0 / 57.7 50.3 50.0 51.4 / 78.1 71.4 69.1 71.2
+//   i8     26.8 25.0 25.0 25.5 / 38.4 32.2 33.3 -
+//   nvfp4  22.2 23.7 24.3 24.1 / 31.0 33.9 34.7 34.6 / 57.9 60.9 59.7 60.7 / 92.7 97.2 93.2 93.2
+// The prefetch does not pay (F16 thrashes L2 at 2 rounds); the per-dtype default (variant_of) is
+// v1 for F16/FP8/I8 and v0 for NVFP4. Still NOT MET: FP8/I8 ~2 us slower than F16 at 1K, NVFP4
+// ~4 us slower at 64K. Variants 4 and 5 (NOT YET RUN ON A GPU) cut the fixed cost of every dtype:
+// the combine waits for memory once (launch_decode's SplitPolicy), and (5) splits of whole
+// 64-key rounds.
 // Register prefetch was not taken: a second FP8/I8 K+V buffer is +64 registers (194 -> ~258,
 // spills at the 255 cap of 2 blocks/SM) and NVFP4 is at 255 already.
 #include <algorithm>
@@ -517,12 +526,20 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
 
 }  // namespace tc
 
-// attention_decode_set_variant: 0 the session-3 kernel, 1 tuned without prefetch, 2 / 3 tuned
-// with the L2 prefetch 1 / 2 rounds ahead.
-int g_variant = 2;
+// attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all.
+int g_variant = -1;
+
+// Per-dtype default, the fastest variant of the H200 measurement (27B layer, batch 1, us at 1K /
+// 8K / 32K / 64K; v0 / v1 / v2 / v3 in the header): v1 for F16, FP8 and I8 (FP8 at 64K is 2 us
+// faster with v2, 1 us slower at 8K), v0 for NVFP4. Variants 4 and 5 are NOT YET RUN ON A GPU.
+template <DType KV>
+int variant_of() {
+  return g_variant >= 0 ? g_variant : KV == DType::NVFP4 ? 0 : 1;
+}
 
 template <DType KV, int D, bool kTuned>
-void run_decode_tc(DecodeParams p, int64_t n_keys, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, size_t scratch_bytes,
+                   cudaStream_t stream) {
   static const int resident = [] {
     int b = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, tc::attention_decode_mma_kernel<KV, D, kTuned>, kThreads,
@@ -532,16 +549,20 @@ void run_decode_tc(DecodeParams p, int64_t n_keys, void* scratch, size_t scratch
   }();
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
-  p.pf_rounds = kTuned ? std::clamp(g_variant - 1, 0, kMaxPrefetchRounds) : 0;
+  p.pf_rounds = variant == 2 || variant == 3 ? variant - 1 : 0;
+  SplitPolicy policy;
+  policy.loads_first = variant >= 4;
+  policy.key_multiple = variant == 5 ? kWarps * tc::kStep : 1;
   launch_decode(tc::attention_decode_mma_kernel<KV, D, kTuned>, resident, p, n_keys, scratch, scratch_bytes,
-                stream);
+                stream, policy);
 }
 
 template <DType KV, int D>
 void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream) {
-  if (g_variant == 0) run_decode_tc<KV, D, false>(p, n_keys, scratch, scratch_bytes, stream);
-  else run_decode_tc<KV, D, true>(p, n_keys, scratch, scratch_bytes, stream);
+  const int variant = variant_of<KV>();
+  if (variant == 0) run_decode_tc<KV, D, false>(p, variant, n_keys, scratch, scratch_bytes, stream);
+  else run_decode_tc<KV, D, true>(p, variant, n_keys, scratch, scratch_bytes, stream);
 }
 
 }  // namespace
@@ -564,7 +585,9 @@ template bool run_decode_tc_dim<DType::NVFP4>(const DecodeParams&, int64_t, void
 
 }  // namespace attn
 
-void attention_decode_set_variant(int variant) { attn::g_variant = std::clamp(variant, 0, 1 + attn::kMaxPrefetchRounds); }
+void attention_decode_set_variant(int variant) {
+  attn::g_variant = std::clamp(variant, -1, kAttentionDecodeVariants - 1);
+}
 
 }  // namespace cuda
 }  // namespace pe
