@@ -3,9 +3,8 @@
 // row scales, NVFP4 with group + global scales), token counts around the GEMV/GEMM switch and the
 // tile edges (64- and 128-token GEMM tiles), shapes that take the vector and the scalar paths,
 // the row tilings of the quantized GEMV (T = 1, 2, 4), and the 27B shapes for decode (the fused
-// projections too). Every FP8/I8 GEMV case runs on both quantized GEMV kernels against one CPU
-// reference: the sm_75 one (any device) and, where the device and build have it, the sm_90
-// cp.async.bulk one (linear_gemv_q_bulk.cu; a printed note says when it is skipped).
+// projections too). Every quantized GEMV case runs with x staged in shared memory (the default)
+// and with x split in registers, against one CPU reference.
 #include <vector>
 
 #include "core/dtype.h"
@@ -91,21 +90,15 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   DevBuf<float> dx(x), dout(n * rows);
   // GEMM rounds x and W to fp16 (2^-11 relative each).
   const double tol = n <= 8 ? 1e-5 : 3e-3;
-  const bool two_paths = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8);
+  const bool two_paths = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
   for (int path = 0; path < (two_paths ? 2 : 1); ++path) {
-    if (path == 1 && !cuda::linear_gemv_bulk_path_available()) {
-      static bool noted = false;
-      if (!noted) std::printf("NOTE: no sm_90 bulk-copy GEMV on this device/build: its FP8/I8 cases skipped\n");
-      noted = true;
-      break;
-    }
-    cuda::linear_gemv_set_bulk_path(path == 1);  // path 0: the sm_75 kernel on any device
+    cuda::linear_gemv_set_staged_x(path == 1);
     dout.poison();
     cuda::linear(dx.p, n, dw.view, dout.p, nullptr);
-    cuda::linear_gemv_set_bulk_path(true);
+    cuda::linear_gemv_set_staged_x(true);
     EXPECT_CLOSE("linear", cfgs("%s n=%lld %lldx%lld b%lld%s", dtype_name(t), (long long)n, (long long)rows,
                                 (long long)cols, (long long)block,
-                                !two_paths ? "" : path == 0 ? " [sm75 kernel]" : " [sm90 bulk]"),
+                                !two_paths ? "" : path == 0 ? " [x in registers]" : " [x staged]"),
                  dout.download(), ref, tol);
   }
 }
@@ -142,15 +135,18 @@ TEST(cuda_linear_gemv_quantized_tilings) {
         check_linear(t, n, rc.first, rc.second, 500 + n);
 }
 
-TEST(cuda_linear_gemv_bulk_edges) {
-  // The sm_90 bulk kernel's edges: 16- and 32-row blocks (the switch at 16384 rows) with a partial
-  // last block (5123, 16390), a last stage shorter than 512 columns (208, 1040, 5136) or a single
-  // short stage (16), 128- and 256-row scale blocks crossed inside a block, every token count.
+TEST(cuda_linear_gemv_staged_x_edges) {
+  // x staged in shared memory: the largest staged sizes (1 x 17408 and 4 x 5120 columns: 87 and
+  // 102 KB, the latter over the limit so it takes the register path), a partial last step (208,
+  // 1040, 5136 columns), a single chunk (16), every token count.
   for (DType t : {DType::FP8_E4M3, DType::I8})
     for (int64_t n : {1, 2, 3, 8})
-      for (auto rc : {std::pair<int64_t, int64_t>{1064, 1040}, {5123, 208}, {40, 5136}, {7, 16}, {16390, 528}})
+      for (auto rc : {std::pair<int64_t, int64_t>{1064, 1040}, {5123, 208}, {40, 5136}, {7, 16}})
         check_linear(t, n, rc.first, rc.second, 800 + n);
+  for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 300, 17408, 810 + n);
+  for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 4500, 5120, 815 + n);
   for (int64_t n : {1, 8}) check_linear(DType::FP8_E4M3, n, 5123, 5136, 820 + n, 256);
+  for (int64_t n : {1, 3}) check_linear(DType::NVFP4, n, 1064, 5120, 830 + n);
 }
 
 TEST(cuda_linear_gemm_all_dtypes) {

@@ -111,9 +111,8 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device %s sm_%d%d, %d SMs, L2 %d MB; FP8/I8 GEMV sm_90 bulk-copy path: %s\n", prop.name,
-              prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20,
-              cuda::linear_gemv_bulk_path_available() ? "available (rows show sm75 and bulk)" : "not available");
+  std::printf("device %s sm_%d%d, %d SMs, L2 %d MB\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20);
   // 1. Copy bandwidth (bytes read + written).
   const size_t copy_bytes = size_t(2) << 30;
   void* src = dalloc(copy_bytes, 1);
@@ -171,10 +170,11 @@ int main(int argc, char** argv) {
         w.row_scale = scale;
         w.group_scale = static_cast<const uint8_t*>(gscale);
         w.global_scale = 0.01f;
-        // FP8/I8: the sm_75 kernel and, where available, the sm_90 bulk-copy one (A/B in one run).
-        const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8) && cuda::linear_gemv_bulk_path_available();
+        // Quantized: x split in registers per warp ("regx") and staged in shared memory ("smemx",
+        // the default where it fits), A/B in one run.
+        const bool ab = dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4;
         for (int path = ab ? 0 : 1; path < 2; ++path) {
-          cuda::linear_gemv_set_bulk_path(path == 1);
+          cuda::linear_gemv_set_staged_x(path == 1);
           // Eager (one launch between events: host launch cost included) and graph (device time).
           const float ms_eager = time_ms([&](int i) {
             w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
@@ -186,11 +186,11 @@ int main(int argc, char** argv) {
           }, 16);
           char name[96];
           std::snprintf(name, sizeof name, "gemv %s %s n=%d%s", dtype_name(dt), s.name, n,
-                        !ab ? "" : path == 0 ? " sm75" : " bulk");
+                        !ab ? "" : path == 0 ? " regx" : " smemx");
           report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
           std::printf("    (eager, launch cost included: %.4f ms)\n", ms_eager);
         }
-        cuda::linear_gemv_set_bulk_path(true);
+        cuda::linear_gemv_set_staged_x(true);
       }
     }
   }

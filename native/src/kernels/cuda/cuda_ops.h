@@ -70,12 +70,10 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 // 1.25-1.45x faster there, while 64-token tiles stayed faster for F16/BF16/I8 and are always used
 // for those). Not for use while other threads run linear.
 void linear_gemm_set_big_tile_tokens(int64_t n);
-// FP8/I8 GEMV on sm_90 streams the weights by cp.async.bulk (linear_gemv_q_bulk.cu) where this
-// build has sm_90 code and the device is sm_90+: linear_gemv_bulk_path_available(). The hook turns
-// it off (and on again) for A/B runs and tests; off, the sm_75 kernel runs on any device. Not for
-// use while other threads run linear.
-bool linear_gemv_bulk_path_available();
-void linear_gemv_set_bulk_path(bool on);
+// Quantized GEMV (FP8/I8/NVFP4, n <= 8): x is split into fp16 hi/lo pairs once per block in
+// shared memory where n * cols fits (default), else per warp in registers. The hook forces the
+// register path (off) for A/B runs and tests. Not for use while other threads run linear.
+void linear_gemv_set_staged_x(bool on);
 
 // pos: device array [n_tokens]. rot_dim <= 256.
 void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,

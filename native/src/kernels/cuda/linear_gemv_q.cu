@@ -30,20 +30,37 @@
 // -10 %, NVFP4 at n = 8 half speed (register spills). Next: deeper in-flight loads without
 // registers (a shared-memory ring; cp.async on sm_80+), fewer address/predicate instructions per
 // chunk. An L2 prefetch of the next step measured slower (dropped).
+#include <atomic>
+
 #include "kernels/cuda/linear_gemv_q.cuh"
 
 namespace pe {
 namespace cuda {
-bool gemv_q_bulk_supported(const float* x, const WeightView& w);
-void linear_gemv_q_bulk(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
-
 namespace {
 
 using namespace gemv_q;
 
 constexpr int kWarps = 8;
+constexpr int kMaxStagedXBytes = 96 * 1024;  // two blocks per SM still fit beside the reduction
 
-template <DType DT, int T>
+// x staged in shared memory as the mma A operands: token -> chunk -> NQ uint4 {hi, lo, hi, lo},
+// a chunk's quads padded by 16 bytes and tokens by 64 (mod 128), so the 8 lanes (2 tokens x 4
+// chunks) of each shared-memory phase hit distinct banks.
+template <DType DT>
+struct StagedX {
+  static constexpr int kQuads = values_per_chunk<DT>() / 4;
+  static constexpr int kChunkPitch = kQuads * 16 + 16;
+  __host__ __device__ static int64_t token_pitch(int64_t cols) {
+    const int64_t b = cols / values_per_chunk<DT>() * kChunkPitch;
+    return (b + 127) / 128 * 128 + 64;
+  }
+  __host__ __device__ static int64_t bytes(int64_t n, int64_t cols) { return n * token_pitch(cols); }
+};
+
+// kStagedX: the block splits x into hi/lo pairs once, into shared memory (StagedX); otherwise
+// every warp splits its columns' x in registers for each row group step (the session-3 kernel:
+// ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
+template <DType DT, int T, bool kStagedX>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block,
                   float* __restrict__ out) {
@@ -52,7 +69,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   constexpr int C = 8 / T;        // chunks per row group per step
   constexpr int KI = 4 * C * VPC; // columns per step
   constexpr bool kFp8 = DT == DType::FP8_E4M3;
+  using SX = StagedX<DT>;
   __shared__ float4 red[kWarps][T][32];
+  extern __shared__ uint4 xs[];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t rows = w.rows, cols = w.cols;
@@ -72,6 +91,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
   const bool has_x = g < n;
   const float* xrow = x + static_cast<int64_t>(has_x ? g : 0) * cols;
+  const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
+  const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
+  if constexpr (kStagedX) {
+    const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
+    for (int64_t j = threadIdx.x; j < n * n_chunks; j += kWarps * 32) {
+      const int64_t token = j / n_chunks, ci = j % n_chunks;
+      uint32_t xh[NP], xl[NP];
+      x_pairs<DT>(x + token * cols + ci * VPC, true, xh, xl);
+      uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(xs) + token * x_pitch +
+                                            ci * SX::kChunkPitch);
+#pragma unroll
+      for (int q = 0; q < NP / 2; ++q) dst[q] = make_uint4(xh[2 * q], xl[2 * q], xh[2 * q + 1], xl[2 * q + 1]);
+    }
+    __syncthreads();
+  }
 
   float acc[T][4];
 #pragma unroll
@@ -116,7 +150,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     for (int c = 0; c < C; ++c) {
       const int64_t col = kb + (c * 4 + t) * VPC;
       uint32_t xh[NP], xl[NP];
-      x_pairs<DT>(xrow + col, has_x && col < cols, xh, xl);
+      if constexpr (kStagedX) {
+        const uint4* src = reinterpret_cast<const uint4*>(xsrow + (col / VPC) * SX::kChunkPitch);
+#pragma unroll
+        for (int q = 0; q < NP / 2; ++q) {
+          const uint4 v = has_x && col < cols ? src[q] : make_uint4(0, 0, 0, 0);
+          xh[2 * q] = v.x; xl[2 * q] = v.y; xh[2 * q + 1] = v.z; xl[2 * q + 1] = v.w;
+        }
+      } else {
+        x_pairs<DT>(xrow + col, has_x && col < cols, xh, xl);
+      }
 #pragma unroll
       for (int r = 0; r < T; ++r) {
         uint32_t wh[NP];
@@ -169,19 +212,42 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
 }
 
+std::atomic<bool> g_stage_x{true};
+
+template <DType DT, int T, bool kStagedX>
+void run(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
+         cudaStream_t stream) {
+  if constexpr (kStagedX) {
+    static std::atomic<uint64_t> attr_set{0};  // per device: the dynamic shared-memory limit raised
+    int dev = 0;
+    PE_CUDA_CHECK(cudaGetDevice(&dev));
+    const uint64_t bit = uint64_t(1) << (dev & 63);
+    if (!(attr_set.load() & bit)) {
+      PE_CUDA_CHECK(cudaFuncSetAttribute(gemv_q_kernel<DT, T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kMaxStagedXBytes));
+      attr_set |= bit;
+    }
+  }
+  gemv_q_kernel<DT, T, kStagedX><<<grid_1d(w.rows, 8 * T), kWarps * 32, static_cast<size_t>(xbytes), stream>>>(
+      x, n, w, seg_per_block, out);
+}
+
 template <DType DT>
 void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
   // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape), T = 4 was the
   // fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
   const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
-  const int threads = kWarps * 32;
-  if (w.rows >= 4224)
-    gemv_q_kernel<DT, 4><<<grid_1d(w.rows, 32), threads, 0, stream>>>(x, n, w, seg_per_block, out);
-  else if (w.rows >= 2048)
-    gemv_q_kernel<DT, 2><<<grid_1d(w.rows, 16), threads, 0, stream>>>(x, n, w, seg_per_block, out);
-  else
-    gemv_q_kernel<DT, 1><<<grid_1d(w.rows, 8), threads, 0, stream>>>(x, n, w, seg_per_block, out);
+  const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
+  if (g_stage_x && xbytes <= kMaxStagedXBytes) {
+    if (w.rows >= 4224) run<DT, 4, true>(x, n, w, seg_per_block, out, xbytes, stream);
+    else if (w.rows >= 2048) run<DT, 2, true>(x, n, w, seg_per_block, out, xbytes, stream);
+    else run<DT, 1, true>(x, n, w, seg_per_block, out, xbytes, stream);
+  } else {
+    if (w.rows >= 4224) run<DT, 4, false>(x, n, w, seg_per_block, out, 0, stream);
+    else if (w.rows >= 2048) run<DT, 2, false>(x, n, w, seg_per_block, out, 0, stream);
+    else run<DT, 1, false>(x, n, w, seg_per_block, out, 0, stream);
+  }
 }
 
 inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
@@ -198,8 +264,9 @@ bool gemv_q_supported(const float* x, const WeightView& w) {
   }
 }
 
+void linear_gemv_set_staged_x(bool on) { g_stage_x = on; }
+
 void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
-  if (gemv_q_bulk_supported(x, w)) return linear_gemv_q_bulk(x, n, w, out, stream);
   const int nn = static_cast<int>(n);
   switch (w.dtype) {
     case DType::FP8_E4M3: launch<DType::FP8_E4M3>(x, nn, w, out, stream); break;

@@ -1,7 +1,6 @@
-// Parts of the tensor-core quantized GEMV shared by its two kernels: linear_gemv_q.cu (any GPU,
-// sm_75 instructions) and linear_gemv_q_bulk.cu (sm_90: weights streamed by cp.async.bulk). See
-// linear_gemv_q.cu for the "swap AB" layout these feed: A = [x_hi; x_lo] as fp16 pairs, B = the
-// weights decoded to fp16 pairs, both in the same k order.
+// Parts of the tensor-core quantized GEMV (linear_gemv_q.cu): the x split and the weight decode.
+// See linear_gemv_q.cu for the "swap AB" layout these feed: A = [x_hi; x_lo] as fp16 pairs, B =
+// the weights decoded to fp16 pairs, both in the same k order.
 #pragma once
 #include "kernels/cuda/linear_common.cuh"
 
