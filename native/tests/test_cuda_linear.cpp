@@ -136,14 +136,15 @@ TEST(cuda_linear_gemv_quantized_tilings) {
 }
 
 TEST(cuda_linear_gemv_staged_x_edges) {
-  // x staged in shared memory: the largest staged sizes (1 x 17408 and 4 x 5120 columns: 87 and
-  // 102 KB, the latter over the limit so it takes the register path), a partial last step (208,
+  // x staged in shared memory (up to 32 KB, else the register path): 1 x 6144 columns (the
+  // largest staged 27B shape), 1 x 17408 and 4 x 5120 (over the limit), a partial last step (208,
   // 1040, 5136 columns), a single chunk (16), every token count.
   for (DType t : {DType::FP8_E4M3, DType::I8})
     for (int64_t n : {1, 2, 3, 8})
       for (auto rc : {std::pair<int64_t, int64_t>{1064, 1040}, {5123, 208}, {40, 5136}, {7, 16}})
         check_linear(t, n, rc.first, rc.second, 800 + n);
   for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 300, 17408, 810 + n);
+  check_linear(DType::FP8_E4M3, 1, 5123, 6144, 812);
   for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 4500, 5120, 815 + n);
   for (int64_t n : {1, 8}) check_linear(DType::FP8_E4M3, n, 5123, 5136, 820 + n, 256);
   for (int64_t n : {1, 3}) check_linear(DType::NVFP4, n, 1064, 5120, 830 + n);

@@ -20,16 +20,25 @@
 // FP8 block scales apply per 128-column segment (block % 128 == 0); I8 row scales and the NVFP4
 // global scale apply at the end; NVFP4 group scales multiply the decoded fp16 pairs (exact,
 // linear_common.cuh).
-// Status (H200, bench_kernels section 2, device time from CUDA-graph replays, n = 1 / n = 8, % of
-// the copy bandwidth): FP8 qkv|z|a|b 60 / 59, q|k|v 54 / 52, out 39 / 37, gate|up 61 / 60,
-// down 43 / 42; I8 50-79; NVFP4 24-39. Issue- and latency-bound, not memory-bound: throughput
-// keeps rising with warps past one wave, and I8 (cheapest decode) beats FP8 beats NVFP4.
-// Tried and measured (session 3), not kept: x hi/lo staged once per 128 columns in shared memory,
-// FP8 block scale folded into x, warps split rows x column slices sized to one wave, a rolling
-// load pipeline (16 chunks in flight per lane): FP8 +3 % per layer at n = 1, -2 % at n = 8, I8
-// -10 %, NVFP4 at n = 8 half speed (register spills). Next: deeper in-flight loads without
-// registers (a shared-memory ring; cp.async on sm_80+), fewer address/predicate instructions per
-// chunk. An L2 prefetch of the next step measured slower (dropped).
+// x: with n * cols small enough, the block splits x once into shared memory (StagedX); else each
+// warp splits its columns' x in registers at every step.
+// Status (H200, bench_kernels section 2, device time from CUDA-graph replays, % of the copy
+// bandwidth, session 4): FP8 at n = 1, x in registers -> staged: qkv|z|a|b 59 -> 69, q|k|v 53 -> 62,
+// z 44 -> 49, out 38 -> 45, gate|up 61 -> 70; down (registers) 41-43; n = 8 42-58 (registers);
+// I8 49-76; NVFP4 24-39. ncu (gate|up-sized qkv|z|a|b, registers): 60 % of the issue slots used,
+// 3.6 warps per scheduler (125 registers), DRAM 43 % at ncu's locked 1.34 GHz clock: the kernel is
+// bound by its instruction count and the latency it cannot hide with 16 warps per SM.
+// Tried and measured, not kept:
+// - session 3: x hi/lo staged once per 128 columns in shared memory, FP8 block scale folded into
+//   x, warps split rows x column slices sized to one wave, a rolling load pipeline (16 chunks in
+//   flight per lane): FP8 +3 % per layer at n = 1, I8 -10 %, NVFP4 at n = 8 half speed (spills);
+//   an L2 prefetch of the next step (slower);
+// - session 4: an sm_80+ kernel with a per-lane cp.async ring in shared memory and a persistent
+//   grid (FP8 42-48 % at n = 1, 20-28 % at n = 8); an sm_90 kernel streaming the weights by
+//   cp.async.bulk through a 4-slot ring (producer warp + 4 consumer warps, mbarriers): 36-42 % at
+//   n = 1, worse with n (its producer's x conversion was serial, 10 warps per SM).
+// Next: fewer instructions per chunk (cvt.rn.f16x2.e4m3x2 on sm_89+, address arithmetic), and
+// more warps per SM (fewer registers), then the tail of the last wave (gate|up: 4.1 waves).
 #include <atomic>
 
 #include "kernels/cuda/linear_gemv_q.cuh"
@@ -41,7 +50,10 @@ namespace {
 using namespace gemv_q;
 
 constexpr int kWarps = 8;
-constexpr int kMaxStagedXBytes = 96 * 1024;  // two blocks per SM still fit beside the reduction
+// Staged x up to 32 KB (n = 1 at 5120 / 6144 columns: 1.05-1.18x on the H200); at 87 KB (n = 1,
+// 17408 columns, mlp down) the staging before the first weight load cost more than it saved
+// (0.80x), and n = 8 measured no different either way.
+constexpr int kMaxStagedXBytes = 32 * 1024;
 
 // x staged in shared memory as the mma A operands: token -> chunk -> NQ uint4 {hi, lo, hi, lo},
 // a chunk's quads padded by 16 bytes and tokens by 64 (mod 128), so the 8 lanes (2 tokens x 4
