@@ -262,76 +262,6 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   }
 }
 
-// The same sums in the same order, every load issued before the first use: warp 0's (m, l) pairs,
-// each warp's accumulators of its splits and the gate, so the block waits for memory once, where
-// attention_combine_kernel waits four times (m, then l, then the accumulators, then the gate).
-constexpr int kCombinePerWarp = kMaxSplits / kCombineWarps;
-__global__ void __launch_bounds__(kCombineWarps * 32)
-    attention_combine_loads_first_kernel(const float* __restrict__ part, int splits, int64_t n_rows, int D,
-                                         const float* __restrict__ gate, float* __restrict__ out) {
-  __shared__ float wts[kMaxSplits];
-  __shared__ float red[kCombineWarps][32];
-  __shared__ float inv_l;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t row = blockIdx.x;
-  const int d = blockIdx.y * 32 + lane;
-  const float g = gate && warp == 0 && d < D ? gate[row * D + d] : 0.0f;
-  float a[kCombinePerWarp];
-#pragma unroll
-  for (int i = 0; i < kCombinePerWarp; ++i) {
-    const int s = warp + i * kCombineWarps;
-    a[i] = s < splits && d < D ? part[n_rows * 2 * splits + (s * n_rows + row) * D + d] : 0.0f;
-  }
-  if (warp == 0) {
-    float2 ml[kMaxSplits / 32];
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) {
-      const int s = lane + 32 * i;
-      ml[i] = s < splits ? *reinterpret_cast<const float2*>(part + (s * n_rows + row) * 2) : make_float2(-INFINITY, 0.0f);
-    }
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i) mx = fmaxf(mx, ml[i].x);
-    mx = warp_max(mx);
-    const float base = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxSplits / 32; ++i)
-      if (lane + 32 * i < splits) {
-        const float w = exp2f(ml[i].x - base);
-        wts[lane + 32 * i] = w;
-        sum += ml[i].y * w;
-      }
-    sum = warp_sum(sum);
-    if (lane == 0) inv_l = 1.0f / sum;
-  }
-  __syncthreads();
-  float o = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kCombinePerWarp; ++i)
-    if (warp + i * kCombineWarps < splits) o = fmaf(wts[warp + i * kCombineWarps], a[i], o);
-  red[warp][lane] = o;
-  __syncthreads();
-  if (warp == 0 && d < D) {
-    o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) o += red[w][lane];
-    o *= inv_l;
-    if (gate) o *= sigmoid_f(g);
-    out[row * D + d] = o;
-  }
-}
-
-void launch_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate, float* out,
-                    bool loads_first, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>((D + 31) / 32));
-  if (loads_first)
-    attention_combine_loads_first_kernel<<<grid, kCombineWarps * 32, 0, stream>>>(part, splits, n_rows, D, gate, out);
-  else
-    attention_combine_kernel<<<grid, kCombineWarps * 32, 0, stream>>>(part, splits, n_rows, D, gate, out);
-  PE_CUDA_LAUNCH_CHECK();
-}
-
 template <DType KV, int NV>
 int blocks_per_sm() {
   static const int n = [] {
@@ -371,12 +301,11 @@ void run_decode_nv(int nv, const DecodeParams& p, int64_t n_keys, void* scratch,
 }  // namespace
 
 void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
-                   void* scratch, size_t scratch_bytes, cudaStream_t stream, SplitPolicy policy) {
+                   void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   const int64_t base = static_cast<int64_t>(p.n_qb) * p.n_hb * p.kv.n_kv_heads;
   const int64_t target = static_cast<int64_t>(sm_count()) * resident;
   int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys));
-  const int64_t len = ((n_keys + splits - 1) / splits + policy.key_multiple - 1) / policy.key_multiple *
-                      policy.key_multiple;
+  const int64_t len = (n_keys + splits - 1) / splits;
   splits = (n_keys + len - 1) / len;
   const int64_t rows = p.n_q * p.n_heads;
   const size_t need = splits > 1 ? static_cast<size_t>(splits * rows * (p.kv.head_dim + 2)) * sizeof(float) : 0;
@@ -386,13 +315,15 @@ void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, i
   p.part = static_cast<float*>(scratch);
   kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(base)), kThreads, 0, stream>>>(p);
   PE_CUDA_LAUNCH_CHECK();
-  if (splits > 1) launch_combine(p.part, static_cast<int>(splits), rows, static_cast<int>(p.kv.head_dim),
-                                 p.gate, p.out, policy.loads_first, stream);
+  if (splits > 1) attention_combine(p.part, static_cast<int>(splits), rows, static_cast<int>(p.kv.head_dim),
+                                    p.gate, p.out, stream);
 }
 
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
                        float* out, cudaStream_t stream) {
-  launch_combine(part, splits, n_rows, D, gate, out, false, stream);
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>((D + 31) / 32));
+  attention_combine_kernel<<<grid, kCombineWarps * 32, 0, stream>>>(part, splits, n_rows, D, gate, out);
+  PE_CUDA_LAUNCH_CHECK();
 }
 
 bool decode_applies(int64_t n_q, const float* q, const PagedKV& kv) {

@@ -78,16 +78,10 @@ __device__ __forceinline__ void store_decode_result(const DecodeParams& p, const
 
 int64_t max_splits(int64_t n_keys);
 
-// How launch_decode splits the keys and merges the splits (attention_decode_set_variant 4, 5).
-struct SplitPolicy {
-  int key_multiple = 1;        // split lengths are rounded up to a multiple of this
-  bool loads_first = false;    // the combine issues all its loads before the first use
-};
-
 // Splits fill the GPU once (SMs x resident blocks), at least kMinSplitKeys keys each; splits > 1
 // write partial states and attention_combine finishes.
 void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
-                   void* scratch, size_t scratch_bytes, cudaStream_t stream, SplitPolicy policy = {});
+                   void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
 // The tensor-core kernel where its operands are exact in fp16 (F16, FP8, I8, NVFP4) and
 // head_dim is one it is built for; the SIMT kernel otherwise (F32, BF16, other head_dims).

@@ -34,20 +34,18 @@
 // Also: the cross-warp merge through red_acc stored lanes g, t of a fragment element on 2 banks
 // for FP8/I8 (16-way conflicts: ~7K smem wavefronts per block, ~3.6 us at 2 blocks/SM), 4 for
 // F16 (8-way), 8 for NVFP4 (4-way): part of the fixed cost that dominates at 1K/8K.
-// Tuned kernel (attention_decode_set_variant 1..5, bit-identical to the session-3 kernel, variant
+// Tuned kernel (attention_decode_set_variant 1..3, bit-identical to the session-3 kernel, variant
 // 0): swizzled merge (no conflicts), page-table loads under the Q setup, and (2, 3) an L2 prefetch
 // (prefetch.global.L2, no registers) of every K/V line and scale line of the warp's tile
-// pf_rounds rounds ahead, plus rounds 0..pf_rounds at block start. Measured on the H200 (us at
-// 1K / 8K / 32K / 64K, eager launches; v0 v1 v2 v3):
-//   f16    22.7 23.2 22.9 22.9 / 31.5 32.2 34.7 34.5 / 58.8 57.6 63.3 73.1 / 90.3 88.8 96.3 119.3
-//   fp8    30.8 25.6 25.0 25.3 / 40.5 33.4 34.5 34.0 / 57.7 50.3 50.0 51.4 / 78.1 71.4 69.1 71.2
-//   i8     26.8 25.0 25.0 25.5 / 38.4 32.2 33.3 -
-//   nvfp4  22.2 23.7 24.3 24.1 / 31.0 33.9 34.7 34.6 / 57.9 60.9 59.7 60.7 / 92.7 97.2 93.2 93.2
-// The prefetch does not pay (F16 thrashes L2 at 2 rounds); the per-dtype default (variant_of) is
-// v1 for F16/FP8/I8 and v0 for NVFP4. Still NOT MET: FP8/I8 ~2 us slower than F16 at 1K, NVFP4
-// ~4 us slower at 64K. Variants 4 and 5 (NOT YET RUN ON A GPU) cut the fixed cost of every dtype:
-// the combine waits for memory once (launch_decode's SplitPolicy), and (5) splits of whole
-// 64-key rounds.
+// pf_rounds rounds ahead, plus rounds 0..pf_rounds at block start. Measured on the H200 (session
+// 4, bench_kernels --only attn, device time from graph replays, us at 1K / 8K / 32K / 64K):
+//   f16    v0 14.3 25.5 51.0 83.2   v1 15.6 25.8 50.4 82.9   v2 16.1 28.7 55.1 89.8
+//   fp8    v0 19.8 31.1 49.2 69.8   v1 17.6 25.5 42.1 63.0   v2 17.7 26.7 41.7 61.1
+//   i8     v0 20.0 31.2 50.0 72.8   v1 17.9 26.3 45.7 70.3   v2 17.8 27.3 43.3 64.4
+//   nvfp4  v0 14.6 23.2 50.2 84.7   v1 17.4 26.2 53.4 89.0   v2 17.0 26.8 52.2 85.1
+// The prefetch does not pay on balance (F16 thrashes L2 at 2 rounds); the per-dtype default
+// (variant_of) is v1 for F16/FP8/I8 and v0 for NVFP4. Also measured and removed: a split-K
+// combine that waits for memory once, and split lengths in whole 64-key rounds (no gain).
 // Register prefetch was not taken: a second FP8/I8 K+V buffer is +64 registers (194 -> ~258,
 // spills at the 255 cap of 2 blocks/SM) and NVFP4 is at 255 already.
 #include <algorithm>
@@ -531,7 +529,7 @@ int g_variant = -1;
 
 // Per-dtype default, the fastest variant of the H200 measurement (27B layer, batch 1, us at 1K /
 // 8K / 32K / 64K; v0 / v1 / v2 / v3 in the header): v1 for F16, FP8 and I8 (FP8 at 64K is 2 us
-// faster with v2, 1 us slower at 8K), v0 for NVFP4. Variants 4 and 5 are NOT YET RUN ON A GPU.
+// faster with v2, 1 us slower at 8K), v0 for NVFP4; confirmed by session 4's graph-timed A/B.
 template <DType KV>
 int variant_of() {
   return g_variant >= 0 ? g_variant : KV == DType::NVFP4 ? 0 : 1;
@@ -550,11 +548,8 @@ void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, s
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
   p.pf_rounds = variant == 2 || variant == 3 ? variant - 1 : 0;
-  SplitPolicy policy;
-  policy.loads_first = variant >= 4;
-  policy.key_multiple = variant == 5 ? kWarps * tc::kStep : 1;
   launch_decode(tc::attention_decode_mma_kernel<KV, D, kTuned>, resident, p, n_keys, scratch, scratch_bytes,
-                stream, policy);
+                stream);
 }
 
 template <DType KV, int D>

@@ -104,12 +104,11 @@ constexpr int64_t kAttentionMmaMinQueries = 64;
 // 0 for NVFP4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
 // 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the page-table
 // loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
-// ahead; 4 = 1 + a split-K combine that issues all its loads at once (one memory wait, not four);
-// 5 = 4 + split lengths in whole rounds of 64 keys (every warp of a block busy, fewer splits at
-// short depth). Same results in every variant (bit for bit where the split count is the same,
-// within 1e-6 otherwise). Values outside -1..kAttentionDecodeVariants-1 are clamped. Not for use
-// while other threads run attention_paged.
-constexpr int kAttentionDecodeVariants = 6;
+// ahead. Same results in every variant (bit for bit: the split count is the same). Values outside
+// -1..kAttentionDecodeVariants-1 are clamped. Not for use while other threads run attention_paged.
+// (Measured in session 4 and removed: a one-wait split-K combine and split lengths in whole
+// 64-key rounds gave nothing; tools/gpu/NOTES.md.)
+constexpr int kAttentionDecodeVariants = 4;
 void attention_decode_set_variant(int variant);
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
