@@ -92,13 +92,13 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const double tol = n <= 8 ? 1e-5 : 3e-3;
   // Quantized GEMV: x in registers, the default tuning, and every candidate of the tuning at once
   // (x staged up to 128 KB with the first step prefetched, FP8 by cvt, 3 blocks per SM, 16 rows
-  // per warp).
+  // per warp, weights evict-first in L2).
   const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
   const cuda::GemvTuning dflt;
   cuda::GemvTuning regx, cand;
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
-  cand.prefetch_first = cand.fp8_cvt = true;
+  cand.prefetch_first = cand.fp8_cvt = cand.l2_evict_first = true;
   cand.min_blocks = 3;
   cand.rows_per_warp = 2;
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {

@@ -209,7 +209,8 @@ int main(int argc, char** argv) {
         w.global_scale = 0.01f;
         // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
         // default, "regx" x in registers, "cvt" FP8 by cvt.rn.f16x2.e4m3x2, "mb3" 3 blocks per SM,
-        // "T2" 16 rows per warp, "x96pf" x staged up to 96 KB with the first step prefetched).
+        // "T2" 16 rows per warp, "x96pf" x staged up to 96 KB with the first step prefetched, "ef"
+        // weights evict-first in L2; "all" every candidate but T2).
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
@@ -225,13 +226,14 @@ int main(int argc, char** argv) {
           with(" mb3", [](cuda::GemvTuning& t) { t.min_blocks = 3; });
           with(" T2", [](cuda::GemvTuning& t) { t.rows_per_warp = 2; });
           with(" x96pf", [](cuda::GemvTuning& t) { t.staged_x_max_bytes = 96 * 1024, t.prefetch_first = true; });
+          with(" ef", [](cuda::GemvTuning& t) { t.l2_evict_first = true; });
           with(" all", [&](cuda::GemvTuning& t) {
             t.fp8_cvt = dt == DType::FP8_E4M3, t.min_blocks = 3, t.staged_x_max_bytes = 96 * 1024;
-            t.prefetch_first = true;
+            t.prefetch_first = t.l2_evict_first = true;
           });
           with(" all+T2", [&](cuda::GemvTuning& t) {
             t.fp8_cvt = dt == DType::FP8_E4M3, t.min_blocks = 3, t.staged_x_max_bytes = 96 * 1024;
-            t.prefetch_first = true, t.rows_per_warp = 2;
+            t.prefetch_first = t.l2_evict_first = true, t.rows_per_warp = 2;
           });
         }
         for (const auto& tuning : tunings) {

@@ -80,6 +80,8 @@ struct GemvTuning {
   bool fp8_cvt = false;                // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
   int min_blocks = 2;                  // staged kernels' register budget: 2 or 3 blocks per SM
   bool prefetch_first = false;         // staged: L2 prefetch of each warp's first weight step
+  bool l2_evict_first = false;         // weight loads leave L2 first (sm_80+): keeps the other
+                                       // kernels' code and activations in L2 across the step
 };
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();

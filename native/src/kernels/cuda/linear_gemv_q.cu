@@ -73,11 +73,12 @@ struct StagedX {
 // ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
 // kCvt: FP8 decoded by cvt.rn.f16x2.e4m3x2 on sm_89+ (decode_chunk). kMinBlocks: blocks per SM
 // the registers are budgeted for. prefetch_first: L2 prefetch of the warp's first step before the
-// x staging, so the staging overlaps the first weight bytes.
+// x staging, so the staging overlaps the first weight bytes. evict_first: weight loads marked to
+// leave L2 first (load_stream_hint with evict_first_policy).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool prefetch_first,
-                  float* __restrict__ out) {
+                  bool evict_first, float* __restrict__ out) {
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
   constexpr int C = 8 / T;        // chunks per row group per step
@@ -108,6 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
   const int n_it = static_cast<int>((cols + KI - 1) / KI);
+  const uint64_t policy = evict_first ? evict_first_policy() : 0;
   if (kStagedX && prefetch_first && warp < n_it) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -152,7 +154,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         raw[r][c] = make_uint4(0, 0, 0, 0);
         gsc[r][c] = 0;
         if (valid) {
-          raw[r][c] = load_stream(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
+          const uint8_t* p = rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
+          raw[r][c] = evict_first ? load_stream_hint(p, policy) : load_stream(p);
           if constexpr (DT == DType::NVFP4)
             gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
         }
@@ -252,7 +255,7 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
     }
   }
   kernel<<<grid_1d(w.rows, 8 * T), kWarps * 32, static_cast<size_t>(xbytes), stream>>>(
-      x, n, w, seg_per_block, g_tuning.prefetch_first, out);
+      x, n, w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, out);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
