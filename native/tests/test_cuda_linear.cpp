@@ -3,8 +3,8 @@
 // row scales, NVFP4 with group + global scales), token counts around the GEMV/GEMM switch and the
 // tile edges (64- and 128-token GEMM tiles), shapes that take the vector and the scalar paths,
 // the row tilings of the quantized GEMV (T = 1, 2, 4), and the 27B shapes for decode (the fused
-// projections too). Every quantized GEMV case runs with x staged in shared memory (the default)
-// and with x split in registers, against one CPU reference.
+// projections too). Every quantized GEMV case runs with the default tuning, with x split in
+// registers, and with every tuning candidate on (cuda::GemvTuning), against one CPU reference.
 #include <vector>
 
 #include "core/dtype.h"
@@ -90,15 +90,27 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   DevBuf<float> dx(x), dout(n * rows);
   // GEMM rounds x and W to fp16 (2^-11 relative each).
   const double tol = n <= 8 ? 1e-5 : 3e-3;
-  const bool two_paths = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
-  for (int path = 0; path < (two_paths ? 2 : 1); ++path) {
-    cuda::linear_gemv_set_staged_x(path == 1);
+  // Quantized GEMV: x in registers, the default tuning, and every candidate of the tuning at once
+  // (x staged up to 128 KB with the first step prefetched, FP8 by cvt, 3 blocks per SM, 16 rows
+  // per warp, weights evict-first in L2).
+  const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
+  const cuda::GemvTuning dflt;
+  cuda::GemvTuning regx, cand;
+  regx.staged_x_max_bytes = 0;
+  cand.staged_x_max_bytes = 128 * 1024;
+  cand.prefetch_first = cand.fp8_cvt = cand.l2_evict_first = true;
+  cand.min_blocks = 3;
+  cand.rows_per_warp = 2;
+  const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
+      {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}};
+  for (const auto& path : paths) {
+    if (!q_gemv && path.tuning != &dflt) break;
+    cuda::linear_gemv_set_tuning(*path.tuning);
     dout.poison();
     cuda::linear(dx.p, n, dw.view, dout.p, nullptr);
-    cuda::linear_gemv_set_staged_x(true);
+    cuda::linear_gemv_set_tuning(dflt);
     EXPECT_CLOSE("linear", cfgs("%s n=%lld %lldx%lld b%lld%s", dtype_name(t), (long long)n, (long long)rows,
-                                (long long)cols, (long long)block,
-                                !two_paths ? "" : path == 0 ? " [x in registers]" : " [x staged]"),
+                                (long long)cols, (long long)block, path.name),
                  dout.download(), ref, tol);
   }
 }

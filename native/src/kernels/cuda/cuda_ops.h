@@ -70,10 +70,21 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 // 1.25-1.45x faster there, while 64-token tiles stayed faster for F16/BF16/I8 and are always used
 // for those). Not for use while other threads run linear.
 void linear_gemm_set_big_tile_tokens(int64_t n);
-// Quantized GEMV (FP8/I8/NVFP4, n <= 8): x is split into fp16 hi/lo pairs once per block in
-// shared memory where n * cols fits (default), else per warp in registers. The hook forces the
-// register path (off) for A/B runs and tests. Not for use while other threads run linear.
-void linear_gemv_set_staged_x(bool on);
+// Quantized GEMV (FP8/I8/NVFP4, n <= 8) tuning, for A/B runs (tools/gpu/bench_kernels) and the
+// tests; every setting gives the same results within the GEMV tolerance. Defaults = the measured
+// best so far. Not for use while other threads run linear.
+struct GemvTuning {
+  int rows_per_warp = 0;               // 1, 2 or 4 groups of 8 rows per warp; 0: by the row count
+  int64_t staged_x_max_bytes = 32768;  // x split once per block into shared memory up to this
+                                       // size (<= 128 KB), else per warp in registers; 0: never
+  bool fp8_cvt = false;                // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
+  int min_blocks = 2;                  // staged kernels' register budget: 2 or 3 blocks per SM
+  bool prefetch_first = false;         // staged: L2 prefetch of each warp's first weight step
+  bool l2_evict_first = false;         // weight loads leave L2 first (sm_80+): keeps the other
+                                       // kernels' code and activations in L2 across the step
+};
+void linear_gemv_set_tuning(const GemvTuning& t);
+GemvTuning linear_gemv_tuning();
 
 // pos: device array [n_tokens]. rot_dim <= 256.
 void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,
