@@ -115,11 +115,15 @@ constexpr int64_t kAttentionMmaMinQueries = 64;
 // 0 for NVFP4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
 // 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the page-table
 // loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
-// ahead. Same results in every variant (bit for bit: the split count is the same). Values outside
-// -1..kAttentionDecodeVariants-1 are clamped. Not for use while other threads run attention_paged.
+// ahead; 4 / 5 = for NVFP4 caches, 1 with whole-chunk K/V/scale loads one step ahead, exchanged
+// through shared memory, and P scaled in the mma B layout (no movmatrix per m-tile), at 2 / 3
+// blocks per SM; for the other dtypes 4 and 5 run 1 (NOT YET RUN ON A GPU). Same results in every
+// variant (bit for bit where the split count is the same: variant 5 may split the keys into more
+// blocks, within 1e-6). Values outside -1..kAttentionDecodeVariants-1 are clamped. Not for use
+// while other threads run attention_paged.
 // (Measured in session 4 and removed: a one-wait split-K combine and split lengths in whole
 // 64-key rounds gave nothing; tools/gpu/NOTES.md.)
-constexpr int kAttentionDecodeVariants = 4;
+constexpr int kAttentionDecodeVariants = 6;
 void attention_decode_set_variant(int variant);
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
