@@ -4,7 +4,8 @@
 // tile edges (64- and 128-token GEMM tiles), shapes that take the vector and the scalar paths,
 // the row tilings of the quantized GEMV (T = 1, 2, 4), and the 27B shapes for decode (the fused
 // projections too). Every quantized GEMV case runs with the default tuning, with x split in
-// registers, and with every tuning candidate on (cuda::GemvTuning), against one CPU reference.
+// registers, and with every tuning candidate on (cuda::GemvTuning), every GEMM case with both GEMM
+// variants (linear_gemm_set_variant 0 and 1), against one CPU reference.
 #include <vector>
 
 #include "core/dtype.h"
@@ -113,6 +114,21 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
                                 (long long)cols, (long long)block, path.name),
                  dout.download(), ref, tol);
   }
+  if (n <= 8) return;
+  // GEMM variant 1 (linear_gemm_sm80.cu where it runs; the cases it does not take, F32 and the
+  // scalar path, and any device or build below compute_80 run variant 0 again): against the CPU,
+  // and bit for bit against variant 0 (the same fp16 operands and m16n8k16 products in the same k
+  // order for every output).
+  const std::vector<float> v0 = dout.download();
+  cuda::linear_gemm_set_variant(1);
+  dout.poison();
+  cuda::linear(dx.p, n, dw.view, dout.p, nullptr);
+  cuda::linear_gemm_set_variant(0);
+  const std::vector<float> v1 = dout.download();
+  const std::string cfg = cfgs("%s n=%lld %lldx%lld b%lld [gemm v1]", dtype_name(t), (long long)n, (long long)rows,
+                               (long long)cols, (long long)block);
+  EXPECT_CLOSE("linear", cfg, v1, ref, tol);
+  EXPECT_CLOSE("linear v1=v0", cfg, v1, v0, 0.0);
 }
 
 }  // namespace
@@ -182,6 +198,20 @@ TEST(cuda_linear_gemm_tiles) {
       check_linear(t, n, 260, 256, 600 + n);
   if (!small) check_linear(DType::FP8_E4M3, 2100, 136, 2048, 700);
   for (int64_t n : {100, 200}) check_linear(DType::FP8_E4M3, n, 300, 640, 710 + n, 256);
+}
+
+TEST(cuda_linear_gemm_sm80_edges) {
+  // GEMM variant 1's pipeline and tile edges (check_linear runs both variants on every GEMM
+  // case): fewer k tiles than ring slots (16, 40/48, 96 columns), 257 rows (a second 256-row tile
+  // holding one row), both token tiles, FP8 with 64-wide blocks (the scale changes every other k
+  // tile), a long k loop.
+  const bool small = small_only();
+  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4, DType::BF16, DType::F16})
+    for (int64_t n : {9, 130})
+      for (auto rc : {std::pair<int64_t, int64_t>{257, 16}, {40, 40}, {300, 96}})
+        check_linear(t, n, rc.first, fit_cols(t, rc.second), 900 + n);
+  for (int64_t n : {70, 140}) check_linear(DType::FP8_E4M3, n, 300, 640, 950 + n, 64);
+  if (!small) check_linear(DType::BF16, 300, 520, 4096, 960);
 }
 
 TEST(cuda_linear_27b_shapes) {

@@ -1,4 +1,5 @@
-// Helpers shared by the linear kernels (linear_gemv.cu, linear_gemv_q.cu, linear_gemm.cu):
+// Helpers shared by the linear kernels (linear_gemv.cu, linear_gemv_q.cu, linear_gemm.cu,
+// linear_gemm_sm80.cu):
 // weight decoders to fp16x2 built from integer ops (sm_75 has no fp8 cvt; the F2F conversion
 // pipe is 1/8 rate on sm_90, too slow for a memory-bound GEMV), the tensor-core mma, and an
 // element accessor for every weight format (slow paths).
@@ -131,6 +132,115 @@ __device__ __forceinline__ float weight_elem(const WeightView& w, int64_t row, i
       return e4m3_to_f32(static_cast<const uint8_t*>(w.data)[i]) * s;
     }
   }
+}
+
+// ---- GEMM tiles (linear_gemm.cu, linear_gemm_sm80.cu): 8 weights of a row, raw, and their
+// conversion to fp16 as stored into the shared tiles; x rounded the same way. ----
+struct GemmRaw {
+  uint4 a, b;  // up to 8 raw elements (32 bytes)
+  float s;     // FP8 block / I8 row / NVFP4 group * global scale
+};
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  lo = fminf(fmaxf(lo, -65504.0f), 65504.0f);
+  hi = fminf(fmaxf(hi, -65504.0f), 65504.0f);
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint4 floats_to_half8(const float* f) {
+  return make_uint4(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]),
+                    pack_half2(f[6], f[7]));
+}
+
+template <DType DT, bool VEC>
+__device__ __forceinline__ uint4 convert_w(const GemmRaw& r) {
+  if constexpr (!VEC || DT == DType::F32) {
+    float f[8];
+    *reinterpret_cast<uint4*>(f) = r.a;
+    *reinterpret_cast<uint4*>(f + 4) = r.b;
+    return floats_to_half8(f);
+  } else if constexpr (DT == DType::F16) {
+    return r.a;
+  } else if constexpr (DT == DType::I8) {
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      f[e] = static_cast<float>(static_cast<int8_t>((e < 4 ? r.a.x : r.a.y) >> (8 * (e & 3)))) * r.s;
+    return floats_to_half8(f);
+  } else if constexpr (DT == DType::NVFP4) {
+    float f[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // pair i holds nibbles i and i + 4, value * 2^-14
+      const float2 p = __half22float2(as_h2(i == 0   ? e2m1x2_to_h2<0>(r.a.x)
+                                            : i == 1 ? e2m1x2_to_h2<1>(r.a.x)
+                                            : i == 2 ? e2m1x2_to_h2<2>(r.a.x)
+                                                     : e2m1x2_to_h2<3>(r.a.x)));
+      f[i] = p.x * (r.s * 16384.0f);
+      f[i + 4] = p.y * (r.s * 16384.0f);
+    }
+    return floats_to_half8(f);
+  } else if constexpr (DT == DType::BF16) {
+    const uint32_t u[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      f[2 * e] = __uint_as_float(u[e] << 16);
+      f[2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
+    }
+    return floats_to_half8(f);
+  } else {
+    const uint32_t u[2] = {r.a.x, r.a.y};
+    // e4m3 -> fp16 is exact (value / 256, the 256 folded into r.s); when the block scale keeps
+    // every product in fp16's normal range the scaling is one fp16 multiply per pair (the scale
+    // rounded to fp16 once: 2^-11, within the GEMM's fp16 tolerance), else fp32 as below.
+    if (r.s >= 6.2e-5f && r.s <= 146.0f) {
+      const __half2 s2 = __float2half2_rn(r.s);
+      uint4 o;
+      o.x = as_u32(__hmul2(as_h2(e4m3x2_to_h2<false>(u[0])), s2));
+      o.y = as_u32(__hmul2(as_h2(e4m3x2_to_h2<true>(u[0])), s2));
+      o.z = as_u32(__hmul2(as_h2(e4m3x2_to_h2<false>(u[1])), s2));
+      o.w = as_u32(__hmul2(as_h2(e4m3x2_to_h2<true>(u[1])), s2));
+      return o;
+    }
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float2 lo = __half22float2(fp8x2_to_half2_div256(u[e]));
+      const float2 hi = __half22float2(fp8x2_to_half2_div256(u[e] >> 16));
+      f[4 * e] = lo.x * r.s;
+      f[4 * e + 1] = lo.y * r.s;
+      f[4 * e + 2] = hi.x * r.s;
+      f[4 * e + 3] = hi.y * r.s;
+    }
+    return floats_to_half8(f);
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+
+// cp.async (sm_80+ only; callers guard with __CUDA_ARCH__ >= 800): BYTES (4, 8 or 16) from global
+// to shared memory, zeros when !in (src-size 0: nothing is read). 16-byte copies bypass L1.
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool in) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  if constexpr (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(in ? 16 : 0) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(BYTES), "r"(in ? BYTES : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 }  // namespace cuda
