@@ -205,7 +205,9 @@ using cpu::GdnDecodeArgs;
 // <= 65535. No scratch. The recurrent state is read and written once (the op is bound by it).
 // Tolerance against the CPU twin (test_cuda_gdn_decode): normalized error 1e-5 on out and on the
 // recurrent state after several steps with the state carried (measured <= 3e-7 on H200, sm_90
-// SASS and compute_75 PTX JIT); the conv state is copied exactly.
+// SASS and compute_75 PTX JIT); the conv state is copied exactly. The fused gated norm (norm_w
+// set) needs dv <= kGdnDecodeFusedNormMaxDv (same tolerance).
+constexpr int64_t kGdnDecodeFusedNormMaxDv = 128;
 void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream);
 
 }  // namespace cuda
