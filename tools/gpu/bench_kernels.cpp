@@ -4,9 +4,9 @@
 // time per call from a CUDA graph of several calls, the eager time beside it), bytes moved, GB/s
 // and the fraction of the copy bandwidth (memory-bound kernels) or TFLOP/s (GEMM).
 // Weights are random bytes (fp8 kept finite), rotated over copies larger than L2.
-// Build: see tools/gpu/run_all.sh. Usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm]
-// (--only gemv: sections 1-2 alone, a short device call; --only norm: the decode-row norms warm
-// and behind an L2-flushing memset.)
+// Build: the CMake target bench_kernels (CUDA build with PYENGINE_TESTS).
+// Usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm] (--only gemv: sections 1-2 alone, a
+// short device call; --only norm: the decode-row norms warm and behind an L2-flushing memset.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
