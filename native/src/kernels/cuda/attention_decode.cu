@@ -47,13 +47,9 @@ __global__ void __launch_bounds__(kThreads, NV <= 6 ? 3 : 2) attention_decode_ke
   const int D = static_cast<int>(p.kv.head_dim);
   const bool has_chunk = c < (D >> 3);
   const int n_groups = kWarps * kpw, gi = warp * kpw + slot;
-  const int split = blockIdx.x;
-  const int qblk = blockIdx.y % p.n_qb, rest = blockIdx.y / p.n_qb;
-  const int hblk = rest % p.n_hb, g = rest / p.n_hb;
-  const int64_t i0 = static_cast<int64_t>(qblk) * p.qb;
-  const int nqi = static_cast<int>(min(static_cast<int64_t>(p.qb), p.n_q - i0));
-  const int h0 = g * p.group + hblk * p.hb, nh = min(p.hb, p.group - hblk * p.hb);
-  const int nv = nqi * nh;  // vector v = (query i0 + v / nh, head h0 + v % nh)
+  const DecodeBlock blk = decode_block(p);
+  const int split = blk.split, g = blk.kvh, nqi = blk.nqi, h0 = blk.h0, nh = blk.nh, nv = blk.nv;
+  const int64_t i0 = blk.i0;
 
   float q[NV][8], acc[NV][8], m[NV], l[NV];
   int qoff[NV];  // vector v sees keys up to position qpos0 + qoff[v] (-1: padding, sees none)

@@ -37,6 +37,26 @@ struct DecodeParams {
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
                        float* out, cudaStream_t stream);
 
+// A block's place in the launch grid (x: split; y: query block, head block, KV head kvh): queries
+// i0 .. i0 + nqi - 1 and heads h0 .. h0 + nh - 1 of kvh, nv = nqi * nh vectors (vector v = query
+// i0 + v / nh, head h0 + v % nh).
+struct DecodeBlock {
+  int split, kvh, nqi, h0, nh, nv;
+  int64_t i0;
+};
+__device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p) {
+  DecodeBlock b;
+  b.split = blockIdx.x;
+  const int qblk = blockIdx.y % p.n_qb, rest = blockIdx.y / p.n_qb, hblk = rest % p.n_hb;
+  b.kvh = rest / p.n_hb;
+  b.i0 = static_cast<int64_t>(qblk) * p.qb;
+  b.nqi = static_cast<int>(min(static_cast<int64_t>(p.qb), p.n_q - b.i0));
+  b.h0 = b.kvh * p.group + hblk * p.hb;
+  b.nh = min(p.hb, p.group - hblk * p.hb);
+  b.nv = b.nqi * b.nh;
+  return b;
+}
+
 // Cache rows of keys w0 .. w0 + wn - 1 of KV head `head` into rows[] (the block's threads share
 // the work; the caller synchronizes before and after).
 __device__ __forceinline__ void resolve_rows(int64_t* rows, const DecodeParams& p, int64_t w0, int wn, int head,

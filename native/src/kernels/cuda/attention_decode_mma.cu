@@ -271,13 +271,9 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   __shared__ float fin_l[kVecs], fin_m[kVecs];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int split = blockIdx.x;
-  const int qblk = blockIdx.y % p.n_qb, rest = blockIdx.y / p.n_qb;
-  const int hblk = rest % p.n_hb, kvh = rest / p.n_hb;
-  const int64_t i0 = static_cast<int64_t>(qblk) * p.qb;
-  const int nqi = static_cast<int>(min(static_cast<int64_t>(p.qb), p.n_q - i0));
-  const int h0 = kvh * p.group + hblk * p.hb, nh = min(p.hb, p.group - hblk * p.hb);
-  const int nv = nqi * nh;  // vector v = (query i0 + v / nh, head h0 + v % nh)
+  const DecodeBlock blk = decode_block(p);
+  const int split = blk.split, kvh = blk.kvh, nqi = blk.nqi, h0 = blk.h0, nh = blk.nh, nv = blk.nv;
+  const int64_t i0 = blk.i0;
   const int64_t kb = static_cast<int64_t>(split) * p.split_len;
   const int64_t ke = min(kb + p.split_len, p.q_start_pos + i0 + nqi);
   const auto row_of = [&](int32_t page, int64_t tk) {  // cache row of key tk in page `page`
