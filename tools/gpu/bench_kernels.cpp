@@ -208,7 +208,8 @@ int main(int argc, char** argv) {
         w.group_scale = static_cast<const uint8_t*>(gscale);
         w.global_scale = 0.01f;
         // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
-        // default, "regx" x in registers, "cvt" FP8 by cvt.rn.f16x2.e4m3x2, "mb3" 3 blocks per SM,
+        // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt.rn.f16x2.e4m3x2 (the
+        // default since session 5, sm_89+), "mb3" 3 blocks per SM,
         // "T2" 16 rows per warp, "x96pf" x staged up to 96 KB with the first step prefetched, "ef"
         // weights evict-first in L2; "all" every candidate but T2).
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
           };
           tunings[0].first = " dflt";
           with(" regx", [](cuda::GemvTuning& t) { t.staged_x_max_bytes = 0; });
-          if (dt == DType::FP8_E4M3) with(" cvt", [](cuda::GemvTuning& t) { t.fp8_cvt = true; });
+          if (dt == DType::FP8_E4M3) with(" nocvt", [](cuda::GemvTuning& t) { t.fp8_cvt = false; });
           with(" mb3", [](cuda::GemvTuning& t) { t.min_blocks = 3; });
           with(" T2", [](cuda::GemvTuning& t) { t.rows_per_warp = 2; });
           with(" x96pf", [](cuda::GemvTuning& t) { t.staged_x_max_bytes = 96 * 1024, t.prefetch_first = true; });
@@ -334,7 +335,7 @@ int main(int argc, char** argv) {
       const bool tc = kvt != DType::BF16 && kvt != DType::F32;
       int next = 0;
       for (int variant = -1; variant < (tc ? cuda::kAttentionDecodeVariants : 0); ++variant) {
-        if (variant >= 4 && kvt != DType::NVFP4) continue;  // 4 / 5 differ from 1 for NVFP4 only
+        if (variant >= 4 && kvt != DType::NVFP4) continue;  // 4 differs from 1 for NVFP4 only
         cuda::attention_decode_set_variant(variant);
         const auto call = [&](int c, cudaStream_t st) {
           cpu::PagedKV kv{kvt, kc + c * cache, vc + c * cache,

@@ -60,13 +60,14 @@
 // is not exact in fp16, so the scale cannot go on V). Not inherent: the loads and the movmatrix.
 // And a step's loads wait for the previous step's math, which is long for NVFP4: memory is idle
 // during it (the steps run at ~1.2 TB/s at 64K where F16 streams 3.2 TB/s).
-// Variants 4 / 5 (kFast, NVFP4 only; NOT YET RUN ON A GPU): 12 loads of 8-16 bytes a step, the
+// Variant 4 (kFast, NVFP4 only, the NVFP4 default since session 5): 12 loads of 8-16 bytes a step, the
 // fragments exchanged through per-warp shared tiles (Fp4Stage: 20 stores, ~54 loads of 16
 // bytes), P transposed once a step (4 movmatrix), and the next step's chunks (40 registers) in
-// flight during this step's math: ~1,277 instructions a step, bit-identical to v0. Registers
-// (D 256, sm_90 / sm_75): v4 249 / 248 at 2 blocks per SM, v5 168 / 168 at 3 (24 / 32 bytes
-// spilled at the window loop, not in the step loop; sm_75 runs 1 block of either: 44 KB smem).
-// File size: the variants stay in this file until the A/B picks the kernel to keep.
+// flight during this step's math: ~1,277 instructions a step, bit-identical to v0 (tested on the
+// H200). Registers (D 256, sm_90 / sm_75): 249 / 248 at 2 blocks per SM (sm_75 runs 1: 44 KB
+// smem). H200, graph-timed, us at 1K / 8K / 32K / 64K: v4 16.6 23.4 38.4 58.5 against v0 14.7
+// 23.3 50.7 84.9 and F16's default 15.7 26.2 50.8 83.3. A variant 5 (the same at 3 blocks per
+// SM, 168 registers, a few spilled) measured 16.9 27.7 45.2 66.6 and was removed.
 #include <algorithm>
 
 #include "kernels/cuda/attention_decode.cuh"
@@ -241,12 +242,12 @@ __device__ __forceinline__ void prefetch_item(const DecodeParams& p, int64_t row
 // so a step's loads hit L2 instead of HBM while the next rounds' bytes are already in flight.
 //
 // kFast (variant 4, NVFP4 only, with kTuned): the same arithmetic on the same fp16 operands in the
-// same order, so bit-identical to variant 0 (NOT YET RUN ON A GPU). Loads and fragment exchange as
+// same order, so bit-identical to variant 0. Loads and fragment exchange as
 // in Fp4Stage; P is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector
 // g) and multiplied there by the V group scales of those keys (read from the tile), instead of a
 // movmatrix pair per m-tile for P's high and low parts (64 per step); kVMul goes on P once.
-// kFastBlocks: 0 = not kFast; 2 (variant 4) or 3 (variant 5) = kFast, that many blocks per SM in
-// the register bound (3: 168 registers at head_dim 256, a few spilled per window, not per step).
+// kFastBlocks: 0 = not kFast; 2 (variant 4) = kFast, that many blocks per SM in the register
+// bound.
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
 __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     attention_decode_mma_kernel(DecodeParams p) {
@@ -728,10 +729,11 @@ int g_variant = -1;
 
 // Per-dtype default, the fastest variant of the H200 measurement (27B layer, batch 1, us at 1K /
 // 8K / 32K / 64K; v0 / v1 / v2 / v3 in the header): v1 for F16, FP8 and I8 (FP8 at 64K is 2 us
-// faster with v2, 1 us slower at 8K), v0 for NVFP4; confirmed by session 4's graph-timed A/B.
+// faster with v2, 1 us slower at 8K), confirmed by session 4's graph-timed A/B; v4 for NVFP4
+// (session 5, graph-timed: 16.6 / 23.4 / 38.4 / 58.5 us against v0's 14.7 / 23.3 / 50.7 / 84.9).
 template <DType KV>
 int variant_of() {
-  return g_variant >= 0 ? g_variant : KV == DType::NVFP4 ? 0 : 1;
+  return g_variant >= 0 ? g_variant : KV == DType::NVFP4 ? 4 : 1;
 }
 
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
@@ -754,14 +756,12 @@ void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, s
 template <DType KV, int D>
 void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream) {
-  // 4 / 5: for NVFP4 the kFast kernel at 2 / 3 blocks per SM; for the other dtypes variant 1.
-  constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0, kFast5 = KV == DType::NVFP4 ? 3 : 0;
+  // 4: for NVFP4 the kFast kernel at 2 blocks per SM; for the other dtypes variant 1.
+  constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0;
   const int variant = variant_of<KV>();
   if (variant == 0) run_decode_tc<KV, D, false>(p, variant, n_keys, scratch, scratch_bytes, stream);
   else if (kFast4 && variant == 4)
     run_decode_tc<KV, D, true, kFast4>(p, variant, n_keys, scratch, scratch_bytes, stream);
-  else if (kFast5 && variant == 5)
-    run_decode_tc<KV, D, true, kFast5>(p, variant, n_keys, scratch, scratch_bytes, stream);
   else run_decode_tc<KV, D, true>(p, variant, n_keys, scratch, scratch_bytes, stream);
 }
 

@@ -85,7 +85,7 @@ struct GemvTuning {
   int rows_per_warp = 0;               // 1, 2 or 4 groups of 8 rows per warp; 0: by the row count
   int64_t staged_x_max_bytes = 32768;  // x split once per block into shared memory up to this
                                        // size (<= 128 KB), else per warp in registers; 0: never
-  bool fp8_cvt = false;                // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
+  bool fp8_cvt = true;                 // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
   int min_blocks = 2;                  // staged kernels' register budget: 2 or 3 blocks per SM
   bool prefetch_first = false;         // staged: L2 prefetch of each warp's first weight step
   bool l2_evict_first = false;         // weight loads leave L2 first (sm_80+): keeps the other
@@ -120,18 +120,16 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 constexpr int64_t kAttentionMmaMinQueries = 64;
 // Tuning hook for tools/gpu/bench_kernels and the tests (A/B of the tensor-core decode kernel,
 // F16/FP8/I8/NVFP4 caches): -1 = the per-dtype default (the fastest measured: 1 for F16, FP8, I8;
-// 0 for NVFP4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
+// 4 for NVFP4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
 // 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the page-table
 // loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
-// ahead; 4 / 5 = for NVFP4 caches, 1 with whole-chunk K/V/scale loads one step ahead, exchanged
-// through shared memory, and P scaled in the mma B layout (no movmatrix per m-tile), at 2 / 3
-// blocks per SM; for the other dtypes 4 and 5 run 1 (NOT YET RUN ON A GPU). Same results in every
-// variant (bit for bit where the split count is the same: variant 5 may split the keys into more
-// blocks, within 1e-6). Values outside -1..kAttentionDecodeVariants-1 are clamped. Not for use
-// while other threads run attention_paged.
-// (Measured in session 4 and removed: a one-wait split-K combine and split lengths in whole
-// 64-key rounds gave nothing; tools/gpu/NOTES.md.)
-constexpr int kAttentionDecodeVariants = 6;
+// ahead; 4 = for NVFP4 caches, 1 with whole-chunk K/V/scale loads one step ahead, exchanged
+// through shared memory, and P scaled in the mma B layout (no movmatrix per m-tile); for the
+// other dtypes 4 runs 1. Same results in every variant, bit for bit. Values outside
+// -1..kAttentionDecodeVariants-1 are clamped. Not for use while other threads run attention_paged.
+// (Measured and removed: in session 4 a one-wait split-K combine and split lengths in whole
+// 64-key rounds; in session 5 variant 4 at 3 blocks per SM; tools/gpu/NOTES.md.)
+constexpr int kAttentionDecodeVariants = 5;
 void attention_decode_set_variant(int variant);
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
