@@ -86,6 +86,7 @@ __device__ __forceinline__ void add4(float4 b, float4& acc) {
 template <int DK, bool VEC>
 __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
     gdn_decode_kernel(GdnDecodeArgs a) {
+  pdl_trigger();  // the out_proj GEMV may start prefetching its weights
   constexpr int W = Tile<DK>::kWarps, T = Tile<DK>::kThreads, NR = Tile<DK>::kRows;
   __shared__ float qs[DK], ks[DK];
   __shared__ float4 vs[32];

@@ -48,6 +48,7 @@ __device__ __forceinline__ float norm_out(float x, float inv, float w, float z) 
 template <Kind K, bool kWarpRow, int kRegs>
 __global__ void norm_kernel(const float* x, const float* z, const float* w, int64_t n_rows,
                             int64_t dim, float eps, float scale, float* out) {
+  pdl_trigger();  // the next GEMV may start prefetching its weights
   __shared__ float red[32];
   const int64_t r = kWarpRow ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
                              : blockIdx.x;
@@ -88,6 +89,7 @@ __global__ void norm_kernel(const float* x, const float* z, const float* w, int6
 template <bool kOffset, bool kWarpRow, int kRegs>
 __global__ void add_norm_kernel(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps,
                                 float* out) {
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t row = kWarpRow ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
                                : blockIdx.x;
