@@ -95,22 +95,17 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   // (x staged up to 128 KB with the first step prefetched, FP8 by cvt, 3 blocks per SM, 16 rows
   // per warp, weights evict-first in L2).
   const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
-  // On sm_90 code also K split over clusters of 2 and 3 blocks (summed in distributed shared
-  // memory) and programmatic dependent launch (elsewhere these run the default path again).
+  // The default launches as a programmatic dependent where the sm_90 code runs; "no pdl" does not.
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, cand, split2, split3;
+  cuda::GemvTuning regx, cand, nopdl;
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
   cand.prefetch_first = cand.fp8_cvt = cand.l2_evict_first = true;
   cand.min_blocks = 3;
   cand.rows_per_warp = 2;
-  split2.k_splits = 2;
-  split2.pdl = true;
-  split3.k_splits = 3;
-  split3.staged_x_max_bytes = 0;
+  nopdl.pdl = false;
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
-      {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"},
-      {&split2, " [split 2, pdl]"}, {&split3, " [split 3, x in registers]"}};
+      {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"}};
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
     cuda::linear_gemv_set_tuning(*path.tuning);
@@ -183,8 +178,7 @@ TEST(cuda_linear_gemv_staged_x_edges) {
   for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 4500, 5120, 815 + n);
   for (int64_t n : {1, 8}) check_linear(DType::FP8_E4M3, n, 5123, 5136, 820 + n, 256);
   for (int64_t n : {1, 3}) check_linear(DType::NVFP4, n, 1064, 5120, 830 + n);
-  // Enough column steps for K splits of 2 and 3 blocks (check_linear forces them; the default
-  // splits grids under one wave) in every quantized format.
+  // Long rows in the other quantized formats (x in registers).
   for (DType t : {DType::I8, DType::NVFP4})
     for (int64_t n : {1, 3, 8}) check_linear(t, n, 600, 17408, 840 + n);
 }

@@ -210,10 +210,10 @@ int main(int argc, char** argv) {
         // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
         // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt.rn.f16x2.e4m3x2 (the
         // default since session 5, sm_89+), "T2" 16 rows per warp, "ef" weights evict-first in L2,
-        // "ks1/2/3" K never split / split over 2 / 3 blocks (the default splits grids under one
-        // wave, sm_90), "pdl" programmatic dependent launch (the graph's calls overlap). Measured
-        // and dropped from the rows in session 5: 3 blocks per SM, x staged to 96 KB with the
-        // first step prefetched (slower on most shapes).
+        // "nopdl" launched without programmatic dependent launch (the default on sm_90: the
+        // graph's calls overlap). Measured and dropped from the rows in session 5: 3 blocks per
+        // SM, x staged to 96 KB with the first step prefetched, K split over clusters of 2 / 3
+        // blocks (slower on most shapes).
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
@@ -228,10 +228,7 @@ int main(int argc, char** argv) {
           if (dt == DType::FP8_E4M3) with(" nocvt", [](cuda::GemvTuning& t) { t.fp8_cvt = false; });
           with(" T2", [](cuda::GemvTuning& t) { t.rows_per_warp = 2; });
           with(" ef", [](cuda::GemvTuning& t) { t.l2_evict_first = true; });
-          with(" ks1", [](cuda::GemvTuning& t) { t.k_splits = 1; });
-          with(" ks2", [](cuda::GemvTuning& t) { t.k_splits = 2; });
-          with(" ks3", [](cuda::GemvTuning& t) { t.k_splits = 3; });
-          with(" pdl", [](cuda::GemvTuning& t) { t.pdl = true; });
+          with(" nopdl", [](cuda::GemvTuning& t) { t.pdl = false; });
         }
         for (const auto& tuning : tunings) {
           cuda::linear_gemv_set_tuning(tuning.second);

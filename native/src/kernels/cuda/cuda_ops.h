@@ -90,15 +90,13 @@ struct GemvTuning {
   bool prefetch_first = false;         // staged: L2 prefetch of each warp's first weight step
   bool l2_evict_first = false;         // weight loads leave L2 first (sm_80+): keeps the other
                                        // kernels' code and activations in L2 across the step
-  int k_splits = 0;                    // sm_90+: K split over a cluster of this many blocks
-                                       // (<= 4), summed in distributed shared memory; 0: by the
-                                       // grid's waves (grids under one wave), 1: never
-  bool pdl = false;                    // sm_90+: launched as a programmatic dependent of the
+  bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
                                        // previous kernel (its first weight step prefetched to L2
-                                       // while that kernel runs)
+                                       // while that kernel runs); measured faster in session 5
 };
-// The initial tuning takes PYENGINE_GEMV_PDL (0/1) and PYENGINE_GEMV_SPLITS (k_splits) from the
-// environment when set: A/B switches for whole decode steps (tools/bench_gpu.py).
+// The initial tuning takes PYENGINE_GEMV_PDL (0/1) from the environment when set: the A/B switch
+// for whole decode steps (tools/bench_gpu.py). (Measured in session 5 and removed: K split over
+// thread-block clusters, summed in distributed shared memory: slower on every 27B shape.)
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();
 

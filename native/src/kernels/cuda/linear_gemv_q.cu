@@ -43,8 +43,6 @@
 #include <atomic>
 #include <cstdlib>
 
-#include <cooperative_groups.h>
-
 #include "kernels/cuda/linear_gemv_q.cuh"
 
 namespace pe {
@@ -78,9 +76,6 @@ struct StagedX {
 // the registers are budgeted for. prefetch_first: L2 prefetch of the warp's first step before the
 // x staging, so the staging overlaps the first weight bytes. evict_first: weight loads marked to
 // leave L2 first (load_stream_hint with evict_first_policy).
-// Split K (gridDim.y > 1, sm_90+ only: launched as clusters of gridDim.y blocks along y): block y
-// of a cluster takes the steps y * kWarps + warp, stride gridDim.y * kWarps, and block 0 sums the
-// cluster's warp partials through distributed shared memory (in a fixed order: deterministic).
 // pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
 // step is prefetched into L2 while that kernel still runs; x is read and out written after
 // pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
@@ -119,12 +114,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
   const int n_it = static_cast<int>((cols + KI - 1) / KI);
-  const int it0 = warp + kWarps * static_cast<int>(blockIdx.y), it_stride = kWarps * static_cast<int>(gridDim.y);
   const uint64_t policy = evict_first ? evict_first_policy() : 0;
-  if (((kStagedX && prefetch_first) || pdl) && it0 < n_it) {
+  if (((kStagedX && prefetch_first) || pdl) && warp < n_it) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const int64_t col = static_cast<int64_t>(it0) * KI + (c * 4 + t) * VPC;
+      const int64_t col = static_cast<int64_t>(warp) * KI + (c * 4 + t) * VPC;
 #pragma unroll
       for (int r = 0; r < T; ++r)
         if (col < cols) prefetch_l2(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
@@ -151,7 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[r][e] = 0.0f;
 
-  for (int it = it0; it < n_it; it += it_stride) {
+  for (int it = warp; it < n_it; it += kWarps) {
     const int64_t kb = static_cast<int64_t>(it) * KI;
     // All loads of the step first: 8 x 16 bytes per lane in flight.
     uint4 raw[T][C];
@@ -229,31 +223,17 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
 
-  // Sum the warps' column slices (of every block of the cluster, in block order, when split);
-  // C[token g][rows 2t, 2t+1] = hi (c0, c1) + lo (c2, c3).
+  // Sum the warps' column slices; C[token g][rows 2t, 2t+1] = hi (c0, c1) + lo (c2, c3).
 #pragma unroll
   for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-  const int n_split = static_cast<int>(gridDim.y);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  if (n_split > 1) cg::this_cluster().sync();  // every block's partials written (and a barrier for the block)
-  else __syncthreads();
-#else
-  __syncthreads();  // split K is launched only where the sm_90 code runs (run())
-#endif
-  for (int idx = threadIdx.x; idx < T * 64 && blockIdx.y == 0; idx += kWarps * 32) {
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
     const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
     float s = 0.0f;
-    for (int b = 0; b < n_split; ++b) {
-      const float4(*rb)[T][32] = red;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (b > 0) rb = cg::this_cluster().map_shared_rank(red, b);
-#endif
 #pragma unroll
-      for (int wp = 0; wp < kWarps; ++wp) {
-        const float4 v = rb[wp][r][l];
-        s += j ? v.y + v.w : v.x + v.z;
-      }
+    for (int wp = 0; wp < kWarps; ++wp) {
+      const float4 v = red[wp][r][l];
+      s += j ? v.y + v.w : v.x + v.z;
     }
     const int token = l >> 2;
     const int64_t row = row0 + 8 * r + 2 * (l & 3) + j;
@@ -262,48 +242,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
     out[static_cast<int64_t>(token) * rows + row] = s;
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (n_split > 1) cg::this_cluster().sync();  // block 0 has read the others' shared memory
-#endif
 }
 
 GemvTuning g_tuning = [] {
-  // A/B switches for tools/bench_gpu.py (whole decode steps): PYENGINE_GEMV_PDL=0/1,
-  // PYENGINE_GEMV_SPLITS=N (GemvTuning::k_splits).
+  // A/B switch for tools/bench_gpu.py (whole decode steps): PYENGINE_GEMV_PDL=0/1.
   GemvTuning t;
   if (const char* v = std::getenv("PYENGINE_GEMV_PDL")) t.pdl = std::atoi(v) != 0;
-  if (const char* v = std::getenv("PYENGINE_GEMV_SPLITS")) t.k_splits = std::max(0, std::atoi(v));
   return t;
 }();
-
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    PE_CUDA_CHECK(cudaGetDevice(&dev));
-    PE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return std::max(sms, 1);
-  }();
-  return n;
-}
-
-// Split count for nb blocks of n_it steps on `resident` block slots: the best product of the
-// last wave's fill and the warps' step balance over 1..kMaxSplits (a split must give every warp a
-// step); only grids of less than a wave split. E.g. the 27B mlp down (160 blocks of 34 steps, 264
-// slots on the H200): 1 -> 0.61 x 0.85, 3 -> 0.91 x 0.71.
-constexpr int kMaxSplits = 4;
-int pick_splits(int64_t nb, int n_it, int64_t resident) {
-  if (nb >= resident) return 1;
-  int best = 1;
-  double best_eff = 0.0;
-  for (int ks = 1; ks <= kMaxSplits && n_it >= kWarps * ks; ++ks) {
-    const int64_t blocks = nb * ks, waves = (blocks + resident - 1) / resident;
-    const int per_warp = (n_it + kWarps * ks - 1) / (kWarps * ks);
-    const double eff = static_cast<double>(blocks) / static_cast<double>(waves * resident) *
-                       (static_cast<double>(n_it) / (kWarps * ks * per_warp));
-    if (eff > best_eff * 1.05) best = ks, best_eff = eff;
-  }
-  return best;
-}
 
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
 void run(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
@@ -319,55 +265,25 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
       attr_set |= bit;
     }
   }
-  // Split K and PDL need the kernel's sm_90 code: compiled from compute_90+ PTX (a compute_75
-  // build JIT-compiled on an H200 has binaryVersion 90 but none of that code). One answer per
-  // process: the GPUs of a process are assumed alike.
+  // PDL needs the kernel's sm_90 code: compiled from compute_90+ PTX (a compute_75 build
+  // JIT-compiled on an H200 has binaryVersion 90 but no griddepcontrol.wait, so it could read x
+  // before the previous kernel wrote it). One answer per process: its GPUs are assumed alike.
   static const bool sm90 = [&] {
     cudaFuncAttributes a{};
     PE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
     return a.ptxVersion >= 90 && a.binaryVersion >= 90;
   }();
-  const int64_t nb = grid_1d(w.rows, 8 * T);
-  int ks = 1;
-  if (sm90 && g_tuning.k_splits != 1) {
-    constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
-    const int n_it = static_cast<int>((w.cols + KI - 1) / KI);
-    if (g_tuning.k_splits > 1) {
-      ks = std::clamp(std::min(g_tuning.k_splits, n_it / kWarps), 1, kMaxSplits);
-    } else if (nb < 2 * sm_count()) {
-      static std::atomic<int64_t> occ{-1};  // one entry: (xbytes << 8) | blocks per SM
-      int64_t e = occ.load();
-      if (e < 0 || (e >> 8) != xbytes) {
-        int b = 0;
-        PE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kWarps * 32, static_cast<size_t>(xbytes)));
-        e = (xbytes << 8) | std::clamp(b, 1, 255);
-        occ.store(e);
-      }
-      ks = pick_splits(nb, n_it, (e & 255) * sm_count());
-    }
-  }
-  const bool pdl = sm90 && g_tuning.pdl;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(nb), static_cast<unsigned>(ks));
+  cfg.gridDim = dim3(grid_1d(w.rows, 8 * T));
   cfg.blockDim = dim3(kWarps * 32);
   cfg.dynamicSmemBytes = static_cast<size_t>(xbytes);
   cfg.stream = stream;
-  cudaLaunchAttribute attrs[2];
-  unsigned na = 0;
-  if (ks > 1) {
-    attrs[na].id = cudaLaunchAttributeClusterDimension;
-    attrs[na].val.clusterDim.x = 1;
-    attrs[na].val.clusterDim.y = static_cast<unsigned>(ks);
-    attrs[na].val.clusterDim.z = 1;
-    ++na;
-  }
-  if (pdl) {
-    attrs[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[na].val.programmaticStreamSerializationAllowed = 1;
-    ++na;
-  }
-  cfg.attrs = attrs;
-  cfg.numAttrs = na;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  const bool pdl = sm90 && g_tuning.pdl;
+  cfg.attrs = pdl ? &attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
   PE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, n, w, seg_per_block, g_tuning.prefetch_first,
                                    g_tuning.l2_evict_first, pdl, out));
 }
