@@ -255,35 +255,29 @@ int main(int argc, char** argv) {
     std::printf("bench done\n");
     return 0;
   }
-  // 3. Prefill GEMM, one row per (dtype, n, variant, token tile): variant 0 (linear_gemm.cu) and 1
-  // (linear_gemm_sm80.cu; variant 0 runs where it does not, cuda_ops.h) side by side; at n >= 128
-  // both token tiles (128 = the default, 64 forced through the tuning hook). Variant 0 has
-  // 128-token tiles for FP8/NVFP4 only, so its F16/BF16/I8 rows are tile 64 alone.
+  // 3. Prefill GEMM; at n >= 128 both token tiles (128 = the default, 64 forced through the tuning
+  // hook) for the A/B of the tile size.
   for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::F16, DType::I8, DType::NVFP4})
     for (int n : {512, 4096})
-      for (int variant : {0, 1})
-        for (int tile : {128, 64}) {
-          if (only_attn) break;
-          if (variant == 0 && tile == 128 && dt != DType::FP8_E4M3 && dt != DType::NVFP4) continue;
-          WeightView w;
-          w.dtype = dt;
-          w.rows = 17408;
-          w.cols = 5120;
-          w.block_scale = scale;
-          w.row_scale = scale;
-          w.group_scale = static_cast<const uint8_t*>(gscale);
-          w.global_scale = 0.01f;
-          w.data = pool;
-          cuda::linear_gemm_set_big_tile_tokens(tile == 128 ? 128 : (int64_t(1) << 40));
-          cuda::linear_gemm_set_variant(variant);
-          const float ms = time_ms([&](int) { cuda::linear(x, n, w, out, nullptr); });
-          cuda::linear_gemm_set_big_tile_tokens(128);
-          cuda::linear_gemm_set_variant(0);
-          char name[96];
-          std::snprintf(name, sizeof name, "gemm %s 17408x5120 n=%d v%d tile %d", dtype_name(dt), n, variant, tile);
-          const size_t wb = dtype_bytes_for(dt, w.rows * w.cols);
-          report(name, ms, double(wb) + 4.0 * n * (w.cols + w.rows), 2.0 * n * w.rows * w.cols);
-        }
+      for (int tile : {128, 64}) {
+        if (only_attn) break;
+        WeightView w;
+        w.dtype = dt;
+        w.rows = 17408;
+        w.cols = 5120;
+        w.block_scale = scale;
+        w.row_scale = scale;
+        w.group_scale = static_cast<const uint8_t*>(gscale);
+        w.global_scale = 0.01f;
+        w.data = pool;
+        cuda::linear_gemm_set_big_tile_tokens(tile == 128 ? 128 : (int64_t(1) << 40));
+        const float ms = time_ms([&](int) { cuda::linear(x, n, w, out, nullptr); });
+        cuda::linear_gemm_set_big_tile_tokens(128);
+        char name[96];
+        std::snprintf(name, sizeof name, "gemm %s 17408x5120 n=%d tile %d", dtype_name(dt), n, tile);
+        const size_t wb = dtype_bytes_for(dt, w.rows * w.cols);
+        report(name, ms, double(wb) + 4.0 * n * (w.cols + w.rows), 2.0 * n * w.rows * w.cols);
+      }
   if (only_gemm) {
     CK(cudaDeviceSynchronize());
     std::printf("bench done\n");

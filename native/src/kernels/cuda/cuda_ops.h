@@ -11,7 +11,7 @@
 // rounds its inputs to fp16 (x and the weights converted to fp16 in shared memory, fp32
 // accumulation; |x| is clamped to 65504). FP8 weights are dequantized as fp8 * block_scale (the
 // bf16-reference numbers of MODEL_SPEC §5, not W8A8). Code runs on sm_75 (no bf16/fp8 mma, no
-// cp.async); newer GPUs take the same path (the sm_80+ GEMM of linear_gemm_set_variant(1) aside).
+// cp.async); newer GPUs take the same path.
 //
 // Tolerances against the CPU twin, normalized error ||gpu - cpu|| / ||cpu|| (tests enforce them):
 //   embedding, kv_write, swiglu, add, conv1d, gdn_gates      exact .. 1e-5
@@ -70,14 +70,6 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 // 1.25-1.45x faster there, while 64-token tiles stayed faster for F16/BF16/I8 and are always used
 // for those). Not for use while other threads run linear.
 void linear_gemm_set_big_tile_tokens(int64_t n);
-// Tuning hook (A/B of the GEMM kernels; tools/gpu/bench_kernels, tests): 0 = linear_gemm.cu's
-// kernel on every GPU (default); 1 = linear_gemm_sm80.cu (cp.async ring, 128/64 x 256 tiles, the
-// token tile chosen by the threshold above for every dtype) where it runs: device and build
-// compute_80+, enough shared memory, the vector path (cols % 8 == 0, aligned pointers), not F32
-// weights; every other case keeps variant 0. Results equal variant 0's bit for bit (the same fp16
-// operands, m16n8k16 products in the same k order; test_cuda_linear checks it). Other values act
-// as 0. Not for use while other threads run linear.
-void linear_gemm_set_variant(int variant);
 // Quantized GEMV (FP8/I8/NVFP4, n <= 8) tuning, for A/B runs (tools/gpu/bench_kernels) and the
 // tests; every setting gives the same results within the GEMV tolerance. Defaults = the measured
 // best so far. Not for use while other threads run linear.

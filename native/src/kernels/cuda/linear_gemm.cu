@@ -10,8 +10,6 @@
 // tile (rows padded to 40 halves: ldmatrix without bank conflicts). Fragments come from ldmatrix; the product is mma.sync m16n8k16 on
 // sm_80+ and two m16n8k8 on sm_75 (same fragments). Weights are never materialized in fp16 beyond
 // one 128 x 32 tile. Shapes with cols % 8 != 0 or unaligned pointers use scalar guarded loads.
-// This is the kernel of every GPU by default; linear_gemm_set_variant(1) sends the cases that
-// linear_gemm_sm80.cu takes (sm_80+, vector path) there instead.
 #include <algorithm>
 
 #include "kernels/cuda/linear_common.cuh"
@@ -22,16 +20,32 @@ namespace {
 
 constexpr int BN = 128, BK = 32, LDS = BK + 8, kThreads = 256;
 int64_t g_big_tile_tokens = 128;  // n >= this: 128-token tiles (weights converted half as often)
-int g_variant = 0;                 // linear_gemm_set_variant (cuda_ops.h)
+
+struct Raw {
+  uint4 a, b;  // up to 8 raw elements (32 bytes)
+  float s;     // FP8 block / I8 row / NVFP4 group * global scale
+};
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  lo = fminf(fmaxf(lo, -65504.0f), 65504.0f);
+  hi = fminf(fmaxf(hi, -65504.0f), 65504.0f);
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint4 floats_to_half8(const float* f) {
+  return make_uint4(pack_half2(f[0], f[1]), pack_half2(f[2], f[3]), pack_half2(f[4], f[5]),
+                    pack_half2(f[6], f[7]));
+}
 
 // Raw bits of 8 weights at (row, k) .. (row, k+7); VEC: aligned and in bounds (row < rows).
 // srow: the FP8 block-scale row of `row` (block_scale + (row / block) * column blocks), kblk:
 // k / block, both computed by the caller once per row / k tile (64-bit divisions per load cost
 // more than the loads).
 template <DType DT, bool VEC>
-__device__ __forceinline__ GemmRaw load_w(const WeightView& w, int64_t row, int64_t k, const float* srow,
-                                          uint32_t kblk) {
-  GemmRaw r;
+__device__ __forceinline__ Raw load_w(const WeightView& w, int64_t row, int64_t k, const float* srow,
+                                      uint32_t kblk) {
+  Raw r;
   r.s = 1.0f;
   if constexpr (VEC) {
     if (row >= w.rows || k >= w.cols) {  // cols % 8 == 0: a group is all in or all out
@@ -67,6 +81,70 @@ __device__ __forceinline__ GemmRaw load_w(const WeightView& w, int64_t row, int6
   return r;
 }
 
+template <DType DT, bool VEC>
+__device__ __forceinline__ uint4 convert_w(const Raw& r) {
+  if constexpr (!VEC || DT == DType::F32) {
+    float f[8];
+    *reinterpret_cast<uint4*>(f) = r.a;
+    *reinterpret_cast<uint4*>(f + 4) = r.b;
+    return floats_to_half8(f);
+  } else if constexpr (DT == DType::F16) {
+    return r.a;
+  } else if constexpr (DT == DType::I8) {
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      f[e] = static_cast<float>(static_cast<int8_t>((e < 4 ? r.a.x : r.a.y) >> (8 * (e & 3)))) * r.s;
+    return floats_to_half8(f);
+  } else if constexpr (DT == DType::NVFP4) {
+    float f[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // pair i holds nibbles i and i + 4, value * 2^-14
+      const float2 p = __half22float2(as_h2(i == 0   ? e2m1x2_to_h2<0>(r.a.x)
+                                            : i == 1 ? e2m1x2_to_h2<1>(r.a.x)
+                                            : i == 2 ? e2m1x2_to_h2<2>(r.a.x)
+                                                     : e2m1x2_to_h2<3>(r.a.x)));
+      f[i] = p.x * (r.s * 16384.0f);
+      f[i + 4] = p.y * (r.s * 16384.0f);
+    }
+    return floats_to_half8(f);
+  } else if constexpr (DT == DType::BF16) {
+    const uint32_t u[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      f[2 * e] = __uint_as_float(u[e] << 16);
+      f[2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
+    }
+    return floats_to_half8(f);
+  } else {
+    const uint32_t u[2] = {r.a.x, r.a.y};
+    // e4m3 -> fp16 is exact (value / 256, the 256 folded into r.s); when the block scale keeps
+    // every product in fp16's normal range the scaling is one fp16 multiply per pair (the scale
+    // rounded to fp16 once: 2^-11, within the GEMM's fp16 tolerance), else fp32 as below.
+    if (r.s >= 6.2e-5f && r.s <= 146.0f) {
+      const __half2 s2 = __float2half2_rn(r.s);
+      uint4 o;
+      o.x = as_u32(__hmul2(as_h2(e4m3x2_to_h2<false>(u[0])), s2));
+      o.y = as_u32(__hmul2(as_h2(e4m3x2_to_h2<true>(u[0])), s2));
+      o.z = as_u32(__hmul2(as_h2(e4m3x2_to_h2<false>(u[1])), s2));
+      o.w = as_u32(__hmul2(as_h2(e4m3x2_to_h2<true>(u[1])), s2));
+      return o;
+    }
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float2 lo = __half22float2(fp8x2_to_half2_div256(u[e]));
+      const float2 hi = __half22float2(fp8x2_to_half2_div256(u[e] >> 16));
+      f[4 * e] = lo.x * r.s;
+      f[4 * e + 1] = lo.y * r.s;
+      f[4 * e + 2] = hi.x * r.s;
+      f[4 * e + 3] = hi.y * r.s;
+    }
+    return floats_to_half8(f);
+  }
+}
+
 template <bool VEC>
 __device__ __forceinline__ void load_x(const float* x, int64_t n, int64_t cols, int64_t t, int64_t k,
                                        float4& lo, float4& hi) {
@@ -83,6 +161,13 @@ __device__ __forceinline__ void load_x(const float* x, int64_t n, int64_t cols, 
     lo = make_float4(f[0], f[1], f[2], f[3]);
     hi = make_float4(f[4], f[5], f[6], f[7]);
   }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 }
 
 template <DType DT, bool VEC, int BM>
@@ -116,7 +201,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   float4 xa_lo[XC], xa_hi[XC];
-  GemmRaw wr[2];
+  Raw wr[2];
   // FP8 block-scale rows of this thread's two weight rows (clamped rows load zeros anyway).
   const float* srow[2] = {nullptr, nullptr};
   if constexpr (VEC && DT == DType::FP8_E4M3) {
@@ -213,12 +298,7 @@ void launch(bool vec, const float* x, int64_t n, const WeightView& w, float* out
 
 }  // namespace
 
-// linear_gemm_sm80.cu: false where it does not run (then this file's kernel does).
-bool linear_gemm_sm80(const float* x, int64_t n, const WeightView& w, int64_t big_tile_tokens, float* out,
-                      cudaStream_t stream);
-
 void linear_gemm_set_big_tile_tokens(int64_t n) { g_big_tile_tokens = n; }
-void linear_gemm_set_variant(int variant) { g_variant = variant; }
 
 void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
   auto al = [](const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; };
@@ -227,7 +307,6 @@ void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cud
   else if (w.dtype == DType::I8) vec = vec && al(w.data, 8);
   else if (w.dtype == DType::NVFP4) vec = vec && al(w.data, 4);
   else vec = vec && al(w.data, 16);
-  if (g_variant == 1 && vec && linear_gemm_sm80(x, n, w, g_big_tile_tokens, out, stream)) return;
   switch (w.dtype) {
     case DType::F32: launch<DType::F32>(vec, x, n, w, out, stream); break;
     case DType::F16: launch<DType::F16>(vec, x, n, w, out, stream); break;
