@@ -191,6 +191,7 @@ TEST(cuda_attention_27b_shape) {
     check_attention(s, t, small ? 40 : 4000, 1, true, 64, 6);   // decode at depth: split-K
     check_attention(s, t, small ? 40 : 1000, 1, false, 16, 8);
     check_attention(s, t, small ? 40 : 2000, 8, true, 16, 7);   // speculative verify block
+    check_attention(s, t, small ? 63 : 1000, 3, true, 7, 9);    // pages of 7: boundaries inside tiles
   }
 }
 
@@ -274,7 +275,12 @@ TEST(cuda_attention_decode_variants) {
   const struct { Shape s; int64_t ctx, n_q, page; } cases[] = {
       {{24, 4, 256}, 1, 1, 16},   {{24, 4, 256}, 63, 3, 7},       {{24, 4, 256}, 1500, 1, 16},
       {{8, 2, 128}, 700, 2, 7},   {{4, 2, 64}, 5000, 1, 64},      {{24, 4, 256}, small ? 3000 : 40000, 1, 16},
-      {{24, 4, 256}, small ? 2000 : 34500, 3, 7}};
+      {{24, 4, 256}, small ? 2000 : 34500, 3, 7},
+      // Variant 4 (NVFP4: chunks loaded a step ahead, rows resolved past the window): a
+      // warp's look-ahead step past the split's end, 16 queries, every head_dim; 52,000 keys: past
+      // one window per block.
+      {{24, 4, 256}, 65, 3, 7},   {{24, 4, 256}, 1000, 16, 7},    {{8, 2, 128}, 65, 16, 7},
+      {{4, 2, 64}, 1000, 3, 7},   {{24, 4, 256}, small ? 1100 : 52000, 1, 16}};
   for (DType t : {DType::F16, DType::FP8_E4M3, DType::I8, DType::NVFP4})
     for (const auto& c : cases) {
       pe_test::Rng rng(900 + c.ctx);

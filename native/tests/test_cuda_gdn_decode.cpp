@@ -20,7 +20,9 @@ struct Shape {
   int64_t conv_dim() const { return 2 * hk * dk + hv * dv; }
 };
 
-void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed) {
+// fused_norm: the gated RMSNorm fused (z rows with a stride wider than Hv * dv, as the fused
+// projection's z part), against the CPU twin's fused form.
+void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fused_norm = false) {
   pe_test::Rng rng(seed);
   const int64_t C = s.conv_dim(), n_slots = n + 5;
   const int64_t conv_layer = (s.K - 1) * C, rec_layer = s.hv * s.dk * s.dv;
@@ -37,25 +39,35 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed) {
   DevBuf<float> d_w(conv_w), d_A(A_log), d_dt(dt_bias), d_conv(conv_pool), d_rec(rec_pool);
   DevBuf<int32_t> d_slots(slots);
   DevBuf<float> d_qkv(n * C), d_a(n * s.hv), d_b(n * s.hv), d_out(n * s.hv * s.dv);
+  const int64_t z_stride = s.hv * s.dv + 24;
+  const auto z = rng.normals(n * z_stride, 2.0f), norm_w = rng.normals(s.dv, 0.5f);
+  DevBuf<float> d_z(z), d_norm(norm_w);
   auto args = [&](const float* qkv, const float* a, const float* b, const float* w, const float* A,
-                  const float* dt, const int32_t* sl, float* conv, float* rec, float* out) {
-    return cpu::GdnDecodeArgs{n, qkv, a, b, w, A, dt, sl, conv + conv_layer, 2 * conv_layer,
-                              rec + rec_layer, 2 * rec_layer, s.hk, s.hv, s.dk, s.dv, s.K, out};
+                  const float* dt, const int32_t* sl, float* conv, float* rec, float* out, bool dev) {
+    cpu::GdnDecodeArgs r{n, qkv, a, b, w, A, dt, sl, conv + conv_layer, 2 * conv_layer,
+                         rec + rec_layer, 2 * rec_layer, s.hk, s.hv, s.dk, s.dv, s.K, out};
+    if (fused_norm) {
+      r.z = dev ? d_z.p : z.data();
+      r.z_stride = z_stride;
+      r.norm_w = dev ? d_norm.p : norm_w.data();
+      r.norm_eps = 1e-6f;
+    }
+    return r;
   };
-  const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld K%lld n=%lld", (long long)s.hk,
+  const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld K%lld n=%lld%s", (long long)s.hk,
                                (long long)s.hv, (long long)s.dk, (long long)s.dv, (long long)s.K,
-                               (long long)n);
+                               (long long)n, fused_norm ? " fused norm" : "");
   for (int step = 0; step < steps; ++step) {
     const auto qkv = rng.normals(n * C), a = rng.normals(n * s.hv, 2.0f), b = rng.normals(n * s.hv, 2.0f);
     std::vector<float> want(n * s.hv * s.dv);
     cpu::gdn_decode(args(qkv.data(), a.data(), b.data(), conv_w.data(), A_log.data(), dt_bias.data(),
-                         slots.data(), conv_pool.data(), rec_pool.data(), want.data()));
+                         slots.data(), conv_pool.data(), rec_pool.data(), want.data(), false));
     d_qkv.upload(qkv);
     d_a.upload(a);
     d_b.upload(b);
     d_out.poison();
     cuda::gdn_decode(args(d_qkv.p, d_a.p, d_b.p, d_w.p, d_A.p, d_dt.p, d_slots.p, d_conv.p, d_rec.p,
-                          d_out.p),
+                          d_out.p, true),
                      nullptr);
     EXPECT_CLOSE("gdn_decode", cfg + cfgs(" step %d", step), d_out.download(), want, 1e-5);
   }
@@ -72,6 +84,26 @@ TEST(cuda_gdn_decode) {
                           {2, 4, 32, 30, 4}, {1, 2, 64, 160, 4}, {1, 2, 200, 48, 3}, {2, 4, 32, 32, 1}};
   for (const Shape& s : shapes)
     for (int64_t n : {1, 3, 17}) check_decode(s, n, 3, 200 + n);
+}
+
+TEST(cuda_gdn_decode_fused_norm) {
+  // The gated RMSNorm fused (dv <= 128): the shapes above that take it (dv 8, 30 on the scalar
+  // path, 128), and the op's refusal above 128.
+  const Shape shapes[] = {{2, 4, 32, 32, 4}, {2, 6, 20, 8, 4}, {2, 4, 32, 30, 4}, {1, 2, 200, 48, 3},
+                          {16, 48, 128, 128, 4}};
+  for (const Shape& s : shapes)
+    for (int64_t n : {1, 3, 17}) check_decode(s, n, 2, 400 + n, true);
+  cpu::GdnDecodeArgs big{};
+  big.n_seqs = 1, big.Hk = 1, big.Hv = 1, big.dk = 8, big.dv = 160, big.K = 4;
+  float w = 1.0f;
+  big.norm_w = &w;
+  bool refused = false;
+  try {
+    cuda::gdn_decode(big, nullptr);  // refused before any launch: no device pointer is read
+  } catch (const std::exception&) {
+    refused = true;
+  }
+  CHECK(refused);
 }
 
 TEST(cuda_gdn_decode_27b_shape) {

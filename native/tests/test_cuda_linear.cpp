@@ -3,8 +3,9 @@
 // row scales, NVFP4 with group + global scales), token counts around the GEMV/GEMM switch and the
 // tile edges (64- and 128-token GEMM tiles), shapes that take the vector and the scalar paths,
 // the row tilings of the quantized GEMV (T = 1, 2, 4), and the 27B shapes for decode (the fused
-// projections too). Every quantized GEMV case runs with x staged in shared memory (the default)
-// and with x split in registers, against one CPU reference.
+// projections too). Every quantized GEMV case runs with the default tuning, with x split in
+// registers, with every tuning candidate on (cuda::GemvTuning) and without programmatic dependent
+// launch, against one CPU reference.
 #include <vector>
 
 #include "core/dtype.h"
@@ -90,15 +91,29 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   DevBuf<float> dx(x), dout(n * rows);
   // GEMM rounds x and W to fp16 (2^-11 relative each).
   const double tol = n <= 8 ? 1e-5 : 3e-3;
-  const bool two_paths = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
-  for (int path = 0; path < (two_paths ? 2 : 1); ++path) {
-    cuda::linear_gemv_set_staged_x(path == 1);
+  // Quantized GEMV: x in registers, the default tuning, and every candidate of the tuning at once
+  // (x staged up to 128 KB with the first step prefetched, 3 blocks per SM, 16 rows per warp,
+  // weights evict-first in L2).
+  const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
+  // The default launches as a programmatic dependent where the sm_90 code runs; "no pdl" does not.
+  const cuda::GemvTuning dflt;
+  cuda::GemvTuning regx, cand, nopdl;
+  regx.staged_x_max_bytes = 0;
+  cand.staged_x_max_bytes = 128 * 1024;
+  cand.prefetch_first = cand.fp8_cvt = cand.l2_evict_first = true;
+  cand.min_blocks = 3;
+  cand.rows_per_warp = 2;
+  nopdl.pdl = false;
+  const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
+      {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"}};
+  for (const auto& path : paths) {
+    if (!q_gemv && path.tuning != &dflt) break;
+    cuda::linear_gemv_set_tuning(*path.tuning);
     dout.poison();
     cuda::linear(dx.p, n, dw.view, dout.p, nullptr);
-    cuda::linear_gemv_set_staged_x(true);
+    cuda::linear_gemv_set_tuning(dflt);
     EXPECT_CLOSE("linear", cfgs("%s n=%lld %lldx%lld b%lld%s", dtype_name(t), (long long)n, (long long)rows,
-                                (long long)cols, (long long)block,
-                                !two_paths ? "" : path == 0 ? " [x in registers]" : " [x staged]"),
+                                (long long)cols, (long long)block, path.name),
                  dout.download(), ref, tol);
   }
 }
@@ -148,6 +163,9 @@ TEST(cuda_linear_gemv_staged_x_edges) {
   for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 4500, 5120, 815 + n);
   for (int64_t n : {1, 8}) check_linear(DType::FP8_E4M3, n, 5123, 5136, 820 + n, 256);
   for (int64_t n : {1, 3}) check_linear(DType::NVFP4, n, 1064, 5120, 830 + n);
+  // Long rows in the other quantized formats (x in registers).
+  for (DType t : {DType::I8, DType::NVFP4})
+    for (int64_t n : {1, 3, 8}) check_linear(t, n, 600, 17408, 840 + n);
 }
 
 TEST(cuda_linear_gemm_all_dtypes) {

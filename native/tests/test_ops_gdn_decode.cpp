@@ -121,3 +121,27 @@ TEST(gdn_decode_equals_per_sequence_ops) {
 }
 
 TEST(gdn_decode_27b_shape) { check_decode({16, 48, 128, 128, 4}, 3, 2, 7); }
+
+TEST(gdn_decode_fused_norm_equals_separate_norm) {
+  // norm_w set: out = rms_norm_gated(o, z rows with a stride, norm_w) of the unfused op, bit for bit.
+  for (const Shape& s : {Shape{2, 4, 32, 32, 4}, Shape{1, 3, 24, 40, 2}, Shape{16, 48, 128, 128, 4}})
+    for (int64_t n : {1, 3}) {
+      pe_test::Rng rng(500 + n);
+      Layer fused(s, n + 5, rng);
+      Layer plain = fused;
+      const std::vector<int32_t> slots = pick_slots(n, fused.n_slots, rng);
+      const int64_t C = s.conv_dim(), z_stride = s.hv * s.dv + 8;
+      const auto qkv = rng.normals(n * C), a = rng.normals(n * s.hv), b = rng.normals(n * s.hv);
+      const auto z = rng.normals(n * z_stride), w = rng.normals(s.dv);
+      std::vector<float> got(n * s.hv * s.dv), want(n * s.hv * s.dv), zd(n * s.hv * s.dv);
+      cpu::GdnDecodeArgs fa = decode_args(fused, n, qkv.data(), a.data(), b.data(), slots.data(), got.data());
+      fa.z = z.data(), fa.z_stride = z_stride, fa.norm_w = w.data(), fa.norm_eps = 1e-6f;
+      cpu::gdn_decode(fa);
+      cpu::gdn_decode(decode_args(plain, n, qkv.data(), a.data(), b.data(), slots.data(), want.data()));
+      for (int64_t i = 0; i < n; ++i)
+        std::copy(z.begin() + i * z_stride, z.begin() + i * z_stride + s.hv * s.dv, zd.begin() + i * s.hv * s.dv);
+      cpu::rms_norm_gated(want.data(), zd.data(), w.data(), n * s.hv, s.dv, 1e-6f, want.data());
+      CHECK(got == want);
+      CHECK(fused.rec_pool == plain.rec_pool);
+    }
+}

@@ -4,14 +4,17 @@
 // time per call from a CUDA graph of several calls, the eager time beside it), bytes moved, GB/s
 // and the fraction of the copy bandwidth (memory-bound kernels) or TFLOP/s (GEMM).
 // Weights are random bytes (fp8 kept finite), rotated over copies larger than L2.
-// Build: the CMake target bench_kernels (CUDA build with PYENGINE_TESTS). Usage: bench_kernels [--quick] [--only gemv|attn|gemm]
-// (--only gemv: sections 1-2 alone, a short device call.)
+// Build: the CMake target bench_kernels (CUDA build with PYENGINE_TESTS).
+// Usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm] (--only gemv: sections 1-2 alone, a
+// short device call; --only norm: the decode-row norms warm and behind an L2-flushing memset.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -96,13 +99,14 @@ void report(const char* name, float ms, double bytes, double flops = 0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, only_gemv = false, only_attn = false, only_gemm = false;
+  bool quick = false, only_gemv = false, only_attn = false, only_gemm = false, only_norm = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemv") == 0) only_gemv = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "attn") == 0) only_attn = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemm") == 0) only_gemm = true, ++i;
-    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|gemm]\n"); return 2; }
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "norm") == 0) only_norm = true, ++i;
+    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm]\n"); return 2; }
   }
   if (quick) g_reps = 5;
   if (!cuda::device_available()) {
@@ -121,6 +125,39 @@ int main(int argc, char** argv) {
   g_copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
   std::printf("%-44s %9.4f ms  copy bandwidth %.0f GB/s (read + write)\n", "d2d copy 2 GiB", copy_ms, g_copy_gbs);
   CK(cudaFree(dst));
+  if (only_norm) {
+    // add_rms_norm / rms_norm on decode-sized rows (27B hidden 5120): warm (back to back) and
+    // behind a 256 MB memset per call, as in a decode step where each norm follows ~190 MB of
+    // weights through L2 (code and data cold): that time minus the memset alone. ncu measured
+    // add_rms_norm at 17.9 us per call inside the 27B decode step.
+    const int64_t dim = 5120;
+    float* nx = static_cast<float*>(dalloc(size_t(8) * dim * 4, 0));
+    float* nr = static_cast<float*>(dalloc(size_t(8) * dim * 4, 0));
+    float* nw = static_cast<float*>(dalloc(size_t(dim) * 4, 0));
+    float* ny = static_cast<float*>(dalloc(size_t(8) * dim * 4, 0));
+    CK(cudaMemset(nx, 0, size_t(8) * dim * 4));
+    CK(cudaMemset(nr, 0, size_t(8) * dim * 4));
+    CK(cudaMemset(nw, 0, size_t(dim) * 4));
+    const size_t thrash_bytes = size_t(256) << 20;
+    void* thrash = dalloc(thrash_bytes, 5);
+    const float memset_ms = graph_ms([&](int, cudaStream_t st) { CK(cudaMemsetAsync(thrash, 1, thrash_bytes, st)); }, 8);
+    for (int64_t rows : {1, 8})
+      for (int add = 1; add >= 0; --add) {
+        auto norm = [&](cudaStream_t st) {
+          if (add) cuda::add_rms_norm(nx, nr, nw, rows, dim, 1e-6f, true, ny, st);
+          else cuda::rms_norm(nx, nw, rows, dim, 1e-6f, true, ny, st);
+        };
+        const float warm = graph_ms([&](int, cudaStream_t st) { norm(st); }, 16);
+        const float cold = graph_ms([&](int, cudaStream_t st) {
+          CK(cudaMemsetAsync(thrash, 1, thrash_bytes, st));
+          norm(st);
+        }, 8) - memset_ms;
+        std::printf("%s %lld x %lld: warm %.2f us, after a 256 MB memset %.2f us\n",
+                    add ? "add_rms_norm" : "rms_norm", (long long)rows, (long long)dim, warm * 1e3, cold * 1e3);
+      }
+    std::printf("bench done\n");
+    return 0;
+  }
   const size_t pool_bytes = size_t(6) << 30;  // weight copies rotate through it (L2 is ~50 MB)
   void* pool = dalloc(pool_bytes, 9);
 
@@ -170,11 +207,31 @@ int main(int argc, char** argv) {
         w.row_scale = scale;
         w.group_scale = static_cast<const uint8_t*>(gscale);
         w.global_scale = 0.01f;
-        // Quantized: x split in registers per warp ("regx") and staged in shared memory ("smemx",
-        // the default where it fits), A/B in one run.
-        const bool ab = dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4;
-        for (int path = ab ? 0 : 1; path < 2; ++path) {
-          cuda::linear_gemv_set_staged_x(path == 1);
+        // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
+        // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt.rn.f16x2.e4m3x2 (the
+        // default since session 5, sm_89+), "T2" 16 rows per warp, "ef" weights evict-first in L2,
+        // "nopdl" launched without programmatic dependent launch (the default on sm_90: the
+        // graph's calls overlap). Measured and dropped from the rows in session 5: 3 blocks per
+        // SM, x staged to 96 KB with the first step prefetched, K split over clusters of 2 / 3
+        // blocks (slower on most shapes).
+        const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
+        const cuda::GemvTuning dflt;
+        std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
+        if (ab) {
+          auto with = [&](const char* name, auto edit) {
+            cuda::GemvTuning t = dflt;
+            edit(t);
+            tunings.emplace_back(name, t);
+          };
+          tunings[0].first = " dflt";
+          with(" regx", [](cuda::GemvTuning& t) { t.staged_x_max_bytes = 0; });
+          if (dt == DType::FP8_E4M3) with(" nocvt", [](cuda::GemvTuning& t) { t.fp8_cvt = false; });
+          with(" T2", [](cuda::GemvTuning& t) { t.rows_per_warp = 2; });
+          with(" ef", [](cuda::GemvTuning& t) { t.l2_evict_first = true; });
+          with(" nopdl", [](cuda::GemvTuning& t) { t.pdl = false; });
+        }
+        for (const auto& tuning : tunings) {
+          cuda::linear_gemv_set_tuning(tuning.second);
           // Eager (one launch between events: host launch cost included) and graph (device time).
           const float ms_eager = time_ms([&](int i) {
             w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
@@ -184,13 +241,12 @@ int main(int argc, char** argv) {
             w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
             cuda::linear(x, n, w, out, st);
           }, 16);
-          char name[96];
-          std::snprintf(name, sizeof name, "gemv %s %s n=%d%s", dtype_name(dt), s.name, n,
-                        !ab ? "" : path == 0 ? " regx" : " smemx");
+          char name[112];
+          std::snprintf(name, sizeof name, "gemv %s %s n=%d%s", dtype_name(dt), s.name, n, tuning.first.c_str());
           report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
           std::printf("    (eager, launch cost included: %.4f ms)\n", ms_eager);
         }
-        cuda::linear_gemv_set_staged_x(true);
+        cuda::linear_gemv_set_tuning(dflt);
       }
     }
   }
@@ -266,6 +322,7 @@ int main(int argc, char** argv) {
       const bool tc = kvt != DType::BF16 && kvt != DType::F32;
       int next = 0;
       for (int variant = -1; variant < (tc ? cuda::kAttentionDecodeVariants : 0); ++variant) {
+        if (variant >= 4 && kvt != DType::NVFP4) continue;  // 4 differs from 1 for NVFP4 only
         cuda::attention_decode_set_variant(variant);
         const auto call = [&](int c, cudaStream_t st) {
           cpu::PagedKV kv{kvt, kc + c * cache, vc + c * cache,

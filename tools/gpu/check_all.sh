@@ -8,7 +8,9 @@
 #      (m16n8k8 mma, no sm_80 instructions) runs on this GPU, at small sizes
 #   3. tools/bench_gpu.py (27B dummy FP8: decode, prefill, KV depth table; --hf in BENCH_ARGS for
 #      transformers)                                                         (SKIP_BENCH=1: off)
-#   4. PROFILE=1: per-kernel time of 27B batch-1 decode steps under ncu (tools/gpu/profile_decode.py)
+#   4. PROFILE=1: per-kernel time of 27B batch-1 decode steps under ncu (tools/gpu/profile_decode.py);
+#      NCU_CACHE=all flushes the caches before each kernel (ncu's default; session 3/4 numbers),
+#      NCU_CACHE=none (default here) keeps them as the step left them, as in a real decode step
 # Env: OUT (default /tmp/out), BENCH_ARGS (extra bench flags), PYTEST_ARGS.
 set -u -o pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
@@ -35,7 +37,8 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== bench done at $((SECONDS - t0)) s"
 fi
 if [ "${PROFILE:-0}" = 1 ]; then
-  ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 5000 --launch-count 1450 \
+  ncu --clock-control none --cache-control "${NCU_CACHE:-none}" --metrics gpu__time_duration.sum --csv \
+    --launch-skip 5000 --launch-count 1450 \
     python3 tools/gpu/profile_decode.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err" || tail -5 "$OUT/ncu.err"
   python3 tools/gpu/profile_decode.py --summarize "$OUT/ncu.csv" | tee "$OUT/profile.txt" | head -30
 fi

@@ -24,7 +24,10 @@ for s in $BENCH; do
   echo "== bench $s rc=$? at $((SECONDS - t0)) s"
 done
 if [ "$DECODE" = 1 ]; then
+  # DEPTH=1 adds must-show 4's table (decode step per KV dtype at 1K..64K).
   PYENGINE_LIBRARY="$ROOT/$B/libpyengine.so" PYTHONPATH="$ROOT:/tmp/site" \
-    python3 tools/bench_gpu.py --skip-depth --prefill-sizes --decode-tokens 48 2>&1 | grep -E "decode|NVIDIA" | tee "$OUT/ab_decode.log"
+    python3 tools/bench_gpu.py $([ "${DEPTH:-0}" = 1 ] || echo --skip-depth) --prefill-sizes --decode-tokens 48 \
+    > "$OUT/ab_decode_full.log" 2>&1
+  grep -vE '^\{' "$OUT/ab_decode_full.log" | tail -30 | tee "$OUT/ab_decode.log"
   echo "== decode bench done at $((SECONDS - t0)) s"
 fi

@@ -184,10 +184,16 @@ struct GdnDecodeArgs {
   int64_t rec_slot_stride;
   int64_t Hk, Hv, dk, dv, K;
   float* out;
+  // Optional: the gated RMSNorm that follows the GDN core, fused (norm_w != nullptr): out row
+  // (i, h) = rms_norm_gated(o, z + i * z_stride + h * dv, norm_w, norm_eps).
+  const float* z = nullptr;
+  int64_t z_stride = 0;
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
 };
 // Same bits as the per-sequence ops (it calls conv1d_causal, l2_norm and gdn_gates, and repeats
-// gdn_recurrent's loops); the recurrent step runs in parallel over (sequence, value head).
-// Uses the thread-local scratch slots 0 and 7 (kernels/cpu/cpu_util.h).
+// gdn_recurrent's loops, then rms_norm_gated when fused); the recurrent step runs in parallel
+// over (sequence, value head). Uses the thread-local scratch slots 0 and 7 (kernels/cpu/cpu_util.h).
 void gdn_decode(const GdnDecodeArgs& a);
 
 }  // namespace cpu

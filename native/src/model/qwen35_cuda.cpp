@@ -196,7 +196,14 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
     cpu::GdnDecodeArgs d{T,      qkv,   a_ptr, b_ptr, L.conv, L.A_log, L.dt_bias, d_slots_, gdn.conv_state(0, gi),
                          gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(), Hk, Hv, dk, dv,
                          c.conv_kernel, o};
+    if (dv <= cuda::kGdnDecodeFusedNormMaxDv) {  // the gated norm in the same launch, z read in place
+      d.z = zp.ptr;
+      d.z_stride = one_row ? Hv * dv : zp.stride;
+      d.norm_w = L.norm;
+      d.norm_eps = c.eps;
+    }
     cuda::gdn_decode(d, st);
+    if (d.norm_w) return linear(o, T, L.out, out);
   } else {
     gdn_chunks(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
   }

@@ -4,6 +4,7 @@
 //   q = l2norm(y_q) / sqrt(dk),  k = l2norm(y_k),  v = y_v
 //   g = -exp(A_log) softplus(a_i + dt_bias),  beta = sigmoid(b_i)
 //   per value head h (key head h / (Hv/Hk)): S = e^g S; S += k (beta (v - S^T k))^T; o = S^T q
+//   optionally (norm_w): o = rms_norm_gated(o, z_i,h)
 // Phase 1 runs the per-sequence ops themselves (cheap at one token), phase 2 the recurrent step
 // in parallel over (sequence, value head): the state slices are disjoint because slots are.
 // The recurrent step is gdn_recurrent's (gdn_step.h), so the result is the per-sequence ops' bits.
@@ -54,6 +55,9 @@ void gdn_decode(const GdnDecodeArgs& a) {
         }
       },
       std::max<int64_t>(1, 32768 / (dk * dv)));
+  if (a.norm_w)
+    for (int64_t i = 0; i < n; ++i)
+      rms_norm_gated(a.out + i * Hv * dv, a.z + i * a.z_stride, a.norm_w, Hv, dv, a.norm_eps, a.out + i * Hv * dv);
 }
 
 }  // namespace cpu

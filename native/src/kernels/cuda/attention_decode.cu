@@ -219,6 +219,7 @@ constexpr int kCombineWarps = 8;
 __global__ void __launch_bounds__(kCombineWarps * 32)
     attention_combine_kernel(const float* __restrict__ part, int splits, int64_t n_rows, int D,
                              const float* __restrict__ gate, float* __restrict__ out) {
+  pdl_trigger();  // the o_proj GEMV may start prefetching its weights
   __shared__ float wts[kMaxSplits];
   __shared__ float red[kCombineWarps][32];
   __shared__ float inv_l;

@@ -48,6 +48,26 @@
 // combine that waits for memory once, and split lengths in whole 64-key rounds (no gain).
 // Register prefetch was not taken: a second FP8/I8 K+V buffer is +64 registers (194 -> ~258,
 // spills at the 255 cap of 2 blocks/SM) and NVFP4 is at 255 already.
+//
+// NVFP4 per key (session 5, SASS of the inner loop, head_dim 256, per warp step of 16 keys): v0
+// issues ~1,410 instructions a step against ~910 for FP8 and ~545 for F16. The extra: 112 global
+// loads (a 4-byte word per group and key row of which 2 (K) or 1 (V) bytes are used; FP8: 20
+// 16-byte loads) plus their address math, 64 movmatrix (P' high and low parts per m-tile: an
+// NVFP4 m-tile is one group, so P is scaled and transposed 16 times a step), 32 FMUL (V scales x
+// kVMul), 64 FFMA (K group scales on the partial scores) and ~256 for P' = P s per m-tile (FMUL +
+// fp16 high/low split). The decode itself (~4 integer ops per fp16x2 pair, 128 pairs) is FP8's.
+// Inherent to the format: the per-group P scaling and the K-scale FFMA (fp32 group scales: V s
+// is not exact in fp16, so the scale cannot go on V). Not inherent: the loads and the movmatrix.
+// And a step's loads wait for the previous step's math, which is long for NVFP4: memory is idle
+// during it (the steps run at ~1.2 TB/s at 64K where F16 streams 3.2 TB/s).
+// Variant 4 (kFast, NVFP4 only, the NVFP4 default since session 5): 12 loads of 8-16 bytes a step, the
+// fragments exchanged through per-warp shared tiles (Fp4Stage: 20 stores, ~54 loads of 16
+// bytes), P transposed once a step (4 movmatrix), and the next step's chunks (40 registers) in
+// flight during this step's math: ~1,277 instructions a step, bit-identical to v0 (tested on the
+// H200). Registers (D 256, sm_90 / sm_75): 249 / 248 at 2 blocks per SM (sm_75 runs 1: 44 KB
+// smem). H200, graph-timed, us at 1K / 8K / 32K / 64K: v4 16.6 23.4 38.4 58.5 against v0 14.7
+// 23.3 50.7 84.9 and F16's default 15.7 26.2 50.8 83.3. A variant 5 (the same at 3 blocks per
+// SM, 168 registers, a few spilled) measured 16.9 27.7 45.2 66.6 and was removed.
 #include <algorithm>
 
 #include "kernels/cuda/attention_decode.cuh"
@@ -134,6 +154,72 @@ template <DType KV, int D> struct Layout {
   __device__ static int swz(int v, int d) { return kFp4 ? (v >> 1) * 9 : ((v >> 1) ^ ((d >> 5) << 2)) & 31; }
 };
 
+// Shared-memory words, 16 / 8 / 4 bytes at a time (the address is aligned to the width).
+template <int N>
+__device__ __forceinline__ void st_shared_words(uint32_t* dst, const uint32_t (&w)[N]) {
+  if constexpr (N == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+  else if constexpr (N == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+  else dst[0] = w[0];
+}
+__device__ __forceinline__ void ld_shared_words4(const uint32_t* src, uint32_t* w) {
+  const uint4 x = *reinterpret_cast<const uint4*>(src);
+  w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
+}
+
+// ---- variant 4, NVFP4 (kFast): whole-chunk loads, fragments exchanged through shared memory ----
+// Per warp step, each lane loads whole 8/16-byte chunks (K: its quad's rows g, g+8; V: its own
+// rows 2t, 2t+1, 2t+8, 2t+9; scales: a quarter of rows g, g+8) and the warp exchanges them through
+// a per-warp tile, so every lane then reads ONE word per k-step / m-tile that holds exactly its
+// fragment bytes (v0 loads a word per group and row and uses 2 or 1 of its 4 bytes: 112 loads
+// per step instead of 12 here). K word of k-step ks for lane (g, t): bytes 2t, 2t+1 of group ks of
+// rows g (bytes 0, 2) and g+8 (bytes 1, 3). V word of m-tile j for lane (g, t): byte g of group j
+// of keys 2t, 2t+8, 2t+1, 2t+9 (bytes 0..3). Strides (words) chosen by an exhaustive search of
+// the bank conflicts of the stores and loads (D 256: K 48 wavefronts per step, V 32 = the minimum,
+// scales 112 for 26 accesses of 16 bytes).
+template <int D> struct Fp4Stage {
+  static constexpr int KS = D / 16, RB = D / 2;
+  static constexpr int CG = KS >= 8 ? 2 : 1;   // groups per K chunk (16- or 8-byte loads)
+  static constexpr int NCH = KS / (4 * CG);     // K chunks per lane and row
+  static constexpr int PB = RB / 8, VQ = PB / 4;  // V bytes / words per lane and row
+  static constexpr int KXG = D == 256 ? 72 : 36, KXT = D == 256 ? 16 : 8;  // K tile [g][t][ks]
+  static constexpr int VXT = D == 256 ? 168 : D == 128 ? 104 : 36;  // V tile [t][g][j]
+  static constexpr int VXG = D == 256 ? 20 : D == 128 ? 12 : 4;
+  static constexpr int SP = KS | 4;             // scale tiles [key][group]
+  static constexpr int kKx = 8 * KXG, kVx = 4 * VXT, kSc = 16 * SP;
+  static constexpr int kWarpWords = kKx + kVx + 2 * kSc;
+  static_assert(KXT >= KS && KXG >= 4 * KXT && VXG >= KS && VXT >= 8 * VXG && NCH >= 1, "tile strides");
+  static_assert(KXG % 4 == 0 && KXT % 4 == 0 && VXG % 4 == 0 && VXT % 4 == 0 && SP % 4 == 0, "16-byte rows");
+};
+
+// The two values in the nibbles of bytes 1 and 3 (lo: low nibbles, hi: high nibbles) as fp16x2 of
+// value / 16384, like kv_fp4_pair_lo / _hi (kv_codec.cuh) do for bytes 0 and 2.
+__device__ __forceinline__ uint32_t fp4_pair_lo13(uint32_t w) {
+  return ((w << 1) & 0x0e000e00u) | ((w << 4) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t fp4_pair_hi13(uint32_t w) {
+  return ((w >> 3) & 0x0e000e00u) | (w & 0x80008000u);
+}
+
+// Byte c of x0..x3 -> y[c] = {x0.c, x2.c, x1.c, x3.c} (a 4 x 4 byte transpose, 8 prmt).
+__device__ __forceinline__ void byte_transpose4(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
+                                                uint32_t (&y)[4]) {
+  const uint32_t a01 = __byte_perm(x0, x2, 0x5140), a23 = __byte_perm(x0, x2, 0x7362);
+  const uint32_t b01 = __byte_perm(x1, x3, 0x5140), b23 = __byte_perm(x1, x3, 0x7362);
+  y[0] = __byte_perm(a01, b01, 0x5410);
+  y[1] = __byte_perm(a01, b01, 0x7632);
+  y[2] = __byte_perm(a23, b23, 0x5410);
+  y[3] = __byte_perm(a23, b23, 0x7632);
+}
+
+// fp32 S^T fragment (lane (g, t): x = key g / g+8 of block `r`, vectors 2t, 2t+1) -> B layout
+// (keys 2t, 2t+1 of the block, vector g): both 16-bit halves through movmatrix, exactly.
+__device__ __forceinline__ void transpose8x8_f32(float x, float y, float& u, float& v) {
+  const uint32_t xb = __float_as_uint(x), yb = __float_as_uint(y);
+  const uint32_t lo = transpose8x8(__byte_perm(xb, yb, 0x5410)), hi = transpose8x8(__byte_perm(xb, yb, 0x7632));
+  u = __uint_as_float(__byte_perm(lo, hi, 0x5410));
+  v = __uint_as_float(__byte_perm(lo, hi, 0x7632));
+}
+
 __device__ __forceinline__ void prefetch_l2(const void* a) { asm volatile("prefetch.global.L2 [%0];" ::"l"(a)); }
 
 // L2 prefetch of item u (< Layout::PF) of cache row `row`: a 128-byte line of its K or V values,
@@ -154,9 +240,21 @@ __device__ __forceinline__ void prefetch_item(const DecodeParams& p, int64_t row
 // conflicts (Layout::swz), the first window's page-table loads under the Q setup, and with
 // p.pf_rounds > 0 an L2 prefetch of the K/V lines (and scales) p.pf_rounds rounds of tiles ahead,
 // so a step's loads hit L2 instead of HBM while the next rounds' bytes are already in flight.
-template <DType KV, int D, bool kTuned>
-__global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(DecodeParams p) {
+//
+// kFast (variant 4, NVFP4 only, with kTuned): the same arithmetic on the same fp16 operands in the
+// same order, so bit-identical to variant 0. Loads and fragment exchange as
+// in Fp4Stage; P is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector
+// g) and multiplied there by the V group scales of those keys (read from the tile), instead of a
+// movmatrix pair per m-tile for P's high and low parts (64 per step); kVMul goes on P once.
+// kFastBlocks: 0 = not kFast; 2 (variant 4) = kFast, that many blocks per SM in the register
+// bound.
+template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
+__global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
+    attention_decode_mma_kernel(DecodeParams p) {
+  constexpr bool kFast = kFastBlocks > 0;
+  static_assert(!kFast || (KV == DType::NVFP4 && kTuned), "kFast: the NVFP4 path of the tuned kernel");
   using L = Layout<KV, D>;
+  using F = Fp4Stage<D>;
   constexpr int KS = L::KS, MT = L::MT, KW = L::KW, VW = L::VW;
   constexpr bool kFp4 = L::kFp4, kI8 = KV == DType::I8, kF16 = L::kF16;
   // Tuned: the rows of a window plus up to kMaxPrefetchRounds rounds past it (prefetch targets).
@@ -166,7 +264,10 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
   __shared__ int64_t rows[kRowsCap];
   __shared__ uint4 qfrag[KS][32];
   __shared__ float qscale[kVecs];
-  __shared__ float red_acc[kVecs][D];
+  // kFast: the per-warp staging tiles share red_acc's memory (the merge runs after the loop).
+  constexpr int kStageRows = (kWarps * F::kWarpWords + D - 1) / D;
+  constexpr int kRedRows = kFast && kStageRows > kVecs ? kStageRows : kVecs;
+  __shared__ __align__(16) float red_acc[kRedRows][D];
   __shared__ float red_m[kWarps][kVecs], red_l[kWarps][kVecs];
   __shared__ float fin_l[kVecs], fin_m[kVecs];
 
@@ -182,7 +283,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
 
   // Tuned: the first window's page-table entries (and the first rounds' L2 prefetches) go out
   // before the Q loads, so their latencies overlap instead of adding up.
-  const int ahead = kTuned ? p.pf_rounds * kWarps * kStep : 0;  // prefetch distance in keys
+  // Prefetch distance in keys (kFast: one round, the registers' look-ahead; no L2 prefetch).
+  const int ahead = kFast ? kWarps * kStep : kTuned ? p.pf_rounds * kWarps * kStep : 0;
   const int ext0 = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(kWindow + ahead), ke - kb)));
   int32_t pg[kTuned ? kPg : 1];
   if constexpr (kTuned) {
@@ -191,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
       const int j = tid + i * kThreads;
       pg[i] = j < ext0 ? p.pt[(kb + j) / p.kv.page_size] : 0;
     }
-    if (ahead > 0) {  // rounds 0 .. pf_rounds, a key per thread
+    if (ahead > 0 && !kFast) {  // rounds 0 .. pf_rounds, a key per thread
       const int n_pf = min(ext0, ahead + kWarps * kStep);
 #pragma unroll
       for (int i = 0; i < kPg; ++i) {
@@ -255,6 +357,30 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
   const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v);
   const uint32_t fp4_ksel = (t & 1) ? 0x4342u : 0x4140u;           // halfword t & 1 -> bytes 0, 2
   const uint32_t fp4_vsel = (g & 3) | ((4u + (g & 3)) << 8);       // byte g & 3 of two rows
+  // kFast: this warp's staging tiles (Fp4Stage): K words, V words, K scales, V scales.
+  uint32_t* const kx = reinterpret_cast<uint32_t*>(&red_acc[0][0]) + warp * F::kWarpWords;
+  uint32_t* const vx = kx + F::kKx;
+  float* const kss = reinterpret_cast<float*>(vx + F::kVx);
+  float* const vss = kss + F::kSc;
+  // kFast: whole chunks of the warp's next step, loaded while this step computes: K rows g, g+8
+  // (chunks t + 4i of CG groups), V rows of keys 2t, 2t+1, 2t+8, 2t+9 (bytes g PB ..), a quarter
+  // of the K and V scale rows g, g+8 (the same cache rows). 40 registers at head_dim 256.
+  uint32_t kc[2][F::NCH][2 * F::CG], vc[4][F::VQ], ksq[2][KS / 4], vsq[2][KS / 4];
+  const auto load_step = [&](int j0, int lim) {  // keys j0 .. j0 + 15 of the rows[] window, < lim valid
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = rows[min(j0 + g + 8 * r, lim - 1)];
+#pragma unroll
+      for (int i = 0; i < F::NCH; ++i) kv_load_chunk(kbase + row * rb + 8 * F::CG * (t + 4 * i), kc[r][i]);
+      kv_load_chunk(reinterpret_cast<const uint8_t*>(p.kv.k_scale + row * KS + t * (KS / 4)), ksq[r]);
+      kv_load_chunk(reinterpret_cast<const uint8_t*>(p.kv.v_scale + row * KS + t * (KS / 4)), vsq[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      kv_load_chunk(vbase + rows[min(j0 + 2 * t + (r & 1) + 8 * (r >> 1), lim - 1)] * rb + g * F::PB, vc[r]);
+  };
+  if constexpr (kFast)
+    if (warp * kStep < ext0) load_step(warp * kStep, ext0);  // the warp's first step
 
   for (int64_t w0 = kb; w0 < ke; w0 += kWindow) {
     const int wn = static_cast<int>(min(static_cast<int64_t>(kWindow), ke - w0));
@@ -269,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
     for (int jw = warp * kStep; jw < wn; jw += kWarps * kStep) {  // warp-uniform
       if constexpr (kTuned) {  // this warp's tile `ahead` keys on: lane = key (lane & 15), items of half lane >> 4
         const int jp = jw + ahead + (lane & 15);
-        if (ahead > 0 && jp < wn_ext) {
+        if (ahead > 0 && !kFast && jp < wn_ext) {
           const int64_t row = rows[jp];
 #pragma unroll
           for (int i = 0; i < L::PF / 2; ++i) prefetch_item<KV, D>(p, row, (lane >> 4) + 2 * i);
@@ -281,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
       const int64_t rk[2] = {rows[min(jw + g, wn - 1)], rows[min(jw + g + 8, wn - 1)]};
       uint32_t kw[2][KW], vw[4][VW];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2 && !kFast; ++r) {
         const uint8_t* src = kbase + rk[r] * rb;
         if constexpr (kFp4) {
 #pragma unroll
@@ -295,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
         }
       }
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < 4 && !kFast; ++r) {
         const int key = jw + 2 * t + (r & 1) + 8 * (r >> 1);
         const uint8_t* src = vbase + rows[min(key, wn - 1)] * rb;
         if constexpr (kFp4) {
@@ -319,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
           ksc[r][0] = __ldg(p.kv.k_scale + rk[r]);
           vsc[r][0] = __ldg(p.kv.v_scale + rk[r]) * L::kVMul;
         }
-      } else if constexpr (kFp4) {
+      } else if constexpr (kFp4 && !kFast) {
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -328,6 +454,51 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
             ksc[r][4 * i] = a.x; ksc[r][4 * i + 1] = a.y; ksc[r][4 * i + 2] = a.z; ksc[r][4 * i + 3] = a.w;
           }
       }
+      uint32_t kxw[kFast ? KS : 1], vxw[kFast ? MT : 1];  // kFast: this lane's K / V word per k-step / m-tile
+      if constexpr (kFast) {  // stage this step's chunks (loaded a step ahead), then load the next step's
+        __syncwarp();  // the previous step's tile reads are done
+        // K word for lane (g, tt) and group G: bytes 2tt, 2tt+1 of G in rows g (bytes 0, 2), g+8 (1, 3).
+#pragma unroll
+        for (int i = 0; i < F::NCH; ++i)
+#pragma unroll
+          for (int tt = 0; tt < 4; ++tt) {
+            uint32_t w[F::CG];
+#pragma unroll
+            for (int a = 0; a < F::CG; ++a)
+              w[a] = __byte_perm(kc[0][i][2 * a + (tt >> 1)], kc[1][i][2 * a + (tt >> 1)], (tt & 1) ? 0x7362 : 0x5140);
+            st_shared_words(kx + g * F::KXG + tt * F::KXT + F::CG * (t + 4 * i), w);
+          }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          st_shared_words(reinterpret_cast<uint32_t*>(kss) + (g + 8 * r) * F::SP + t * (KS / 4), ksq[r]);
+          st_shared_words(reinterpret_cast<uint32_t*>(vss) + (g + 8 * r) * F::SP + t * (KS / 4), vsq[r]);
+        }
+        // V: byte c of word q of this lane's chunk = byte beta of group j, for lane (beta, t).
+        uint32_t vt[F::VQ][4];
+#pragma unroll
+        for (int q = 0; q < F::VQ; ++q) byte_transpose4(vc[0][q], vc[1][q], vc[2][q], vc[3][q], vt[q]);
+        if constexpr (F::VQ == 4) {  // words q, q + 2: m-tiles 2g, 2g + 1 side by side
+#pragma unroll
+          for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const uint32_t w[2] = {vt[q][c], vt[q + 2][c]};
+              st_shared_words(vx + t * F::VXT + (4 * q + c) * F::VXG + 2 * g, w);
+            }
+        } else {
+#pragma unroll
+          for (int q = 0; q < F::VQ; ++q)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const int pos = g * F::PB + 4 * q + c;
+              vx[t * F::VXT + (pos & 7) * F::VXG + (pos >> 3)] = vt[q][c];
+            }
+        }
+        __syncwarp();
+        // The next step of this warp: jw + one round, in this window or (rows resolved past its end)
+        // the first of the next; keys past the split read its last row (masked, finite).
+        if (jw + kWarps * kStep < wn_ext) load_step(jw + kWarps * kStep, wn_ext);
+      }
 
       // S^T = K Q^T: s[0], s[1] = key g, vectors 2t, 2t+1; s[2], s[3] = key g + 8.
       float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -335,8 +506,21 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {
         uint32_t a[2][2];  // [key row][k half]
+        if constexpr (kFast) {  // words and scales read from the tiles 4 k-steps at a time (registers)
+          if ((ks & 3) == 0) {
+            ld_shared_words4(kx + g * F::KXG + t * F::KXT + ks, &kxw[ks]);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+            for (int r = 0; r < 2; ++r)
+              ld_shared_words4(reinterpret_cast<const uint32_t*>(kss) + (g + 8 * r) * F::SP + ks,
+                               reinterpret_cast<uint32_t*>(&ksc[r][ks]));
+          }
+          a[0][0] = kv_fp4_pair_lo(kxw[ks]);
+          a[0][1] = kv_fp4_pair_hi(kxw[ks]);
+          a[1][0] = fp4_pair_lo13(kxw[ks]);
+          a[1][1] = fp4_pair_hi13(kxw[ks]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2 && !kFast; ++r) {
           if constexpr (kF16) {
             a[r][0] = kw[r][2 * ks];
             a[r][1] = kw[r][2 * ks + 1];
@@ -412,7 +596,13 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
       }
       // O^T += V^T P^T per m-tile (P high and low parts: two mma).
       uint32_t bh[2], bl[2];
-      if constexpr (kFp4) {  // loaded here, not with the values: registers
+      float pb[4], vsj[4][4];  // kFast: P^T in B layout (keys 2t, 2t+1, 2t+8, 2t+9; vector g) * kVMul
+      if constexpr (kFast) {
+        transpose8x8_f32(pr[0], pr[1], pb[0], pb[1]);
+        transpose8x8_f32(pr[2], pr[3], pb[2], pb[3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pb[i] *= L::kVMul;
+      } else if constexpr (kFp4) {  // loaded here, not with the values: registers
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -435,8 +625,22 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
         uint32_t a[4];  // rows g / g+8 x keys (2t, 2t+1) / (2t+8, 2t+9)
+        if constexpr (kFast) {  // word bytes: keys 2t, 2t+8, 2t+1, 2t+9; V scales of those keys
+          if ((j & 3) == 0) ld_shared_words4(vx + t * F::VXT + g * F::VXG + j, &vxw[j]);
+          a[0] = kv_fp4_pair_lo(vxw[j]);
+          a[1] = kv_fp4_pair_hi(vxw[j]);
+          a[2] = fp4_pair_lo13(vxw[j]);
+          a[3] = fp4_pair_hi13(vxw[j]);
+          if ((j & 3) == 0)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+            for (int r = 0; r < 4; ++r)
+              ld_shared_words4(reinterpret_cast<const uint32_t*>(vss) + (2 * t + (r & 1) + 8 * (r >> 1)) * F::SP + j,
+                               reinterpret_cast<uint32_t*>(vsj[r]));
+          split_f16(pb[0] * vsj[0][j & 3], pb[1] * vsj[1][j & 3], bh[0], bl[0]);
+          split_f16(pb[2] * vsj[2][j & 3], pb[3] * vsj[3][j & 3], bh[1], bl[1]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2 && !kFast; ++r) {
           const uint32_t x0 = vw[2 * r][kF16 || kFp4 ? j : j >> 1], x1 = vw[2 * r + 1][kF16 || kFp4 ? j : j >> 1];
           if constexpr (kF16) {
             a[2 * r] = __byte_perm(x0, x1, 0x5410);
@@ -456,7 +660,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_mma_kernel(Decod
             }
           }
         }
-        if constexpr (kFp4) {  // m-tile j = group j: its scale per key
+        if constexpr (kFp4 && !kFast) {  // m-tile j = group j: its scale per key
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             split_f16(pr[2 * r] * vsc[r][j], pr[2 * r + 1] * vsc[r][j], bh[r], bl[r]);
@@ -525,34 +729,39 @@ int g_variant = -1;
 
 // Per-dtype default, the fastest variant of the H200 measurement (27B layer, batch 1, us at 1K /
 // 8K / 32K / 64K; v0 / v1 / v2 / v3 in the header): v1 for F16, FP8 and I8 (FP8 at 64K is 2 us
-// faster with v2, 1 us slower at 8K), v0 for NVFP4; confirmed by session 4's graph-timed A/B.
+// faster with v2, 1 us slower at 8K), confirmed by session 4's graph-timed A/B; v4 for NVFP4
+// (session 5, graph-timed: 16.6 / 23.4 / 38.4 / 58.5 us against v0's 14.7 / 23.3 / 50.7 / 84.9).
 template <DType KV>
 int variant_of() {
-  return g_variant >= 0 ? g_variant : KV == DType::NVFP4 ? 0 : 1;
+  return g_variant >= 0 ? g_variant : KV == DType::NVFP4 ? 4 : 1;
 }
 
-template <DType KV, int D, bool kTuned>
+template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
 void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, size_t scratch_bytes,
                    cudaStream_t stream) {
   static const int resident = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, tc::attention_decode_mma_kernel<KV, D, kTuned>, kThreads,
-                                                      0) != cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, tc::attention_decode_mma_kernel<KV, D, kTuned, kFastBlocks>,
+                                                      kThreads, 0) != cudaSuccess)
       b = 1;
     return std::max(b, 1);
   }();
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
   p.pf_rounds = variant == 2 || variant == 3 ? variant - 1 : 0;
-  launch_decode(tc::attention_decode_mma_kernel<KV, D, kTuned>, resident, p, n_keys, scratch, scratch_bytes,
-                stream);
+  launch_decode(tc::attention_decode_mma_kernel<KV, D, kTuned, kFastBlocks>, resident, p, n_keys, scratch,
+                scratch_bytes, stream);
 }
 
 template <DType KV, int D>
 void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream) {
+  // 4: for NVFP4 the kFast kernel at 2 blocks per SM; for the other dtypes variant 1.
+  constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0;
   const int variant = variant_of<KV>();
   if (variant == 0) run_decode_tc<KV, D, false>(p, variant, n_keys, scratch, scratch_bytes, stream);
+  else if (kFast4 && variant == 4)
+    run_decode_tc<KV, D, true, kFast4>(p, variant, n_keys, scratch, scratch_bytes, stream);
   else run_decode_tc<KV, D, true>(p, variant, n_keys, scratch, scratch_bytes, stream);
 }
 

@@ -25,6 +25,23 @@
 namespace pe {
 namespace cuda {
 
+// Programmatic dependent launch (PTX griddepcontrol, sm_90+; no-ops when compiled for older GPUs
+// and in a kernel launched without cudaLaunchAttributeProgrammaticStreamSerialization).
+// pdl_wait: returns once the preceding kernels of the stream have completed and their writes are
+// visible; a kernel launched with the attribute reads their outputs, and writes anything, only
+// after it. pdl_trigger: the next kernel, if launched with the attribute, may start its blocks
+// now (else it starts when every block of this one has exited).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 inline unsigned grid_1d(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }

@@ -70,10 +70,27 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 // 1.25-1.45x faster there, while 64-token tiles stayed faster for F16/BF16/I8 and are always used
 // for those). Not for use while other threads run linear.
 void linear_gemm_set_big_tile_tokens(int64_t n);
-// Quantized GEMV (FP8/I8/NVFP4, n <= 8): x is split into fp16 hi/lo pairs once per block in
-// shared memory where n * cols fits (default), else per warp in registers. The hook forces the
-// register path (off) for A/B runs and tests. Not for use while other threads run linear.
-void linear_gemv_set_staged_x(bool on);
+// Quantized GEMV (FP8/I8/NVFP4, n <= 8) tuning, for A/B runs (tools/gpu/bench_kernels) and the
+// tests; every setting gives the same results within the GEMV tolerance. Defaults = the measured
+// best so far. Not for use while other threads run linear.
+struct GemvTuning {
+  int rows_per_warp = 0;               // 1, 2 or 4 groups of 8 rows per warp; 0: by the row count
+  int64_t staged_x_max_bytes = 32768;  // x split once per block into shared memory up to this
+                                       // size (<= 128 KB), else per warp in registers; 0: never
+  bool fp8_cvt = true;                 // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
+  int min_blocks = 2;                  // staged kernels' register budget: 2 or 3 blocks per SM
+  bool prefetch_first = false;         // staged: L2 prefetch of each warp's first weight step
+  bool l2_evict_first = false;         // weight loads leave L2 first (sm_80+): keeps the other
+                                       // kernels' code and activations in L2 across the step
+  bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
+                                       // previous kernel (its first weight step prefetched to L2
+                                       // while that kernel runs); measured faster in session 5
+};
+// The initial tuning takes PYENGINE_GEMV_PDL (0/1) from the environment when set: the A/B switch
+// for whole decode steps (tools/bench_gpu.py). (Measured in session 5 and removed: K split over
+// thread-block clusters, summed in distributed shared memory: slower on every 27B shape.)
+void linear_gemv_set_tuning(const GemvTuning& t);
+GemvTuning linear_gemv_tuning();
 
 // pos: device array [n_tokens]. rot_dim <= 256.
 void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_dim,
@@ -101,14 +118,16 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 constexpr int64_t kAttentionMmaMinQueries = 64;
 // Tuning hook for tools/gpu/bench_kernels and the tests (A/B of the tensor-core decode kernel,
 // F16/FP8/I8/NVFP4 caches): -1 = the per-dtype default (the fastest measured: 1 for F16, FP8, I8;
-// 0 for NVFP4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
+// 4 for NVFP4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
 // 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the page-table
 // loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
-// ahead. Same results in every variant (bit for bit: the split count is the same). Values outside
+// ahead; 4 = for NVFP4 caches, 1 with whole-chunk K/V/scale loads one step ahead, exchanged
+// through shared memory, and P scaled in the mma B layout (no movmatrix per m-tile); for the
+// other dtypes 4 runs 1. Same results in every variant, bit for bit. Values outside
 // -1..kAttentionDecodeVariants-1 are clamped. Not for use while other threads run attention_paged.
-// (Measured in session 4 and removed: a one-wait split-K combine and split lengths in whole
-// 64-key rounds gave nothing; tools/gpu/NOTES.md.)
-constexpr int kAttentionDecodeVariants = 4;
+// (Measured and removed: in session 4 a one-wait split-K combine and split lengths in whole
+// 64-key rounds; in session 5 variant 4 at 3 blocks per SM; tools/gpu/NOTES.md.)
+constexpr int kAttentionDecodeVariants = 5;
 void attention_decode_set_variant(int variant);
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
@@ -182,7 +201,9 @@ using cpu::GdnDecodeArgs;
 // <= 65535. No scratch. The recurrent state is read and written once (the op is bound by it).
 // Tolerance against the CPU twin (test_cuda_gdn_decode): normalized error 1e-5 on out and on the
 // recurrent state after several steps with the state carried (measured <= 3e-7 on H200, sm_90
-// SASS and compute_75 PTX JIT); the conv state is copied exactly.
+// SASS and compute_75 PTX JIT); the conv state is copied exactly. The fused gated norm (norm_w
+// set) needs dv <= kGdnDecodeFusedNormMaxDv (same tolerance).
+constexpr int64_t kGdnDecodeFusedNormMaxDv = 128;
 void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream);
 
 }  // namespace cuda

@@ -26,6 +26,7 @@ __global__ void embedding_kernel(WeightView t, const int32_t* ids, int64_t n, fl
 }
 
 __global__ void swiglu_kernel(const float* gu, int64_t n, int64_t I, float* out) {
+  pdl_trigger();  // the down GEMV may start prefetching its weights
   const int64_t total = n * I;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

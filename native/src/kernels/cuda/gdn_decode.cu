@@ -13,6 +13,8 @@
 //   3. runs the delta rule step with the raw q, k and the l2 factors applied to the column sums
 //      (S^T k_raw * fk = S^T k; the update uses k_raw * (fk delta)); the column sums cross the
 //      warps through shared memory; the state is written back once.
+// With norm_w set, warp 0 finishes with the gated RMSNorm of its head's row (dv <= 128: one
+// block holds the row), instead of a separate rms_norm_gated launch.
 // Launch 2 shifts the conv state of every (sequence, channel) by one row. It cannot be fused:
 // the q/k channels of a key head are read by the blocks of r value heads, and a block cannot know
 // when the others are done with the old rows.
@@ -29,6 +31,7 @@ namespace cuda {
 namespace {
 
 constexpr int kBlockCols = 128;  // 32 lanes x 4 columns
+static_assert(kBlockCols == kGdnDecodeFusedNormMaxDv, "a head's row in one block for the fused norm");
 constexpr int kMaxK = 16;
 
 template <int DK>
@@ -83,6 +86,7 @@ __device__ __forceinline__ void add4(float4 b, float4& acc) {
 template <int DK, bool VEC>
 __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
     gdn_decode_kernel(GdnDecodeArgs a) {
+  pdl_trigger();  // the out_proj GEMV may start prefetching its weights
   constexpr int W = Tile<DK>::kWarps, T = Tile<DK>::kThreads, NR = Tile<DK>::kRows;
   __shared__ float qs[DK], ks[DK];
   __shared__ float4 vs[32];
@@ -190,6 +194,16 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
     o.y *= fq;
     o.z *= fq;
     o.w *= fq;
+    if (a.norm_w) {  // fused gated RMSNorm: this warp holds the head's whole row (dv <= 128)
+      const float ss = warp_sum(o.x * o.x + o.y * o.y + o.z * o.z + o.w * o.w);  // columns >= dv are 0
+      const float inv = 1.0f / sqrtf(ss / static_cast<float>(dv) + a.norm_eps);
+      const float* zr = a.z + seq * a.z_stride + static_cast<int64_t>(h) * dv + c;
+      float y[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (e < n_cols) y[e] = y[e] * inv * a.norm_w[c + e] * silu_f(zr[e]);
+      o = make_float4(y[0], y[1], y[2], y[3]);
+    }
     store4<VEC>(a.out + (static_cast<int64_t>(seq) * a.Hv + h) * dv + c, n_cols, o);
   }
 }
@@ -222,6 +236,8 @@ void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::gdn_decode: kernel width must be 1..16");
   if (a.dk <= 0 || a.dk > 256 || a.dv <= 0 || a.Hv > 65535 || a.n_seqs > 65535)
     fail(PE_ERR_UNSUPPORTED, "cuda::gdn_decode: needs dk 1..256, Hv and n_seqs <= 65535");
+  if (a.norm_w && a.dv > kGdnDecodeFusedNormMaxDv)
+    fail(PE_ERR_UNSUPPORTED, "cuda::gdn_decode: the fused gated norm needs dv <= ", kGdnDecodeFusedNormMaxDv);
   // float4 state / output access when every row start is 16-byte aligned.
   const bool vec = a.dv % 4 == 0 && a.rec_slot_stride % 4 == 0 &&
                    reinterpret_cast<uintptr_t>(a.rec_state) % 16 == 0 &&

@@ -39,7 +39,9 @@
 //   n = 1, worse with n (its producer's x conversion was serial, 10 warps per SM).
 // Next: fewer instructions per chunk (cvt.rn.f16x2.e4m3x2 on sm_89+, address arithmetic), and
 // more warps per SM (fewer registers), then the tail of the last wave (gate|up: 4.1 waves).
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "kernels/cuda/linear_gemv_q.cuh"
 
@@ -50,10 +52,8 @@ namespace {
 using namespace gemv_q;
 
 constexpr int kWarps = 8;
-// Staged x up to 32 KB (n = 1 at 5120 / 6144 columns: 1.05-1.18x on the H200); at 87 KB (n = 1,
-// 17408 columns, mlp down) the staging before the first weight load cost more than it saved
-// (0.80x), and n = 8 measured no different either way.
-constexpr int kMaxStagedXBytes = 32 * 1024;
+// Largest staged x any tuning may ask for (the kernels' dynamic shared-memory limit).
+constexpr int kStagedXLimit = 128 * 1024;
 
 // x staged in shared memory as the mma A operands: token -> chunk -> NQ uint4 {hi, lo, hi, lo},
 // a chunk's quads padded by 16 bytes and tokens by 64 (mod 128), so the 8 lanes (2 tokens x 4
@@ -72,10 +72,18 @@ struct StagedX {
 // kStagedX: the block splits x into hi/lo pairs once, into shared memory (StagedX); otherwise
 // every warp splits its columns' x in registers for each row group step (the session-3 kernel:
 // ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
-template <DType DT, int T, bool kStagedX>
-__global__ void __launch_bounds__(kWarps * 32, 2)
-    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block,
-                  float* __restrict__ out) {
+// kCvt: FP8 decoded by cvt.rn.f16x2.e4m3x2 on sm_89+ (decode_chunk). kMinBlocks: blocks per SM
+// the registers are budgeted for. prefetch_first: L2 prefetch of the warp's first step before the
+// x staging, so the staging overlaps the first weight bytes. evict_first: weight loads marked to
+// leave L2 first (load_stream_hint with evict_first_policy).
+// pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
+// step is prefetched into L2 while that kernel still runs; x is read and out written after
+// pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool prefetch_first,
+                  bool evict_first, bool pdl, float* __restrict__ out) {
+  pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
   constexpr int C = 8 / T;        // chunks per row group per step
@@ -105,6 +113,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const float* xrow = x + static_cast<int64_t>(has_x ? g : 0) * cols;
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
+  const int n_it = static_cast<int>((cols + KI - 1) / KI);
+  const uint64_t policy = evict_first ? evict_first_policy() : 0;
+  if (((kStagedX && prefetch_first) || pdl) && warp < n_it) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t col = static_cast<int64_t>(warp) * KI + (c * 4 + t) * VPC;
+#pragma unroll
+      for (int r = 0; r < T; ++r)
+        if (col < cols) prefetch_l2(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
+    }
+  }
+  pdl_wait();
   if constexpr (kStagedX) {
     const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
     for (int64_t j = threadIdx.x; j < n * n_chunks; j += kWarps * 32) {
@@ -125,7 +145,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[r][e] = 0.0f;
 
-  const int n_it = static_cast<int>((cols + KI - 1) / KI);
   for (int it = warp; it < n_it; it += kWarps) {
     const int64_t kb = static_cast<int64_t>(it) * KI;
     // All loads of the step first: 8 x 16 bytes per lane in flight.
@@ -141,7 +160,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         raw[r][c] = make_uint4(0, 0, 0, 0);
         gsc[r][c] = 0;
         if (valid) {
-          raw[r][c] = load_stream(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
+          const uint8_t* p = rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
+          raw[r][c] = evict_first ? load_stream_hint(p, policy) : load_stream(p);
           if constexpr (DT == DType::NVFP4)
             gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
         }
@@ -154,7 +174,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         const bool valid = static_cast<int64_t>(seg) * 128 < cols;
         const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
 #pragma unroll
-        for (int r = 0; r < T; ++r) bsc[r][s] = valid ? __ldg(srow[r] + cb) * 256.0f : 0.0f;
+        for (int r = 0; r < T; ++r) bsc[r][s] = valid ? __ldg(srow[r] + cb) * fp8_decode_unit<kCvt>() : 0.0f;
       }
     }
     float tmp[T][4];
@@ -175,7 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int r = 0; r < T; ++r) {
         uint32_t wh[NP];
-        decode_chunk<DT>(raw[r][c], gsc[r][c], wh);
+        decode_chunk<DT, kCvt>(raw[r][c], gsc[r][c], wh);
         if constexpr (kFp8) {  // per 128-column segment: tmp, then * block scale
           if (c % 2 == 0) {
 #pragma unroll
@@ -224,42 +244,82 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   }
 }
 
-std::atomic<bool> g_stage_x{true};
+GemvTuning g_tuning = [] {
+  // A/B switch for tools/bench_gpu.py (whole decode steps): PYENGINE_GEMV_PDL=0/1.
+  GemvTuning t;
+  if (const char* v = std::getenv("PYENGINE_GEMV_PDL")) t.pdl = std::atoi(v) != 0;
+  return t;
+}();
 
-template <DType DT, int T, bool kStagedX>
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
 void run(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
          cudaStream_t stream) {
+  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks>;
   if constexpr (kStagedX) {
     static std::atomic<uint64_t> attr_set{0};  // per device: the dynamic shared-memory limit raised
     int dev = 0;
     PE_CUDA_CHECK(cudaGetDevice(&dev));
     const uint64_t bit = uint64_t(1) << (dev & 63);
     if (!(attr_set.load() & bit)) {
-      PE_CUDA_CHECK(cudaFuncSetAttribute(gemv_q_kernel<DT, T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kMaxStagedXBytes));
+      PE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedXLimit));
       attr_set |= bit;
     }
   }
-  gemv_q_kernel<DT, T, kStagedX><<<grid_1d(w.rows, 8 * T), kWarps * 32, static_cast<size_t>(xbytes), stream>>>(
-      x, n, w, seg_per_block, out);
+  // PDL needs the kernel's sm_90 code: compiled from compute_90+ PTX (a compute_75 build
+  // JIT-compiled on an H200 has binaryVersion 90 but no griddepcontrol.wait, so it could read x
+  // before the previous kernel wrote it). One answer per process: its GPUs are assumed alike.
+  static const bool sm90 = [&] {
+    cudaFuncAttributes a{};
+    PE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+    return a.ptxVersion >= 90 && a.binaryVersion >= 90;
+  }();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid_1d(w.rows, 8 * T));
+  cfg.blockDim = dim3(kWarps * 32);
+  cfg.dynamicSmemBytes = static_cast<size_t>(xbytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  const bool pdl = sm90 && g_tuning.pdl;
+  cfg.attrs = pdl ? &attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  PE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, n, w, seg_per_block, g_tuning.prefetch_first,
+                                   g_tuning.l2_evict_first, pdl, out));
+}
+
+// The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
+// the FP8 decode (kCvt only for FP8).
+template <DType DT, int T>
+void run_t(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes, bool staged,
+           cudaStream_t stream) {
+  const bool cvt = DT == DType::FP8_E4M3 && g_tuning.fp8_cvt;
+  const bool mb3 = staged && g_tuning.min_blocks >= 3;
+  if constexpr (DT == DType::FP8_E4M3) {
+    if (cvt) {
+      if (!staged) return run<DT, T, false, true, 2>(x, n, w, seg_per_block, out, 0, stream);
+      if (mb3) return run<DT, T, true, true, 3>(x, n, w, seg_per_block, out, xbytes, stream);
+      return run<DT, T, true, true, 2>(x, n, w, seg_per_block, out, xbytes, stream);
+    }
+  }
+  (void)cvt;
+  if (!staged) return run<DT, T, false, false, 2>(x, n, w, seg_per_block, out, 0, stream);
+  if (mb3) return run<DT, T, true, false, 3>(x, n, w, seg_per_block, out, xbytes, stream);
+  run<DT, T, true, false, 2>(x, n, w, seg_per_block, out, xbytes, stream);
 }
 
 template <DType DT>
 void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
-  // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape), T = 4 was the
-  // fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
+  // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers),
+  // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
   const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
   const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
-  if (g_stage_x && xbytes <= kMaxStagedXBytes) {
-    if (w.rows >= 4224) run<DT, 4, true>(x, n, w, seg_per_block, out, xbytes, stream);
-    else if (w.rows >= 2048) run<DT, 2, true>(x, n, w, seg_per_block, out, xbytes, stream);
-    else run<DT, 1, true>(x, n, w, seg_per_block, out, xbytes, stream);
-  } else {
-    if (w.rows >= 4224) run<DT, 4, false>(x, n, w, seg_per_block, out, 0, stream);
-    else if (w.rows >= 2048) run<DT, 2, false>(x, n, w, seg_per_block, out, 0, stream);
-    else run<DT, 1, false>(x, n, w, seg_per_block, out, 0, stream);
-  }
+  const bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit);
+  const int T = g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : w.rows >= 4224 ? 4 : w.rows >= 2048 ? 2 : 1;
+  if (T >= 4) run_t<DT, 4>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else if (T >= 2) run_t<DT, 2>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else run_t<DT, 1>(x, n, w, seg_per_block, out, xbytes, staged, stream);
 }
 
 inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
@@ -276,7 +336,8 @@ bool gemv_q_supported(const float* x, const WeightView& w) {
   }
 }
 
-void linear_gemv_set_staged_x(bool on) { g_stage_x = on; }
+void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }
+GemvTuning linear_gemv_tuning() { return g_tuning; }
 
 void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
   const int nn = static_cast<int>(n);

@@ -21,10 +21,34 @@ __device__ __forceinline__ void split_x(float a, float b, uint32_t& hi, uint32_t
   lo = as_u32(__floats2half2_rn(a - f.x, b - f.y));
 }
 
+// FP8 values come out of decode_chunk divided by this (the integer decode keeps the e4m3 bits as
+// fp16 bits: value / 256; cvt.rn.f16x2.e4m3x2, sm_89+, gives the value itself). Both exact.
+template <bool kCvt>
+__device__ __forceinline__ float fp8_decode_unit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return kCvt ? 1.0f : 256.0f;
+#else
+  return 256.0f;
+#endif
+}
+
 // One 16-byte chunk -> NP fp16 pairs, in the pair order split_x is fed with (see x_pairs).
-template <DType DT>
+// kCvt: FP8 by the hardware conversion where the GPU has it (one instruction per pair instead of
+// three), scaled as fp8_decode_unit<kCvt>() says.
+template <DType DT, bool kCvt = false>
 __device__ __forceinline__ void decode_chunk(const uint4& raw, uint32_t gsc, uint32_t* wh) {
   const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (DT == DType::FP8_E4M3 && kCvt) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)  // bytes 0,1 -> pair 2q (byte 0 in the low half), bytes 2,3 -> 2q + 1
+      asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n"
+          " cvt.rn.f16x2.e4m3x2 %1, b;\n}"
+          : "=r"(wh[2 * q]), "=r"(wh[2 * q + 1])
+          : "r"(u[q]));
+    return;
+  }
+#endif
   if constexpr (DT == DType::FP8_E4M3) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {

@@ -5,7 +5,18 @@
 //   add_rms_norm:    x += r; y = rms_norm(x)  (residual add fused with the next norm: one launch
 //                    instead of two; same sums in the same order, so the bits of add + rms_norm)
 // Rows of dim <= 1024 (per-head norms) get one warp each, 8 rows per block; longer rows (the
-// hidden size) one block of 256 threads each. Two passes over the row: the second hits L1.
+// hidden size) one block of 256 threads each.
+//
+// These kernels are latency bound (a decode row is 20 KB), so each thread loads its whole share
+// of the row (x, r, w, z) into registers before its first store or use: one memory round trip
+// per row instead of one per value. A store may alias a later load as far as the compiler knows
+// (out may be x), so a load-use-store loop runs its loads one round trip at a time; measured on
+// the H200 in session 4: 9 us per 5120-float row from L2, 16 us from HBM, 13.6-17.9 us per call
+// inside the 27B decode step (128 calls per step). Rows longer than kRowRegs values per thread
+// take the two-pass loop. Each thread sums its values in the same order on both paths (j = idx,
+// idx + n_thr, ...), so both give the same bits.
+#include <type_traits>
+
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -14,18 +25,30 @@ namespace {
 
 enum class Kind { kRms, kRmsOffset, kGated, kL2 };
 
-// Sum of squares of row r over this thread's group (a warp or the block).
-template <bool kWarpRow>
-__device__ __forceinline__ float row_sumsq(const float* xr, int64_t dim, int idx, int n_thr,
-                                           float* red) {
-  float s = 0.0f;
-  for (int64_t j = idx; j < dim; j += n_thr) s = fmaf(xr[j], xr[j], s);
-  return kWarpRow ? warp_sum(s) : block_sum(s, red);
+// Values per thread kept in registers: block rows (256 threads) to 8192, warp rows to 1024.
+constexpr int kRowRegs = 32;
+// Warp rows of at most 8 values per lane (head dims to 256) unroll only that far.
+constexpr int kShortRowRegs = 8;
+
+template <Kind K>
+__device__ __forceinline__ float norm_scale(float ss, int64_t dim, float eps, float scale) {
+  return K == Kind::kL2 ? scale / sqrtf(ss + eps) : 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
 }
 
-template <Kind K, bool kWarpRow>
+template <Kind K>
+__device__ __forceinline__ float norm_out(float x, float inv, float w, float z) {
+  float y = x * inv;
+  if (K == Kind::kRms) y *= w;
+  if (K == Kind::kRmsOffset) y *= 1.0f + w;
+  if (K == Kind::kGated) y = y * w * silu_f(z);
+  return y;
+}
+
+// kRegs > 0: the row in registers (dim <= n_thr * kRegs); kRegs == 0: two passes over the row.
+template <Kind K, bool kWarpRow, int kRegs>
 __global__ void norm_kernel(const float* x, const float* z, const float* w, int64_t n_rows,
                             int64_t dim, float eps, float scale, float* out) {
+  pdl_trigger();  // the next GEMV may start prefetching its weights
   __shared__ float red[32];
   const int64_t r = kWarpRow ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
                              : blockIdx.x;
@@ -33,26 +56,40 @@ __global__ void norm_kernel(const float* x, const float* z, const float* w, int6
   const int idx = kWarpRow ? (threadIdx.x & 31) : threadIdx.x;
   const int n_thr = kWarpRow ? 32 : blockDim.x;
   const float* xr = x + r * dim;
+  const float* zr = K == Kind::kGated ? z + r * dim : nullptr;
   float* yr = out + r * dim;
-  const float ss = row_sumsq<kWarpRow>(xr, dim, idx, n_thr, red);
-  const float inv = K == Kind::kL2 ? scale / sqrtf(ss + eps)
-                                   : 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
-  for (int64_t j = idx; j < dim; j += n_thr) {
-    float y = xr[j] * inv;
-    if (K == Kind::kRms) y *= w[j];
-    if (K == Kind::kRmsOffset) y *= 1.0f + w[j];
-    if (K == Kind::kGated) y = y * w[j] * silu_f(z[r * dim + j]);
-    yr[j] = y;
+  float s = 0.0f;
+  if constexpr (kRegs > 0) {
+    float v[kRegs], wv[kRegs], zv[kRegs];
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) {
+      const int64_t j = idx + static_cast<int64_t>(i) * n_thr;
+      const bool in = j < dim;
+      v[i] = in ? xr[j] : 0.0f;
+      wv[i] = (K != Kind::kL2 && in) ? w[j] : 0.0f;
+      zv[i] = (K == Kind::kGated && in) ? zr[j] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) s = fmaf(v[i], v[i], s);  // padding adds 0: same bits
+    const float inv = norm_scale<K>(kWarpRow ? warp_sum(s) : block_sum(s, red), dim, eps, scale);
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) {
+      const int64_t j = idx + static_cast<int64_t>(i) * n_thr;
+      if (j < dim) yr[j] = norm_out<K>(v[i], inv, wv[i], zv[i]);
+    }
+  } else {
+    for (int64_t j = idx; j < dim; j += n_thr) s = fmaf(xr[j], xr[j], s);
+    const float inv = norm_scale<K>(kWarpRow ? warp_sum(s) : block_sum(s, red), dim, eps, scale);
+    for (int64_t j = idx; j < dim; j += n_thr)
+      yr[j] = norm_out<K>(xr[j], inv, K == Kind::kL2 ? 0.0f : w[j], K == Kind::kGated ? zr[j] : 0.0f);
   }
 }
 
-// Rows up to this many values per thread stay in registers (256 threads: hidden sizes to 8192).
-constexpr int kAddNormRegs = 32;
-
 // x += r row by row, then the rms norm of the new row (each thread re-reads only what it wrote).
-template <bool kOffset, bool kWarpRow>
+template <bool kOffset, bool kWarpRow, int kRegs>
 __global__ void add_norm_kernel(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps,
                                 float* out) {
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t row = kWarpRow ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
                                : blockIdx.x;
@@ -62,80 +99,79 @@ __global__ void add_norm_kernel(float* x, const float* r, const float* w, int64_
   float* xr = x + row * dim;
   const float* rr = r + row * dim;
   float* yr = out + row * dim;
+  constexpr Kind K = kOffset ? Kind::kRmsOffset : Kind::kRms;
   float s = 0.0f;
-  if (dim <= static_cast<int64_t>(n_thr) * kAddNormRegs) {
-    // The row in registers: every load is issued before any store (x and r may alias as far as
-    // the compiler knows). Same sums in the same order as below. Measured (H200, ncu, batch-1
-    // decode of the 27B shape): 17.9 us per call, the loop below 18.3: the store-before-load chain
-    // was not what makes this 20 KB row slow; a shared-memory row with a short loop measured the
-    // same decode step (14.36 vs 14.37 ms). Cause still open (see tools/gpu/NOTES.md).
-    float v[kAddNormRegs];
+  if constexpr (kRegs > 0) {
+    float v[kRegs], wv[kRegs];
 #pragma unroll
-    for (int i = 0; i < kAddNormRegs; ++i) {
+    for (int i = 0; i < kRegs; ++i) {
       const int64_t j = idx + static_cast<int64_t>(i) * n_thr;
-      v[i] = j < dim ? xr[j] + rr[j] : 0.0f;
+      const bool in = j < dim;
+      v[i] = in ? xr[j] + rr[j] : 0.0f;
+      wv[i] = in ? w[j] : 0.0f;
     }
 #pragma unroll
-    for (int i = 0; i < kAddNormRegs; ++i) {
+    for (int i = 0; i < kRegs; ++i) {
       const int64_t j = idx + static_cast<int64_t>(i) * n_thr;
-      if (j < dim) {
-        xr[j] = v[i];
-        s = fmaf(v[i], v[i], s);
-      }
+      if (j < dim) xr[j] = v[i];
+      s = fmaf(v[i], v[i], s);
     }
-    const float ss = kWarpRow ? warp_sum(s) : block_sum(s, red);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+    const float inv = norm_scale<K>(kWarpRow ? warp_sum(s) : block_sum(s, red), dim, eps, 1.0f);
 #pragma unroll
-    for (int i = 0; i < kAddNormRegs; ++i) {
+    for (int i = 0; i < kRegs; ++i) {
       const int64_t j = idx + static_cast<int64_t>(i) * n_thr;
-      if (j < dim) yr[j] = v[i] * inv * (kOffset ? 1.0f + w[j] : w[j]);
+      if (j < dim) yr[j] = norm_out<K>(v[i], inv, wv[i], 0.0f);
     }
-    return;
+  } else {
+    for (int64_t j = idx; j < dim; j += n_thr) {
+      const float v = xr[j] + rr[j];
+      xr[j] = v;
+      s = fmaf(v, v, s);
+    }
+    const float inv = norm_scale<K>(kWarpRow ? warp_sum(s) : block_sum(s, red), dim, eps, 1.0f);
+    for (int64_t j = idx; j < dim; j += n_thr) yr[j] = norm_out<K>(xr[j], inv, w[j], 0.0f);
   }
-  for (int64_t j = idx; j < dim; j += n_thr) {
-    const float v = xr[j] + rr[j];
-    xr[j] = v;
-    s = fmaf(v, v, s);
+}
+
+// Grid and template choice shared by both kernels: F<kWarpRow, kRegs>(grid, threads).
+template <typename Launch>
+void launch_rows(int64_t n_rows, int64_t dim, const char* what, Launch&& launch) {
+  constexpr int kThreads = 256;
+  if (dim <= 32 * kShortRowRegs) {
+    launch(std::integral_constant<bool, true>{}, std::integral_constant<int, kShortRowRegs>{}, grid_1d(n_rows, 8), kThreads);
+  } else if (dim <= 32 * kRowRegs) {
+    launch(std::integral_constant<bool, true>{}, std::integral_constant<int, kRowRegs>{}, grid_1d(n_rows, 8), kThreads);
+  } else {
+    if (n_rows > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda ", what, ": too many rows");
+    const unsigned grid = static_cast<unsigned>(n_rows);
+    if (dim <= kThreads * kRowRegs)
+      launch(std::integral_constant<bool, false>{}, std::integral_constant<int, kRowRegs>{}, grid, kThreads);
+    else
+      launch(std::integral_constant<bool, false>{}, std::integral_constant<int, 0>{}, grid, kThreads);
   }
-  const float ss = kWarpRow ? warp_sum(s) : block_sum(s, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
-  for (int64_t j = idx; j < dim; j += n_thr) {
-    float y = xr[j] * inv;
-    y *= kOffset ? 1.0f + w[j] : w[j];
-    yr[j] = y;
-  }
+  PE_CUDA_LAUNCH_CHECK();
 }
 
 template <bool kOffset>
 void launch_add_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps, float* out,
                      cudaStream_t stream) {
-  if (dim <= 1024) {
-    add_norm_kernel<kOffset, true><<<grid_1d(n_rows, 8), 256, 0, stream>>>(x, r, w, n_rows, dim, eps, out);
-  } else {
-    if (n_rows > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda add_rms_norm: too many rows");
-    add_norm_kernel<kOffset, false><<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, r, w, n_rows, dim, eps,
-                                                                                       out);
-  }
-  PE_CUDA_LAUNCH_CHECK();
+  launch_rows(n_rows, dim, "add_rms_norm", [&](auto warp_row, auto regs, auto grid, int threads) {
+    add_norm_kernel<kOffset, decltype(warp_row)::value, decltype(regs)::value>
+        <<<grid, threads, 0, stream>>>(x, r, w, n_rows, dim, eps, out);
+  });
 }
 
 template <Kind K>
 void launch(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim, float eps,
             float scale, float* out, cudaStream_t stream) {
   if (n_rows <= 0 || dim <= 0) return;
-  if (dim <= 1024) {
-    norm_kernel<K, true><<<grid_1d(n_rows, 8), 256, 0, stream>>>(x, z, w, n_rows, dim, eps, scale,
-                                                                 out);
-  } else {
-    if (n_rows > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda norm: too many rows");
-    norm_kernel<K, false><<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, z, w, n_rows, dim,
-                                                                            eps, scale, out);
-  }
-  PE_CUDA_LAUNCH_CHECK();
+  launch_rows(n_rows, dim, "norm", [&](auto warp_row, auto regs, auto grid, int threads) {
+    norm_kernel<K, decltype(warp_row)::value, decltype(regs)::value>
+        <<<grid, threads, 0, stream>>>(x, z, w, n_rows, dim, eps, scale, out);
+  });
 }
 
 }  // namespace
-
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, bool offset,
               float* out, cudaStream_t stream) {
   if (offset) launch<Kind::kRmsOffset>(x, nullptr, w, n_rows, dim, eps, 1.0f, out, stream);
