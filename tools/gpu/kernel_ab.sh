@@ -7,7 +7,7 @@
 set -u -o pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; B=build/dev
-TESTS="${TESTS:-test_cuda_linear}"; BENCH="${BENCH:-gemv}"; DECODE="${DECODE:-0}"
+TESTS="${TESTS:-test_cuda_linear}"; BENCH="${BENCH-gemv}"; DECODE="${DECODE:-0}"  # BENCH="": none
 for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
 t0=$SECONDS
 # The library (and the wheels in /tmp/site) as pytest_gpu.sh builds them, then the named targets.

@@ -28,9 +28,13 @@
 //   i8    22.0 / 40.6 / 86.0 / 148.2 -> 26.9 / 38.3 / 58.3 / 80.4 (40 %)
 //   nvfp4 21.6 / 43.6 / 97.1 / 167.5 -> 21.4 / 31.0 / 57.6 / 92.4 (26 %)
 //   bf16 (SIMT, unchanged) 23.2 / 42.6 / 86.5 / 144.6.
-// NOT YET MET: quantized <= fp16 at every depth. fp8/i8 are ~5 us slower at 1K/8K and NVFP4 ties
-// fp16 at 64K: a warp issues its next 16 keys' loads only after this step's math, so a step is
-// one memory round trip plus the decode chain, and the smaller rows put fewer bytes in flight.
+// NOT YET MET: quantized <= fp16 at every depth. Session 5 defaults, us at 1K / 8K / 32K / 64K:
+// f16 15.7 / 26.2 / 50.8 / 83.3, fp8 17.7 / 25.7 / 42.4 / 63.4, i8 18.0 / 26.6 / 46.1 / 70.6,
+// nvfp4 (v4) 16.6 / 23.4 / 38.4 / 58.5: the quantized paths are 1-2 us slower at 1K, where a
+// block handles 32 keys and the fixed cost dominates. (Session 3's analysis, which v1 and v4
+// answered at depth: a warp issues its next 16 keys' loads only after this step's math, so a
+// step is one memory round trip plus the decode chain, and the smaller rows put fewer bytes in
+// flight.)
 // Also: the cross-warp merge through red_acc stored lanes g, t of a fragment element on 2 banks
 // for FP8/I8 (16-way conflicts: ~7K smem wavefronts per block, ~3.6 us at 2 blocks/SM), 4 for
 // F16 (8-way), 8 for NVFP4 (4-way): part of the fixed cost that dominates at 1K/8K.

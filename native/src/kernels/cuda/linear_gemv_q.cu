@@ -37,8 +37,15 @@
 //   grid (FP8 42-48 % at n = 1, 20-28 % at n = 8); an sm_90 kernel streaming the weights by
 //   cp.async.bulk through a 4-slot ring (producer warp + 4 consumer warps, mbarriers): 36-42 % at
 //   n = 1, worse with n (its producer's x conversion was serial, 10 warps per SM).
-// Next: fewer instructions per chunk (cvt.rn.f16x2.e4m3x2 on sm_89+, address arithmetic), and
-// more warps per SM (fewer registers), then the tail of the last wave (gate|up: 4.1 waves).
+// - session 5: 3 blocks per SM for the staged kernels (their register cap: 45-61 % at n = 1),
+//   x staged up to 96 KB with the first step prefetched (down 35 % against 40 %), weight loads
+//   under an L2 evict-first policy (no change), K split over thread-block clusters of 2-3 blocks
+//   summed in distributed shared memory (out 23.6 us against 15.7, decode step slower).
+// Session 5 defaults (H200, graph-timed, % of copy at n = 1): FP8 by cvt.rn.f16x2.e4m3x2 on sm_89+
+// (qkv|z|a|b 64 -> 69, out 43 -> 48, down 40 -> 46, gate|up 66 -> 69) and programmatic dependent
+// launch on sm_90 (pdl: qkv|z|a|b 69 -> 71, z 52 -> 56; the 27B decode step 12.76 -> 12.17 ms).
+// Next: the 5120-row shapes (out, down: 160 blocks for 264 slots, 46-48 %) and the tail of the
+// last wave (gate|up: 4.1 waves); fewer instructions per chunk (address arithmetic).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
