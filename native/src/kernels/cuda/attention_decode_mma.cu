@@ -21,60 +21,24 @@
 // Dimension order is free inside a dot product, so every operand is read in whole 16-byte chunks
 // (4-byte words for NVFP4) and Q and the output are permuted to match (q_dim / out_dim).
 //
-// Measured (H200, 27B layer: 24 q / 4 kv heads, D 256, batch 1; bench_kernels --only attn), us at
-// 1K / 8K / 32K / 64K, % of the 4.2 TB/s copy at 64K. SIMT before -> tensor cores now:
-//   f16   21.9 / 40.9 / 84.9 / 141.2 -> 21.8 / 32.1 / 58.5 / 90.5 (70 %)
-//   fp8   21.1 / 41.5 / 88.8 / 153.6 -> 26.5 / 38.0 / 56.3 / 77.3 (41 %)
-//   i8    22.0 / 40.6 / 86.0 / 148.2 -> 26.9 / 38.3 / 58.3 / 80.4 (40 %)
-//   nvfp4 21.6 / 43.6 / 97.1 / 167.5 -> 21.4 / 31.0 / 57.6 / 92.4 (26 %)
-//   bf16 (SIMT, unchanged) 23.2 / 42.6 / 86.5 / 144.6.
-// NOT YET MET: quantized <= fp16 at every depth. Session 5 defaults, us at 1K / 8K / 32K / 64K:
-// f16 15.7 / 26.2 / 50.8 / 83.3, fp8 17.7 / 25.7 / 42.4 / 63.4, i8 18.0 / 26.6 / 46.1 / 70.6,
-// nvfp4 (v4) 16.6 / 23.4 / 38.4 / 58.5: the quantized paths are 1-2 us slower at 1K, where a
-// block handles 32 keys and the fixed cost dominates. (Session 3's analysis, which v1 and v4
-// answered at depth: a warp issues its next 16 keys' loads only after this step's math, so a
-// step is one memory round trip plus the decode chain, and the smaller rows put fewer bytes in
-// flight.)
-// Also: the cross-warp merge through red_acc stored lanes g, t of a fragment element on 2 banks
-// for FP8/I8 (16-way conflicts: ~7K smem wavefronts per block, ~3.6 us at 2 blocks/SM), 4 for
-// F16 (8-way), 8 for NVFP4 (4-way): part of the fixed cost that dominates at 1K/8K.
-// Tuned kernel (attention_decode_set_variant 1..3, bit-identical to the session-3 kernel, variant
-// 0): swizzled merge (no conflicts), page-table loads under the Q setup, and (2, 3) an L2 prefetch
-// (prefetch.global.L2, no registers) of every K/V line and scale line of the warp's tile
-// pf_rounds rounds ahead, plus rounds 0..pf_rounds at block start. Measured on the H200 (session
-// 4, bench_kernels --only attn, device time from graph replays, us at 1K / 8K / 32K / 64K):
-//   f16    v0 14.3 25.5 51.0 83.2   v1 15.6 25.8 50.4 82.9   v2 16.1 28.7 55.1 89.8
-//   fp8    v0 19.8 31.1 49.2 69.8   v1 17.6 25.5 42.1 63.0   v2 17.7 26.7 41.7 61.1
-//   i8     v0 20.0 31.2 50.0 72.8   v1 17.9 26.3 45.7 70.3   v2 17.8 27.3 43.3 64.4
-//   nvfp4  v0 14.6 23.2 50.2 84.7   v1 17.4 26.2 53.4 89.0   v2 17.0 26.8 52.2 85.1
-// The prefetch does not pay on balance (F16 thrashes L2 at 2 rounds); the per-dtype default
-// (variant_of) is v1 for F16/FP8/I8 and v0 for NVFP4. Also measured and removed: a split-K
-// combine that waits for memory once, and split lengths in whole 64-key rounds (no gain).
-// Register prefetch was not taken: a second FP8/I8 K+V buffer is +64 registers (194 -> ~258,
-// spills at the 255 cap of 2 blocks/SM) and NVFP4 is at 255 already.
-//
-// NVFP4 per key (session 5, SASS of the inner loop, head_dim 256, per warp step of 16 keys): v0
-// issues ~1,410 instructions a step against ~910 for FP8 and ~545 for F16. The extra: 112 global
-// loads (a 4-byte word per group and key row of which 2 (K) or 1 (V) bytes are used; FP8: 20
-// 16-byte loads) plus their address math, 64 movmatrix (P' high and low parts per m-tile: an
-// NVFP4 m-tile is one group, so P is scaled and transposed 16 times a step), 32 FMUL (V scales x
-// kVMul), 64 FFMA (K group scales on the partial scores) and ~256 for P' = P s per m-tile (FMUL +
-// fp16 high/low split). The decode itself (~4 integer ops per fp16x2 pair, 128 pairs) is FP8's.
-// Inherent to the format: the per-group P scaling and the K-scale FFMA (fp32 group scales: V s
-// is not exact in fp16, so the scale cannot go on V). Not inherent: the loads and the movmatrix.
-// And a step's loads wait for the previous step's math, which is long for NVFP4: memory is idle
-// during it (the steps run at ~1.2 TB/s at 64K where F16 streams 3.2 TB/s).
-// Variant 4 (kFast, NVFP4 only, the NVFP4 default since session 5): 12 loads of 8-16 bytes a step, the
-// fragments exchanged through per-warp shared tiles (Fp4Stage: 20 stores, ~54 loads of 16
-// bytes), P transposed once a step (4 movmatrix), and the next step's chunks (40 registers) in
-// flight during this step's math: ~1,277 instructions a step, bit-identical to v0 (tested on the
-// H200). Registers (D 256, sm_90 / sm_75): 249 / 248 at 2 blocks per SM (sm_75 runs 1: 44 KB
-// smem). H200, graph-timed, us at 1K / 8K / 32K / 64K: v4 16.6 23.4 38.4 58.5 against v0 14.7
-// 23.3 50.7 84.9 and F16's default 15.7 26.2 50.8 83.3. A variant 5 (the same at 3 blocks per
-// SM, 168 registers, a few spilled) measured 16.9 27.7 45.2 66.6 and was removed.
+// Variants (attention_decode_set_variant; all give the same bits): v0 the session-3 kernel;
+// v1 its cross-warp merge through red_acc swizzled (v0 stored lanes g, t of a fragment element on
+// 2 banks for FP8/I8: 16-way conflicts, ~3.6 us at 2 blocks/SM) and the page-table loads under
+// the Q setup; v2 / v3 v1 plus an L2 prefetch (prefetch.global.L2) of every K/V and scale line one
+// / two rounds of tiles ahead (does not pay on balance; F16 thrashes L2 at 2 rounds); v4 (kFast,
+// NVFP4 only) whole-chunk loads one step ahead exchanged through shared memory (Fp4Stage), P
+// transposed once a step: ~1,277 instructions a step against v0's ~1,410, 249 / 248 registers
+// (sm_90 / sm_75) at 2 blocks per SM (sm_75 runs 1: 44 KB smem). Register prefetch for FP8/I8 was
+// not taken: a second K+V buffer is +64 registers (194 -> ~258, spills at the 255 cap).
+// Measured defaults (H200, 27B layer: 24 q / 4 kv heads, D 256, batch 1, graph-timed
+// bench_kernels --only attn, us at 1K / 8K / 32K / 64K; the variant tables of sessions 3-5 are in
+// tools/gpu/NOTES.md): f16 15.7 / 26.2 / 50.8 / 83.3, fp8 17.7 / 25.7 / 42.4 / 63.4, i8 18.0 /
+// 26.6 / 46.1 / 70.6, nvfp4 (v4) 16.6 / 23.4 / 38.4 / 58.5 (v0 14.7 / 23.3 / 50.7 / 84.9).
+// NOT YET MET: quantized <= fp16 at every depth: the quantized paths are 1-2 us slower at 1K,
+// where a block handles 32 keys and a fixed cost dominates.
 #include <algorithm>
 
-#include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/attention_decode_mma.cuh"
 
 namespace pe {
 namespace cuda {
@@ -84,174 +48,11 @@ namespace {
 
 namespace tc {
 
-constexpr int kVecs = 8, kStep = 16;
-
-__device__ __forceinline__ void mma_k16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-#if __CUDA_ARCH__ >= 800
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else  // sm_75: two k8 halves, same fragments
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(b0));
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a2), "r"(a3), "r"(b1));
-#endif
-}
-
-// 8x8 b16 transpose in fragment layout (lane 4r + c holds row r, columns 2c, 2c+1).
-__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
-  uint32_t y;
-  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
-  return y;
-}
-
-// (x, y) = hi + lo in fp16x2 (fp32 - fp16 residual: ~22 significant bits together).
-__device__ __forceinline__ void split_f16(float x, float y, uint32_t& hi, uint32_t& lo) {
-  const __half2 h = __floats2half2_rn(x, y);
-  const float2 hf = __half22float2(h);
-  const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
-template <DType KV, int D> struct Layout {
-  static constexpr bool kFp4 = KV == DType::NVFP4, kF16 = KV == DType::F16;
-  static constexpr int KS = D / 16, MT = D / 16;
-  // Words per key and lane: K (a quarter of the row; NVFP4: one word per k-step, half used) and V
-  // (two dims per m-tile; NVFP4: one word per m-tile, one byte used).
-  static constexpr int KW = kFp4 ? KS : kF16 ? D / 8 : D / 16;
-  static constexpr int VW = kFp4 ? MT : kF16 ? MT : MT / 2;
-  static constexpr int C = kF16 ? 8 : 16;                     // values per 16-byte K chunk
-  static constexpr int PW = VW < 4 ? VW : 4;                  // words per V piece
-  static constexpr int PV = kF16 ? 2 * PW : 4 * PW;           // values per V piece
-  static constexpr float kVMul = KV == DType::I8 ? 64.0f : kFp4 ? 4.0f : 1.0f;  // P' = P s kVMul
-  // Row geometry for the L2 prefetch: value bytes, scales, 128-byte lines from the row's start,
-  // prefetch items per key (K lines, V lines, then the K and V scale lines; even).
-  static constexpr int RB = kFp4 ? D / 2 : kF16 ? 2 * D : D;
-  static constexpr int RS = kFp4 ? D / 16 : KV == DType::I8 ? 1 : 0;
-  static constexpr int NL = (RB + 127) / 128;
-  static constexpr int PF = 2 * NL + (RS ? 2 : 0);
-
-  // Physical dim of the Q value that meets K k-step ks, k half `half` (0: k 2t.., 1: k 2t+8..),
-  // element e, in lane t (see the K fragment decode in the kernel).
-  __device__ static int q_dim(int ks, int half, int e, int t) {
-    if constexpr (kFp4) return 16 * ks + 4 * t + half + 2 * e;
-    const int v = kF16 ? 4 * ks + 2 * half + e : 4 * ks + half + 2 * e;
-    return C * (t + 4 * (v / C)) + v % C;
-  }
-  // Physical dim of O^T row g + 8h of m-tile j.
-  __device__ static int out_dim(int j, int h, int g) {
-    if constexpr (kFp4) return 16 * j + 2 * g + h;
-    const int v = 2 * j + h;
-    return PV * (g + 8 * (v / PV)) + v % PV;
-  }
-  // Tuned merge: dim d of vector v sits at column d ^ swz(v, d) of red_acc (low 5 bits only, so a
-  // 32-aligned run of dims stays in its run). One merge store (lanes g, t at out_dim(j, h, g) of
-  // vectors 2t + e) then hits 32 banks: out_dim alone puts them on 2 banks (FP8/I8, 16-way
-  // conflicts), 4 (F16, 8-way) or 8 (NVFP4, 4-way). Constants found by exhaustive search over the
-  // 12 layouts (dtype x head_dim).
-  __device__ static int swz(int v, int d) { return kFp4 ? (v >> 1) * 9 : ((v >> 1) ^ ((d >> 5) << 2)) & 31; }
-};
-
-// Shared-memory words, 16 / 8 / 4 bytes at a time (the address is aligned to the width).
-template <int N>
-__device__ __forceinline__ void st_shared_words(uint32_t* dst, const uint32_t (&w)[N]) {
-  if constexpr (N == 4) *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-  else if constexpr (N == 2) *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-  else dst[0] = w[0];
-}
-__device__ __forceinline__ void ld_shared_words4(const uint32_t* src, uint32_t* w) {
-  const uint4 x = *reinterpret_cast<const uint4*>(src);
-  w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
-}
-
-// ---- variant 4, NVFP4 (kFast): whole-chunk loads, fragments exchanged through shared memory ----
-// Per warp step, each lane loads whole 8/16-byte chunks (K: its quad's rows g, g+8; V: its own
-// rows 2t, 2t+1, 2t+8, 2t+9; scales: a quarter of rows g, g+8) and the warp exchanges them through
-// a per-warp tile, so every lane then reads ONE word per k-step / m-tile that holds exactly its
-// fragment bytes (v0 loads a word per group and row and uses 2 or 1 of its 4 bytes: 112 loads
-// per step instead of 12 here). K word of k-step ks for lane (g, t): bytes 2t, 2t+1 of group ks of
-// rows g (bytes 0, 2) and g+8 (bytes 1, 3). V word of m-tile j for lane (g, t): byte g of group j
-// of keys 2t, 2t+8, 2t+1, 2t+9 (bytes 0..3). Strides (words) chosen by an exhaustive search of
-// the bank conflicts of the stores and loads (D 256: K 48 wavefronts per step, V 32 = the minimum,
-// scales 112 for 26 accesses of 16 bytes).
-template <int D> struct Fp4Stage {
-  static constexpr int KS = D / 16, RB = D / 2;
-  static constexpr int CG = KS >= 8 ? 2 : 1;   // groups per K chunk (16- or 8-byte loads)
-  static constexpr int NCH = KS / (4 * CG);     // K chunks per lane and row
-  static constexpr int PB = RB / 8, VQ = PB / 4;  // V bytes / words per lane and row
-  static constexpr int KXG = D == 256 ? 72 : 36, KXT = D == 256 ? 16 : 8;  // K tile [g][t][ks]
-  static constexpr int VXT = D == 256 ? 168 : D == 128 ? 104 : 36;  // V tile [t][g][j]
-  static constexpr int VXG = D == 256 ? 20 : D == 128 ? 12 : 4;
-  static constexpr int SP = KS | 4;             // scale tiles [key][group]
-  static constexpr int kKx = 8 * KXG, kVx = 4 * VXT, kSc = 16 * SP;
-  static constexpr int kWarpWords = kKx + kVx + 2 * kSc;
-  static_assert(KXT >= KS && KXG >= 4 * KXT && VXG >= KS && VXT >= 8 * VXG && NCH >= 1, "tile strides");
-  static_assert(KXG % 4 == 0 && KXT % 4 == 0 && VXG % 4 == 0 && VXT % 4 == 0 && SP % 4 == 0, "16-byte rows");
-};
-
-// The two values in the nibbles of bytes 1 and 3 (lo: low nibbles, hi: high nibbles) as fp16x2 of
-// value / 16384, like kv_fp4_pair_lo / _hi (kv_codec.cuh) do for bytes 0 and 2.
-__device__ __forceinline__ uint32_t fp4_pair_lo13(uint32_t w) {
-  return ((w << 1) & 0x0e000e00u) | ((w << 4) & 0x80008000u);
-}
-__device__ __forceinline__ uint32_t fp4_pair_hi13(uint32_t w) {
-  return ((w >> 3) & 0x0e000e00u) | (w & 0x80008000u);
-}
-
-// Byte c of x0..x3 -> y[c] = {x0.c, x2.c, x1.c, x3.c} (a 4 x 4 byte transpose, 8 prmt).
-__device__ __forceinline__ void byte_transpose4(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
-                                                uint32_t (&y)[4]) {
-  const uint32_t a01 = __byte_perm(x0, x2, 0x5140), a23 = __byte_perm(x0, x2, 0x7362);
-  const uint32_t b01 = __byte_perm(x1, x3, 0x5140), b23 = __byte_perm(x1, x3, 0x7362);
-  y[0] = __byte_perm(a01, b01, 0x5410);
-  y[1] = __byte_perm(a01, b01, 0x7632);
-  y[2] = __byte_perm(a23, b23, 0x5410);
-  y[3] = __byte_perm(a23, b23, 0x7632);
-}
-
-// fp32 S^T fragment (lane (g, t): x = key g / g+8 of block `r`, vectors 2t, 2t+1) -> B layout
-// (keys 2t, 2t+1 of the block, vector g): both 16-bit halves through movmatrix, exactly.
-__device__ __forceinline__ void transpose8x8_f32(float x, float y, float& u, float& v) {
-  const uint32_t xb = __float_as_uint(x), yb = __float_as_uint(y);
-  const uint32_t lo = transpose8x8(__byte_perm(xb, yb, 0x5410)), hi = transpose8x8(__byte_perm(xb, yb, 0x7632));
-  u = __uint_as_float(__byte_perm(lo, hi, 0x5410));
-  v = __uint_as_float(__byte_perm(lo, hi, 0x7632));
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* a) { asm volatile("prefetch.global.L2 [%0];" ::"l"(a)); }
-
-// L2 prefetch of item u (< Layout::PF) of cache row `row`: a 128-byte line of its K or V values,
-// or the line holding its K or V scales. Fire and forget: no register waits on it.
-template <DType KV, int D>
-__device__ __forceinline__ void prefetch_item(const DecodeParams& p, int64_t row, int u) {
-  using L = Layout<KV, D>;
-  if (L::RS == 0 || u < 2 * L::NL) {
-    const bool is_v = u >= L::NL;
-    prefetch_l2(static_cast<const uint8_t*>(is_v ? p.kv.v : p.kv.k) + row * L::RB + 128 * (is_v ? u - L::NL : u));
-  } else {
-    prefetch_l2((u == 2 * L::NL ? p.kv.k_scale : p.kv.v_scale) + row * L::RS);
-  }
-}
-
-// kTuned = false: the session-3 kernel as measured (attention_decode_set_variant(0)). kTuned =
-// true, bit-identical results (NOT YET RUN ON A GPU): the merge through red_acc without bank
-// conflicts (Layout::swz), the first window's page-table loads under the Q setup, and with
-// p.pf_rounds > 0 an L2 prefetch of the K/V lines (and scales) p.pf_rounds rounds of tiles ahead,
-// so a step's loads hit L2 instead of HBM while the next rounds' bytes are already in flight.
-//
-// kFast (variant 4, NVFP4 only, with kTuned): the same arithmetic on the same fp16 operands in the
-// same order, so bit-identical to variant 0. Loads and fragment exchange as
-// in Fp4Stage; P is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector
-// g) and multiplied there by the V group scales of those keys (read from the tile), instead of a
+// kTuned: variants 1-4 (else 0), p.pf_rounds > 0: 2 / 3 (see the top). kFastBlocks 2: variant 4
+// (NVFP4, with kTuned), the same arithmetic on the same fp16 operands in the same order as v0; P
+// is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector g) and
+// multiplied there by the V group scales of those keys (read from the tile), instead of a
 // movmatrix pair per m-tile for P's high and low parts (64 per step); kVMul goes on P once.
-// kFastBlocks: 0 = not kFast; 2 (variant 4) = kFast, that many blocks per SM in the register
-// bound.
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
 __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     attention_decode_mma_kernel(DecodeParams p) {
