@@ -272,9 +272,10 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
       attr_set |= bit;
     }
   }
-  // PDL needs the kernel's sm_90 code: compiled from compute_90+ PTX (a compute_75 build
-  // JIT-compiled on an H200 has binaryVersion 90 but no griddepcontrol.wait, so it could read x
-  // before the previous kernel wrote it). One answer per process: its GPUs are assumed alike.
+  // PDL needs the kernel's sm_90 code, compiled from compute_90+ PTX: a compute_75 build
+  // JIT-compiled on an H200 runs sm_90 machine code without griddepcontrol.wait, so it could read
+  // x before the previous kernel wrote it (hence ptxVersion, not only binaryVersion). One answer
+  // per process: its GPUs are assumed alike.
   static const bool sm90 = [&] {
     cudaFuncAttributes a{};
     PE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
