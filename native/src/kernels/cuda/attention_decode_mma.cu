@@ -56,6 +56,8 @@ namespace tc {
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
 __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     attention_decode_mma_kernel(DecodeParams p) {
+  pdl_wait();  // launched as a programmatic dependent (launch_decode)
+  pdl_trigger();
   constexpr bool kFast = kFastBlocks > 0;
   static_assert(!kFast || (KV == DType::NVFP4 && kTuned), "kFast: the NVFP4 path of the tuned kernel");
   using L = Layout<KV, D>;

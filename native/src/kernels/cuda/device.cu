@@ -1,4 +1,5 @@
 // Host helpers of the CUDA backend: device probe and argument checks shared by the launchers.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -6,6 +7,23 @@
 
 namespace pe {
 namespace cuda {
+
+namespace {
+__global__ void pdl_probe_kernel() {}
+}  // namespace
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    if (const char* v = std::getenv("PYENGINE_PDL"); v && std::atoi(v) == 0) return false;
+    cudaFuncAttributes a{};
+    if (cudaFuncGetAttributes(&a, pdl_probe_kernel) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.ptxVersion >= 90 && a.binaryVersion >= 90;
+  }();
+  return on;
+}
 
 bool device_available() {
   int n = 0;
