@@ -30,11 +30,8 @@
 // transposed once a step: ~1,277 instructions a step against v0's ~1,410, 249 / 248 registers
 // (sm_90 / sm_75) at 2 blocks per SM (sm_75 runs 1: 44 KB smem). Register prefetch for FP8/I8 was
 // not taken: a second K+V buffer is +64 registers (194 -> ~258, spills at the 255 cap).
-// Measured defaults (H200, 27B layer: 24 q / 4 kv heads, D 256, batch 1, graph-timed
-// bench_kernels --only attn, us at 1K / 8K / 32K / 64K; the variant tables of sessions 3-5 are in
-// tools/gpu/NOTES.md): f16 15.7 / 26.2 / 50.8 / 83.3, fp8 17.7 / 25.7 / 42.4 / 63.4, i8 18.0 /
-// 26.6 / 46.1 / 70.6, nvfp4 (v4) 16.6 / 23.4 / 38.4 / 58.5 (v0 14.7 / 23.3 / 50.7 / 84.9);
-// F16 and NVFP4 now pick v0 at short depth (variant_of).
+// The defaults by dtype and depth, with their measurements: variant_of (H200, 27B layer: 24 q / 4
+// kv heads, D 256, batch 1); the variant tables of sessions 3-5 are in tools/gpu/NOTES.md.
 // NOT YET MET: quantized <= fp16 at every depth: the quantized paths are 1-2 us slower at 1K,
 // where a block handles 32 keys and a fixed cost dominates.
 #include <algorithm>
@@ -51,9 +48,8 @@ namespace tc {
 
 // kTuned: variants 1-4 (else 0), p.pf_rounds > 0: 2 / 3 (see the top). kFastBlocks 2: variant 4
 // (NVFP4, with kTuned), the same arithmetic on the same fp16 operands in the same order as v0; P
-// is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector g) and
-// multiplied there by the V group scales of those keys (read from the tile), instead of a
-// movmatrix pair per m-tile for P's high and low parts (64 per step); kVMul goes on P once.
+// is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector g) and scaled
+// there by those keys' V group scales (from the tile), not by a movmatrix pair per m-tile.
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
 __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     attention_decode_mma_kernel(DecodeParams p) {
@@ -537,8 +533,8 @@ int g_variant = -1;
 
 // Per-dtype default by the call's longest context n_keys, from the graph-timed H200 rows (us at
 // 1K / 8K / 32K / 64K): F16 v0 14.4 / 25.7 / 51.3 / 83.7 vs v1 15.7 / 26.2 / 50.7 / 83.5; NVFP4
-// v0 14.7 / 23.3 / 50.7 / 84.9 vs v4 16.6 / 23.4 / 38.4 / 58.5; FP8, I8 v1 at every depth. The
-// same bits either way. (The depth switches: NOT YET RUN ON A GPU in the whole step.)
+// v0 14.7 / 23.3 / 50.7 / 84.9 vs v4 16.6 / 23.4 / 38.4 / 58.5; FP8 (17.7 / 25.7 / 42.4 / 63.4), I8
+// (18.0 / 26.6 / 46.1 / 70.6) v1 at every depth. Same bits either way. (NOT YET RUN ON A GPU.)
 template <DType KV>
 int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;

@@ -42,18 +42,20 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// Whether launch_pdl launches as programmatic dependents: the library's kernels run their sm_90
-// code (a probe kernel compiled with the same architectures was built from compute_90+ PTX) and
-// PYENGINE_PDL is not 0 (the A/B switch; device.cu).
+// pdl_supported: the library's kernels run their sm_90 code (a probe kernel compiled with the same
+// architectures was built from compute_90+ PTX), so griddepcontrol is in them. pdl_enabled: that,
+// and PYENGINE_PDL is not 0 (the A/B switch of launch_pdl; the quantized GEMV has its own,
+// GemvTuning::pdl). device.cu.
+bool pdl_supported();
 bool pdl_enabled();
 
 // A launch that may start before the previous kernel of the stream finishes (programmatic
-// dependent launch, where pdl_enabled). The kernel MUST call pdl_wait() before it reads another
+// dependent launch) when `pdl`: the kernel MUST then call pdl_wait() before it reads another
 // kernel's output or writes anything; before that it may only read what no kernel of the step
-// writes (weights, its arguments). Elsewhere a plain launch.
+// writes (weights, its arguments). Otherwise a plain launch.
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
+void launch_ex(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+               Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -62,10 +64,16 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   cudaLaunchAttribute attr;
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
-  const bool pdl = pdl_enabled();
   cfg.attrs = pdl ? &attr : nullptr;
   cfg.numAttrs = pdl ? 1 : 0;
   PE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...));
+}
+
+// launch_ex with PDL where pdl_enabled().
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  launch_ex(pdl_enabled(), kernel, grid, block, smem, stream, static_cast<Args&&>(args)...);
 }
 
 inline unsigned grid_1d(int64_t n, int threads) {

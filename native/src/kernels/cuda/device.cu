@@ -12,15 +12,22 @@ namespace {
 __global__ void pdl_probe_kernel() {}
 }  // namespace
 
-bool pdl_enabled() {
+bool pdl_supported() {
   static const bool on = [] {
-    if (const char* v = std::getenv("PYENGINE_PDL"); v && std::atoi(v) == 0) return false;
     cudaFuncAttributes a{};
     if (cudaFuncGetAttributes(&a, pdl_probe_kernel) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
     return a.ptxVersion >= 90 && a.binaryVersion >= 90;
+  }();
+  return on;
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PYENGINE_PDL");
+    return !(v && std::atoi(v) == 0) && pdl_supported();
   }();
   return on;
 }

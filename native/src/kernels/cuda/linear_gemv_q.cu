@@ -272,27 +272,9 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
       attr_set |= bit;
     }
   }
-  // PDL needs the kernel's sm_90 code: compiled from compute_90+ PTX (a compute_75 build
-  // JIT-compiled on an H200 has binaryVersion 90 but no griddepcontrol.wait, so it could read x
-  // before the previous kernel wrote it). One answer per process: its GPUs are assumed alike.
-  static const bool sm90 = [&] {
-    cudaFuncAttributes a{};
-    PE_CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-    return a.ptxVersion >= 90 && a.binaryVersion >= 90;
-  }();
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid_1d(w.rows, 8 * T));
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.dynamicSmemBytes = static_cast<size_t>(xbytes);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  const bool pdl = sm90 && g_tuning.pdl;
-  cfg.attrs = pdl ? &attr : nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  PE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x, n, w, seg_per_block, g_tuning.prefetch_first,
-                                   g_tuning.l2_evict_first, pdl, out));
+  const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
+  launch_ex(pdl, kernel, dim3(grid_1d(w.rows, 8 * T)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream, x, n,
+            w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, pdl, out);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
