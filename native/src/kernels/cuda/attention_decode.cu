@@ -34,6 +34,8 @@ template <DType KV> __host__ __device__ constexpr int unroll() { return KV == DT
 
 template <DType KV, int NV>
 __global__ void __launch_bounds__(kThreads, NV <= 6 ? 3 : 2) attention_decode_kernel(DecodeParams p) {
+  pdl_wait();  // launched as a programmatic dependent (launch_decode)
+  pdl_trigger();
   constexpr int W = KvChunk<KV>::kWords, U = unroll<KV>();
   constexpr bool kScaled = KV == DType::I8 || KV == DType::NVFP4;
   __shared__ int64_t rows[kWindow];
@@ -219,6 +221,7 @@ constexpr int kCombineWarps = 8;
 __global__ void __launch_bounds__(kCombineWarps * 32)
     attention_combine_kernel(const float* __restrict__ part, int splits, int64_t n_rows, int D,
                              const float* __restrict__ gate, float* __restrict__ out) {
+  pdl_wait();     // launched as a programmatic dependent (launch_pdl)
   pdl_trigger();  // the o_proj GEMV may start prefetching its weights
   __shared__ float wts[kMaxSplits];
   __shared__ float red[kCombineWarps][32];
@@ -310,7 +313,7 @@ void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, i
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: scratch of ", scratch_bytes, " bytes, needs ", need);
   p.split_len = static_cast<int>(len);
   p.part = static_cast<float*>(scratch);
-  kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(base)), kThreads, 0, stream>>>(p);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(base)), dim3(kThreads), 0, stream, p);
   PE_CUDA_LAUNCH_CHECK();
   if (splits > 1) attention_combine(p.part, static_cast<int>(splits), rows, static_cast<int>(p.kv.head_dim),
                                     p.gate, p.out, stream);
@@ -319,7 +322,7 @@ void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, i
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
                        float* out, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>((D + 31) / 32));
-  attention_combine_kernel<<<grid, kCombineWarps * 32, 0, stream>>>(part, splits, n_rows, D, gate, out);
+  launch_pdl(attention_combine_kernel, grid, dim3(kCombineWarps * 32), 0, stream, part, splits, n_rows, D, gate, out);
   PE_CUDA_LAUNCH_CHECK();
 }
 

@@ -99,7 +99,8 @@ __device__ __forceinline__ void store_decode_result(const DecodeParams& p, const
 int64_t max_splits(int64_t n_keys);
 
 // Splits fill the GPU once (SMs x resident blocks), at least kMinSplitKeys keys each; splits > 1
-// write partial states and attention_combine finishes.
+// write partial states and attention_combine finishes. Both launches are launch_pdl: the kernel
+// calls pdl_wait() first.
 void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
                    void* scratch, size_t scratch_bytes, cudaStream_t stream);
 

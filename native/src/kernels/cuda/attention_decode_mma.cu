@@ -30,10 +30,8 @@
 // transposed once a step: ~1,277 instructions a step against v0's ~1,410, 249 / 248 registers
 // (sm_90 / sm_75) at 2 blocks per SM (sm_75 runs 1: 44 KB smem). Register prefetch for FP8/I8 was
 // not taken: a second K+V buffer is +64 registers (194 -> ~258, spills at the 255 cap).
-// Measured defaults (H200, 27B layer: 24 q / 4 kv heads, D 256, batch 1, graph-timed
-// bench_kernels --only attn, us at 1K / 8K / 32K / 64K; the variant tables of sessions 3-5 are in
-// tools/gpu/NOTES.md): f16 15.7 / 26.2 / 50.8 / 83.3, fp8 17.7 / 25.7 / 42.4 / 63.4, i8 18.0 /
-// 26.6 / 46.1 / 70.6, nvfp4 (v4) 16.6 / 23.4 / 38.4 / 58.5 (v0 14.7 / 23.3 / 50.7 / 84.9).
+// The defaults by dtype and depth, with their measurements: variant_of (H200, 27B layer: 24 q / 4
+// kv heads, D 256, batch 1); the variant tables of sessions 3-5 are in tools/gpu/NOTES.md.
 // NOT YET MET: quantized <= fp16 at every depth: the quantized paths are 1-2 us slower at 1K,
 // where a block handles 32 keys and a fixed cost dominates.
 #include <algorithm>
@@ -50,12 +48,13 @@ namespace tc {
 
 // kTuned: variants 1-4 (else 0), p.pf_rounds > 0: 2 / 3 (see the top). kFastBlocks 2: variant 4
 // (NVFP4, with kTuned), the same arithmetic on the same fp16 operands in the same order as v0; P
-// is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector g) and
-// multiplied there by the V group scales of those keys (read from the tile), instead of a
-// movmatrix pair per m-tile for P's high and low parts (64 per step); kVMul goes on P once.
+// is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector g) and scaled
+// there by those keys' V group scales (from the tile), not by a movmatrix pair per m-tile.
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
 __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     attention_decode_mma_kernel(DecodeParams p) {
+  pdl_wait();  // launched as a programmatic dependent (launch_decode)
+  pdl_trigger();
   constexpr bool kFast = kFastBlocks > 0;
   static_assert(!kFast || (KV == DType::NVFP4 && kTuned), "kFast: the NVFP4 path of the tuned kernel");
   using L = Layout<KV, D>;
@@ -532,13 +531,16 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 // attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all.
 int g_variant = -1;
 
-// Per-dtype default, the fastest variant of the H200 measurement (27B layer, batch 1, us at 1K /
-// 8K / 32K / 64K; v0 / v1 / v2 / v3 in the header): v1 for F16, FP8 and I8 (FP8 at 64K is 2 us
-// faster with v2, 1 us slower at 8K), confirmed by session 4's graph-timed A/B; v4 for NVFP4
-// (session 5, graph-timed: 16.6 / 23.4 / 38.4 / 58.5 us against v0's 14.7 / 23.3 / 50.7 / 84.9).
+// Per-dtype default by the call's longest context n_keys, from the graph-timed H200 rows (us at
+// 1K / 8K / 32K / 64K): F16 v0 14.4 / 25.7 / 51.3 / 83.7 vs v1 15.7 / 26.2 / 50.7 / 83.5; NVFP4
+// v0 14.7 / 23.3 / 50.7 / 84.9 vs v4 16.6 / 23.4 / 38.4 / 58.5; FP8 (17.7 / 25.7 / 42.4 / 63.4), I8
+// (18.0 / 26.6 / 46.1 / 70.6) v1 at every depth. Same bits either way. (NOT YET RUN ON A GPU.)
 template <DType KV>
-int variant_of() {
-  return g_variant >= 0 ? g_variant : KV == DType::NVFP4 ? 4 : 1;
+int variant_of(int64_t n_keys) {
+  if (g_variant >= 0) return g_variant;
+  if constexpr (KV == DType::F16) return n_keys <= 16384 ? 0 : 1;
+  if constexpr (KV == DType::NVFP4) return n_keys <= 8192 ? 0 : 4;
+  return 1;
 }
 
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
@@ -563,7 +565,7 @@ void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch,
                            cudaStream_t stream) {
   // 4: for NVFP4 the kFast kernel at 2 blocks per SM; for the other dtypes variant 1.
   constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0;
-  const int variant = variant_of<KV>();
+  const int variant = variant_of<KV>(n_keys);
   if (variant == 0) run_decode_tc<KV, D, false>(p, variant, n_keys, scratch, scratch_bytes, stream);
   else if (kFast4 && variant == 4)
     run_decode_tc<KV, D, true, kFast4>(p, variant, n_keys, scratch, scratch_bytes, stream);

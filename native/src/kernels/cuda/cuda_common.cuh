@@ -42,6 +42,40 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// pdl_supported: the library's kernels run their sm_90 code (a probe kernel compiled with the same
+// architectures was built from compute_90+ PTX), so griddepcontrol is in them. pdl_enabled: that,
+// and PYENGINE_PDL is not 0 (the A/B switch of launch_pdl; the quantized GEMV has its own,
+// GemvTuning::pdl). device.cu.
+bool pdl_supported();
+bool pdl_enabled();
+
+// A launch that may start before the previous kernel of the stream finishes (programmatic
+// dependent launch) when `pdl`: the kernel MUST then call pdl_wait() before it reads another
+// kernel's output or writes anything; before that it may only read what no kernel of the step
+// writes (weights, its arguments). Otherwise a plain launch.
+template <typename... Params, typename... Args>
+void launch_ex(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+               Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl ? &attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  PE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...));
+}
+
+// launch_ex with PDL where pdl_enabled().
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  launch_ex(pdl_enabled(), kernel, grid, block, smem, stream, static_cast<Args&&>(args)...);
+}
+
 inline unsigned grid_1d(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }

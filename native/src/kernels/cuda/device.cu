@@ -1,4 +1,5 @@
 // Host helpers of the CUDA backend: device probe and argument checks shared by the launchers.
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -6,6 +7,33 @@
 
 namespace pe {
 namespace cuda {
+
+namespace {
+__global__ void pdl_probe_kernel() {}
+}  // namespace
+
+// PDL needs the library's sm_90 code compiled from compute_90+ PTX: a compute_75 build JIT-compiled
+// on an H200 runs sm_90 machine code without griddepcontrol.wait, so it could read its inputs before
+// the previous kernel wrote them (hence ptxVersion too). One answer per process: GPUs assumed alike.
+bool pdl_supported() {
+  static const bool on = [] {
+    cudaFuncAttributes a{};
+    if (cudaFuncGetAttributes(&a, pdl_probe_kernel) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.ptxVersion >= 90 && a.binaryVersion >= 90;
+  }();
+  return on;
+}
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("PYENGINE_PDL");
+    return !(v && std::atoi(v) == 0) && pdl_supported();
+  }();
+  return on;
+}
 
 bool device_available() {
   int n = 0;

@@ -26,6 +26,7 @@ __global__ void embedding_kernel(WeightView t, const int32_t* ids, int64_t n, fl
 }
 
 __global__ void swiglu_kernel(const float* gu, int64_t n, int64_t I, float* out) {
+  pdl_wait();     // launched as a programmatic dependent (launch_pdl)
   pdl_trigger();  // the down GEMV may start prefetching its weights
   const int64_t total = n * I;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -68,7 +69,7 @@ void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* ou
 
 void swiglu(const float* gate_up, int64_t n, int64_t I, float* out, cudaStream_t stream) {
   if (n <= 0 || I <= 0) return;
-  swiglu_kernel<<<blocks_for(n * I), kThreads, 0, stream>>>(gate_up, n, I, out);
+  launch_pdl(swiglu_kernel, dim3(blocks_for(n * I)), dim3(kThreads), 0, stream, gate_up, n, I, out);
   PE_CUDA_LAUNCH_CHECK();
 }
 

@@ -86,6 +86,7 @@ __device__ __forceinline__ void add4(float4 b, float4& acc) {
 template <int DK, bool VEC>
 __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
     gdn_decode_kernel(GdnDecodeArgs a) {
+  pdl_wait();     // launched as a programmatic dependent (launch_pdl)
   pdl_trigger();  // the out_proj GEMV may start prefetching its weights
   constexpr int W = Tile<DK>::kWarps, T = Tile<DK>::kThreads, NR = Tile<DK>::kRows;
   __shared__ float qs[DK], ks[DK];
@@ -210,6 +211,8 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
 
 // Conv state of each sequence: rows shift up by one, the new raw row enters last.
 __global__ void conv_state_step_kernel(GdnDecodeArgs a, int64_t C) {
+  pdl_wait();  // launched as a programmatic dependent (launch_pdl)
+  pdl_trigger();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const int64_t seq = blockIdx.y;
@@ -221,8 +224,8 @@ __global__ void conv_state_step_kernel(GdnDecodeArgs a, int64_t C) {
 template <int DK>
 void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
-  if (vec) gdn_decode_kernel<DK, true><<<grid, Tile<DK>::kThreads, 0, stream>>>(a);
-  else gdn_decode_kernel<DK, false><<<grid, Tile<DK>::kThreads, 0, stream>>>(a);
+  if (vec) launch_pdl(gdn_decode_kernel<DK, true>, dim3(grid), dim3(Tile<DK>::kThreads), 0, stream, a);
+  else launch_pdl(gdn_decode_kernel<DK, false>, dim3(grid), dim3(Tile<DK>::kThreads), 0, stream, a);
   PE_CUDA_LAUNCH_CHECK();
 }
 
@@ -248,7 +251,7 @@ void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
   else launch<256>(a, vec, stream);
   if (a.K > 1) {
     const int64_t C = 2 * a.Hk * a.dk + a.Hv * a.dv;
-    conv_state_step_kernel<<<dim3(grid_1d(C, 256), static_cast<unsigned>(a.n_seqs)), 256, 0, stream>>>(a, C);
+    launch_pdl(conv_state_step_kernel, dim3(grid_1d(C, 256), static_cast<unsigned>(a.n_seqs)), dim3(256), 0, stream, a, C);
     PE_CUDA_LAUNCH_CHECK();
   }
 }

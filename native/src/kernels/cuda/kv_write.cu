@@ -57,6 +57,8 @@ template <DType KV>
 __global__ void __launch_bounds__(kWarps * 32)
     kv_write_kernel(PagedKV kv, const int32_t* __restrict__ pt, int64_t start_pos, int64_t n,
                     const float* __restrict__ k, const float* __restrict__ v) {
+  pdl_wait();  // launched as a programmatic dependent (launch_pdl)
+  pdl_trigger();
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   const int64_t H = kv.n_kv_heads;
   if (task >= n * H * 2) return;  // whole warps exit together
@@ -76,7 +78,7 @@ template <DType KV>
 void launch(const PagedKV& kv, const int32_t* pt, int64_t start_pos, int64_t n, const float* k,
             const float* v, cudaStream_t stream) {
   const int64_t tasks = n * kv.n_kv_heads * 2;
-  kv_write_kernel<KV><<<grid_1d(tasks, kWarps), kWarps * 32, 0, stream>>>(kv, pt, start_pos, n, k, v);
+  launch_pdl(kv_write_kernel<KV>, dim3(grid_1d(tasks, kWarps)), dim3(kWarps * 32), 0, stream, kv, pt, start_pos, n, k, v);
 }
 
 }  // namespace

@@ -43,6 +43,8 @@ struct HalfInvFreq {
 // (RoPE pairs d with d + half across lanes; in-place k is read whole before it is written). The
 // norm and the rotation repeat rms_norm's and rope_neox's arithmetic.
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half) {
+  pdl_wait();  // launched as a programmatic dependent (launch_pdl)
+  pdl_trigger();
   __shared__ float rows[kInputWarps][kMaxInputDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slots = a.Hq + a.Hkv, D = a.D;
@@ -126,7 +128,7 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(a.rot_dim);
     inv.v[i] = 1.0f / static_cast<float>(std::pow(static_cast<double>(a.theta), static_cast<double>(e)));
   }
-  attention_inputs_kernel<<<grid_1d(tasks, kInputWarps), kInputWarps * 32, 0, stream>>>(a, inv, half);
+  launch_pdl(attention_inputs_kernel, dim3(grid_1d(tasks, kInputWarps)), dim3(kInputWarps * 32), 0, stream, a, inv, half);
   PE_CUDA_LAUNCH_CHECK();
 }
 

@@ -49,6 +49,7 @@ __device__ __forceinline__ float norm_out(float x, float inv, float w, float z) 
 template <Kind K, bool kWarpRow, int kRegs>
 __global__ void norm_kernel(const float* x, const float* z, const float* w, int64_t n_rows,
                             int64_t dim, float eps, float scale, float* out) {
+  pdl_wait();  // launched as a programmatic dependent (launch_pdl)
   pdl_trigger();  // the next GEMV may start prefetching its weights
   __shared__ float red[32];
   const int64_t r = kWarpRow ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
@@ -90,6 +91,7 @@ __global__ void norm_kernel(const float* x, const float* z, const float* w, int6
 template <bool kOffset, bool kWarpRow, int kRegs>
 __global__ void add_norm_kernel(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps,
                                 float* out) {
+  pdl_wait();
   pdl_trigger();
   __shared__ float red[32];
   const int64_t row = kWarpRow ? static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)
@@ -157,8 +159,8 @@ template <bool kOffset>
 void launch_add_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps, float* out,
                      cudaStream_t stream) {
   launch_rows(n_rows, dim, "add_rms_norm", [&](auto warp_row, auto regs, auto grid, int threads) {
-    add_norm_kernel<kOffset, decltype(warp_row)::value, decltype(regs)::value>
-        <<<grid, threads, 0, stream>>>(x, r, w, n_rows, dim, eps, out);
+    launch_pdl(add_norm_kernel<kOffset, decltype(warp_row)::value, decltype(regs)::value>, dim3(grid), dim3(threads), 0,
+               stream, x, r, w, n_rows, dim, eps, out);
   });
 }
 
@@ -167,8 +169,8 @@ void launch(const float* x, const float* z, const float* w, int64_t n_rows, int6
             float scale, float* out, cudaStream_t stream) {
   if (n_rows <= 0 || dim <= 0) return;
   launch_rows(n_rows, dim, "norm", [&](auto warp_row, auto regs, auto grid, int threads) {
-    norm_kernel<K, decltype(warp_row)::value, decltype(regs)::value>
-        <<<grid, threads, 0, stream>>>(x, z, w, n_rows, dim, eps, scale, out);
+    launch_pdl(norm_kernel<K, decltype(warp_row)::value, decltype(regs)::value>, dim3(grid), dim3(threads), 0, stream,
+               x, z, w, n_rows, dim, eps, scale, out);
   });
 }
 
