@@ -3,7 +3,6 @@
 #ifdef PE_WITH_CUDA  // the CUDA model exists only in builds with the CUDA backend
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -55,23 +54,6 @@ struct Carve {
   }
 };
 
-// A folded input's first run writes the new residual (fold.x_out); the other runs read it.
-cuda::NormIn fold_for_run(const cuda::NormIn& f, size_t run) {
-  cuda::NormIn g = f;
-  if (run > 0 && g.x_out) g.x = g.x_out, g.r = nullptr, g.x_out = nullptr;
-  return g;
-}
-
-// Decode folds the residual add + RMSNorm into the next GEMV unless PYENGINE_NORM_FOLD=0 (the
-// A/B switch for tools/bench_gpu.py).
-bool norm_fold_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PYENGINE_NORM_FOLD");
-    return !(v && std::atoi(v) == 0);
-  }();
-  return on;
-}
-
 }  // namespace
 
 void CudaQwen35Model::ensure_workspace(int64_t tokens, int64_t rows, int64_t ints, size_t attn_scratch) {
@@ -113,12 +95,9 @@ void CudaQwen35Model::reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_
   ensure_workspace(max_tokens, max_seqs, 2 * max_tokens + max_seqs * pages_per_seq, scratch);
 }
 
-void CudaQwen35Model::linear(const LinearIn& in, int64_t n, const Projection& p, float* out) {
-  for (size_t r = 0; r < p.runs.size(); ++r) {
-    float* o = out + n * p.run_offset[r];
-    if (in.fold.w) cuda::linear_normed(fold_for_run(in.fold, r), p.runs[r].view, o, cuda::stream());
-    else cuda::linear(in.x, n, p.runs[r].view, o, cuda::stream());
-  }
+void CudaQwen35Model::linear(const float* x, int64_t n, const Projection& p, float* out) {
+  for (size_t r = 0; r < p.runs.size(); ++r)
+    cuda::linear(x, n, p.runs[r].view, out + n * p.run_offset[r], cuda::stream());
 }
 
 // Prefill chunks (and mixed batches): per sequence, conv and delta rule cut at snapshot points.
@@ -175,7 +154,7 @@ void CudaQwen35Model::gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, 
   }
 }
 
-void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const LinearIn& x,
+void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const float* x,
                                 float* out) {
   const ModelConfig& c = cfg_;
   cudaStream_t st = cuda::stream();
@@ -237,7 +216,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   linear(o, T, L.out, out);
 }
 
-void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const LinearIn& x,
+void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const float* x,
                                       float* out) {
   const ModelConfig& c = cfg_;
   cudaStream_t st = cuda::stream();
@@ -271,7 +250,7 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
   linear(o, T, L.out, out);
 }
 
-void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const LinearIn& x, float* out) {
+void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* out) {
   const ModelConfig& c = cfg_;
   cudaStream_t st = cuda::stream();
   const int64_t I = c.intermediate;
@@ -378,52 +357,28 @@ void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, in
   float* mix = h + aligned(cap_tokens_ * H);
   cuda::embedding(embed_.view, ints_.as<int32_t>(), T, x, st);  // token ids first
   // Each residual add runs fused with the norm that follows it (the next layer's input norm, the
-  // post-attention norm, the final norm): res += mix; norm(res) into the other of x and h. With one
-  // token (decode) the add + norm fold into the projection's GEMV where it can take them
-  // (cuda::linear_normed): the new residual lands in the other buffer, which becomes res.
-  float* res = x;
-  float* other = h;
+  // post-attention norm, the final norm): x += mix; h = norm(x).
   bool mix_pending = false;
-  auto add_norm_into = [&](const float* w, float* out) {
+  auto add_norm = [&](const float* w) {
     if (mix_pending)
-      cuda::add_rms_norm(res, mix, w, T, H, c.eps, true, out, st);  // out may be res (the final norm)
+      cuda::add_rms_norm(x, mix, w, T, H, c.eps, true, h, st);
     else
-      cuda::rms_norm(res, w, T, H, c.eps, true, out, st);
+      cuda::rms_norm(x, w, T, H, c.eps, true, h, st);
     mix_pending = false;
-  };
-  const bool fold = T == 1 && norm_fold_enabled();
-  auto input = [&](const float* w, const Projection& p) -> LinearIn {
-    if (fold) {
-      cuda::NormIn f;
-      f.x = res;
-      f.r = mix_pending ? mix : nullptr;
-      f.x_out = mix_pending ? other : nullptr;
-      f.w = w;
-      f.eps = c.eps;
-      f.offset = true;
-      bool ok = true;
-      for (size_t r = 0; r < p.runs.size() && ok; ++r) ok = cuda::linear_normed_applies(fold_for_run(f, r), p.runs[r].view);
-      if (ok) {
-        if (mix_pending) std::swap(res, other);
-        mix_pending = false;
-        return LinearIn(f);
-      }
-    }
-    add_norm_into(w, other);
-    return LinearIn(other);
   };
   int64_t gi = 0, ai = 0;
   for (const DevLayer& L : layers_) {
-    const LinearIn in = input(L.input_norm, L.in);
+    add_norm(L.input_norm);
     if (L.full)
-      mixer_attention(L, ai++, b, kv, in, mix);
+      mixer_attention(L, ai++, b, kv, h, mix);
     else
-      mixer_gdn(L, gi++, b, gdn, in, mix);
+      mixer_gdn(L, gi++, b, gdn, h, mix);
     mix_pending = true;
-    mlp(L, T, input(L.post_norm, L.gate_up), mix);
+    add_norm(L.post_norm);
+    mlp(L, T, h, mix);
     mix_pending = true;
   }
-  add_norm_into(final_norm_, h);  // h: final hidden states (in place when the residual is in h)
+  add_norm(final_norm_);  // h: final hidden states
 
   // Rows that need logits, then one lm_head matmul. They are read from h in place when they are
   // its leading rows in order (every decode step), else gathered into `mix`.

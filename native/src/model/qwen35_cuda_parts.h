@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/buffer.h"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graphs.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -38,15 +37,6 @@ struct Projection {
     const DevMatrix& r = runs[part_run[p]];
     return {out + n * run_offset[part_run[p]] + part_col[p], r.view.rows};
   }
-};
-
-// The input of a projection: rows x, or (one decode token) the residual add + RMSNorm that
-// precede it, folded into the projection's GEMV (cuda::linear_normed).
-struct LinearIn {
-  LinearIn(const float* rows) : x(rows) {}  // NOLINT(google-explicit-constructor): rows as before
-  explicit LinearIn(const cuda::NormIn& f) : fold(f) {}
-  const float* x = nullptr;
-  cuda::NormIn fold;  // fold.w set: folded
 };
 
 struct DevLayer {
@@ -87,12 +77,12 @@ class CudaQwen35Model : public Model {
 
   // Forward pieces (qwen35_cuda.cpp).
   void ensure_workspace(int64_t tokens, int64_t rows, int64_t ints, size_t attn_scratch);
-  void linear(const LinearIn& in, int64_t n, const Projection& p, float* out);
+  void linear(const float* x, int64_t n, const Projection& p, float* out);
   void gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
                   const float* a_ptr, const float* b_ptr, int64_t ab_stride, float* y, float* g, float* beta, float* o);
-  void mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const LinearIn& x, float* out);
-  void mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const LinearIn& x, float* out);
-  void mlp(const DevLayer& L, int64_t n, const LinearIn& x, float* out);
+  void mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const float* x, float* out);
+  void mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const float* x, float* out);
+  void mlp(const DevLayer& L, int64_t n, const float* x, float* out);
   void step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_t n_rows, float* logits);
 
   std::vector<DevLayer> layers_;
