@@ -6,7 +6,6 @@
 // projections too). Every quantized GEMV case runs with the default tuning, with x split in
 // registers, with every tuning candidate on (cuda::GemvTuning) and without programmatic dependent
 // launch, against one CPU reference.
-#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
@@ -189,57 +188,6 @@ TEST(cuda_linear_gemm_tiles) {
       check_linear(t, n, 260, 256, 600 + n);
   if (!small) check_linear(DType::FP8_E4M3, 2100, 136, 2048, 700);
   for (int64_t n : {100, 200}) check_linear(DType::FP8_E4M3, n, 300, 640, 710 + n, 256);
-}
-
-// linear_normed (cuda_ops.h): one token's residual add + RMSNorm folded into the quantized GEMV,
-// against the CPU add_rms_norm + linear; x_out must be exactly x + r (add_rms_norm's bits), and
-// refusals where it does not apply.
-void check_linear_normed(DType t, int64_t rows, int64_t cols, bool with_r, bool offset, uint64_t seed) {
-  pe_test::Rng rng(seed);
-  const HostWeight hw = make_weight(t, rows, cols, seed + 1);
-  const DevWeight dw(hw);
-  const std::vector<float> x = rng.normals(cols), r = rng.normals(cols), nw = rng.normals(cols, 0.2f);
-  std::vector<float> xo = x, y(cols), ref(rows);
-  if (with_r) cpu::add_rms_norm(xo.data(), r.data(), nw.data(), 1, cols, 1e-6f, offset, y.data());
-  else cpu::rms_norm(xo.data(), nw.data(), 1, cols, 1e-6f, offset, y.data());
-  cpu::linear(y.data(), 1, hw.view, ref.data());
-  DevBuf<float> dx(x), dr(r), dnw(nw), dxo(cols), dout(rows);
-  dxo.poison();
-  dout.poison();
-  cuda::NormIn in;
-  in.x = dx.p;
-  in.r = with_r ? dr.p : nullptr;
-  in.x_out = dxo.p;
-  in.w = dnw.p;
-  in.eps = 1e-6f;
-  in.offset = offset;
-  const std::string cfg = cfgs("%s %lldx%lld%s%s", dtype_name(t), (long long)rows, (long long)cols,
-                               with_r ? " +r" : "", offset ? " (1+w)" : " w");
-  CHECK(cuda::linear_normed_applies(in, dw.view));
-  cuda::linear_normed(in, dw.view, dout.p, nullptr);
-  EXPECT_CLOSE("linear_normed", cfg, dout.download(), ref, 1e-5);
-  const std::vector<float> got_xo = dxo.download();
-  CHECK(std::memcmp(got_xo.data(), xo.data(), sizeof(float) * cols) == 0);
-}
-
-TEST(cuda_linear_normed) {
-  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
-    for (auto rc : {std::pair<int64_t, int64_t>{48, 5120}, {3001, 160}, {4500, 5120}, {300, 6144}, {1064, 1056}})
-      for (int v = 0; v < 4; ++v) check_linear_normed(t, rc.first, rc.second, v & 1, v & 2, 1000 + v);
-  // Refused: 16-bit weights, x too long to stage, misaligned x_out.
-  pe_test::Rng rng(7);
-  const HostWeight bf = make_weight(DType::BF16, 64, 256, 8), big = make_weight(DType::FP8_E4M3, 64, 17408, 9),
-                   small = make_weight(DType::FP8_E4M3, 64, 256, 10);
-  const DevWeight dbf(bf), dbig(big), dsmall(small);
-  DevBuf<float> dx(rng.normals(17408)), dw(rng.normals(17408)), dxo(17408 + 4);
-  cuda::NormIn in;
-  in.x = dx.p;
-  in.w = dw.p;
-  CHECK(!cuda::linear_normed_applies(in, dbf.view));
-  CHECK(!cuda::linear_normed_applies(in, dbig.view));
-  CHECK(cuda::linear_normed_applies(in, dsmall.view));
-  in.x_out = dxo.p + 1;
-  CHECK(!cuda::linear_normed_applies(in, dsmall.view));
 }
 
 TEST(cuda_linear_27b_shapes) {

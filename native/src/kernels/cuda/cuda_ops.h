@@ -65,22 +65,6 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch. x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
-// One decode token's residual add + RMSNorm folded into the quantized GEMV that follows it (one
-// launch instead of two): x_out = x + r (r null: x_out = x), out = W (x_out * rsqrt(mean(x_out^2)
-// + eps) * (offset ? 1 + w : w)). x_out (may be null: not written) must not alias x or r; x, r,
-// x_out 16-byte aligned. Where linear_normed_applies (FP8/I8/NVFP4 weights on the staged-x path,
-// cols <= 16384 (NVFP4 32768)); linear_normed refuses the rest. Results within linear's tolerance
-// of add_rms_norm + linear (the same x_out bits; the sum of squares in another order).
-struct NormIn {
-  const float* x = nullptr;
-  const float* r = nullptr;
-  float* x_out = nullptr;
-  const float* w = nullptr;
-  float eps = 0.0f;
-  bool offset = false;
-};
-bool linear_normed_applies(const NormIn& in, const WeightView& w);
-void linear_normed(const NormIn& in, const WeightView& w, float* out, cudaStream_t stream);
 // Tuning hook for tools/gpu/bench_kernels (A/B of the GEMM tiles): from this many tokens the GEMM
 // uses 128-token tiles instead of 64 for FP8 and NVFP4 weights (default 128; on the H200 they were
 // 1.25-1.45x faster there, while 64-token tiles stayed faster for F16/BF16/I8 and are always used

@@ -76,65 +76,6 @@ struct StagedX {
   __host__ __device__ static int64_t bytes(int64_t n, int64_t cols) { return n * token_pitch(cols); }
 };
 
-// Chunks per thread that stage_normed keeps in registers: rows up to 2 * 256 * VPC columns (the
-// 32 KB staged-x limit allows 6,553 FP8/I8 or 7,281 NVFP4 columns).
-constexpr int kNormChunks = 2;
-
-// linear_normed's staging (one token): x_out = x + r, y = rms_norm(x_out) (offset: * (1 + w),
-// else * w), staged as StagedX's hi/lo pairs. Each thread holds chunks threadIdx.x + k * 256;
-// block 0 writes x_out. The same element sums and products as add_rms_norm (x + r, then x * inv
-// * (1 + w)); the sum of squares runs in another order (within the GEMV tolerance).
-template <DType DT>
-__device__ __forceinline__ void stage_normed(const NormIn& nrm, int64_t cols, unsigned char* xs) {
-  constexpr int VPC = values_per_chunk<DT>(), NP = VPC / 2;
-  __shared__ float red[32];
-  const int64_t n_chunks = cols / VPC;
-  float v[kNormChunks][VPC];
-  float ss = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kNormChunks; ++k) {
-    const int64_t ci = threadIdx.x + static_cast<int64_t>(k) * (kWarps * 32);
-    const bool in = ci < n_chunks;
-#pragma unroll
-    for (int e = 0; e < VPC; e += 4) {
-      float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (in) {
-        a = __ldg(reinterpret_cast<const float4*>(nrm.x + ci * VPC + e));
-        if (nrm.r) {
-          const float4 b = __ldg(reinterpret_cast<const float4*>(nrm.r + ci * VPC + e));
-          a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-        }
-      }
-      v[k][e] = a.x, v[k][e + 1] = a.y, v[k][e + 2] = a.z, v[k][e + 3] = a.w;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kNormChunks; ++k)
-#pragma unroll
-    for (int e = 0; e < VPC; ++e) ss = fmaf(v[k][e], v[k][e], ss);
-  const float inv = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(cols) + nrm.eps);
-#pragma unroll
-  for (int k = 0; k < kNormChunks; ++k) {
-    const int64_t ci = threadIdx.x + static_cast<int64_t>(k) * (kWarps * 32);
-    if (ci >= n_chunks) continue;
-    if (nrm.x_out && blockIdx.x == 0)
-#pragma unroll
-      for (int e = 0; e < VPC; e += 4)
-        *reinterpret_cast<float4*>(nrm.x_out + ci * VPC + e) = make_float4(v[k][e], v[k][e + 1], v[k][e + 2], v[k][e + 3]);
-    float y[VPC];
-#pragma unroll
-    for (int e = 0; e < VPC; ++e) {
-      const float wv = __ldg(nrm.w + ci * VPC + e);
-      y[e] = v[k][e] * inv * (nrm.offset ? 1.0f + wv : wv);
-    }
-    uint32_t xh[NP], xl[NP];
-    x_pairs_of<DT>(y, xh, xl);
-    uint4* dst = reinterpret_cast<uint4*>(xs + ci * StagedX<DT>::kChunkPitch);
-#pragma unroll
-    for (int q = 0; q < NP / 2; ++q) dst[q] = make_uint4(xh[2 * q], xl[2 * q], xh[2 * q + 1], xl[2 * q + 1]);
-  }
-}
-
 // kStagedX: the block splits x into hi/lo pairs once, into shared memory (StagedX); otherwise
 // every warp splits its columns' x in registers for each row group step (the session-3 kernel:
 // ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
@@ -148,7 +89,7 @@ __device__ __forceinline__ void stage_normed(const NormIn& nrm, int64_t cols, un
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool prefetch_first,
-                  bool evict_first, bool pdl, NormIn nrm, float* __restrict__ out) {
+                  bool evict_first, bool pdl, float* __restrict__ out) {
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
@@ -193,8 +134,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   pdl_wait();
   if constexpr (kStagedX) {
     const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
-    if (nrm.w) stage_normed<DT>(nrm, cols, reinterpret_cast<unsigned char*>(xs));  // n == 1 (linear_normed)
-    for (int64_t j = threadIdx.x; !nrm.w && j < n * n_chunks; j += kWarps * 32) {
+    for (int64_t j = threadIdx.x; j < n * n_chunks; j += kWarps * 32) {
       const int64_t token = j / n_chunks, ci = j % n_chunks;
       uint32_t xh[NP], xl[NP];
       x_pairs<DT>(x + token * cols + ci * VPC, true, xh, xl);
@@ -320,7 +260,7 @@ GemvTuning g_tuning = [] {
 
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
 void run(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
-         const NormIn& nrm, cudaStream_t stream) {
+         cudaStream_t stream) {
   auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks>;
   if constexpr (kStagedX) {
     static std::atomic<uint64_t> attr_set{0};  // per device: the dynamic shared-memory limit raised
@@ -334,31 +274,31 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
   }
   const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
   launch_ex(pdl, kernel, dim3(grid_1d(w.rows, 8 * T)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream, x, n,
-            w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, pdl, nrm, out);
+            w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, pdl, out);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
 // the FP8 decode (kCvt only for FP8).
 template <DType DT, int T>
 void run_t(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes, bool staged,
-           const NormIn& nrm, cudaStream_t stream) {
+           cudaStream_t stream) {
   const bool cvt = DT == DType::FP8_E4M3 && g_tuning.fp8_cvt;
   const bool mb3 = staged && g_tuning.min_blocks >= 3;
   if constexpr (DT == DType::FP8_E4M3) {
     if (cvt) {
-      if (!staged) return run<DT, T, false, true, 2>(x, n, w, seg_per_block, out, 0, nrm, stream);
-      if (mb3) return run<DT, T, true, true, 3>(x, n, w, seg_per_block, out, xbytes, nrm, stream);
-      return run<DT, T, true, true, 2>(x, n, w, seg_per_block, out, xbytes, nrm, stream);
+      if (!staged) return run<DT, T, false, true, 2>(x, n, w, seg_per_block, out, 0, stream);
+      if (mb3) return run<DT, T, true, true, 3>(x, n, w, seg_per_block, out, xbytes, stream);
+      return run<DT, T, true, true, 2>(x, n, w, seg_per_block, out, xbytes, stream);
     }
   }
   (void)cvt;
-  if (!staged) return run<DT, T, false, false, 2>(x, n, w, seg_per_block, out, 0, nrm, stream);
-  if (mb3) return run<DT, T, true, false, 3>(x, n, w, seg_per_block, out, xbytes, nrm, stream);
-  run<DT, T, true, false, 2>(x, n, w, seg_per_block, out, xbytes, nrm, stream);
+  if (!staged) return run<DT, T, false, false, 2>(x, n, w, seg_per_block, out, 0, stream);
+  if (mb3) return run<DT, T, true, false, 3>(x, n, w, seg_per_block, out, xbytes, stream);
+  run<DT, T, true, false, 2>(x, n, w, seg_per_block, out, xbytes, stream);
 }
 
 template <DType DT>
-void launch(const float* x, int n, const WeightView& w, float* out, const NormIn& nrm, cudaStream_t stream) {
+void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
   // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers),
   // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
@@ -366,9 +306,9 @@ void launch(const float* x, int n, const WeightView& w, float* out, const NormIn
   const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
   const bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit);
   const int T = g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : w.rows >= 4224 ? 4 : w.rows >= 2048 ? 2 : 1;
-  if (T >= 4) run_t<DT, 4>(x, n, w, seg_per_block, out, xbytes, staged, nrm, stream);
-  else if (T >= 2) run_t<DT, 2>(x, n, w, seg_per_block, out, xbytes, staged, nrm, stream);
-  else run_t<DT, 1>(x, n, w, seg_per_block, out, xbytes, staged, nrm, stream);
+  if (T >= 4) run_t<DT, 4>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else if (T >= 2) run_t<DT, 2>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else run_t<DT, 1>(x, n, w, seg_per_block, out, xbytes, staged, stream);
 }
 
 inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
@@ -388,44 +328,12 @@ bool gemv_q_supported(const float* x, const WeightView& w) {
 void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }
 GemvTuning linear_gemv_tuning() { return g_tuning; }
 
-namespace {
-template <DType DT>
-bool normed_applies(const NormIn& in, const WeightView& w) {
-  const int64_t xbytes = StagedX<DT>::bytes(1, w.cols);
-  return xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit) &&
-         w.cols <= static_cast<int64_t>(kNormChunks) * kWarps * 32 * values_per_chunk<DT>();
-}
-}  // namespace
-
-bool linear_normed_applies(const NormIn& in, const WeightView& w) {
-  const auto aligned16 = [](const void* p) { return p == nullptr || aligned(p, 16); };
-  if (!in.x || !in.w || !aligned16(in.r) || !aligned16(in.x_out) || !gemv_q_supported(in.x, w)) return false;
-  switch (w.dtype) {
-    case DType::FP8_E4M3: return normed_applies<DType::FP8_E4M3>(in, w);
-    case DType::I8: return normed_applies<DType::I8>(in, w);
-    case DType::NVFP4: return normed_applies<DType::NVFP4>(in, w);
-    default: return false;
-  }
-}
-
-void linear_normed(const NormIn& in, const WeightView& w, float* out, cudaStream_t stream) {
-  check_weight(w, "cuda::linear_normed");
-  if (!linear_normed_applies(in, w))
-    fail(PE_ERR_INVALID_ARGUMENT, "cuda::linear_normed: not for this weight or input (dtype ", static_cast<int>(w.dtype),
-         ", ", w.cols, " columns; linear_normed_applies)");
-  switch (w.dtype) {
-    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(in.x, 1, w, out, in, stream); break;
-    case DType::I8: launch<DType::I8>(in.x, 1, w, out, in, stream); break;
-    default: launch<DType::NVFP4>(in.x, 1, w, out, in, stream); break;
-  }
-}
-
 void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
   const int nn = static_cast<int>(n);
   switch (w.dtype) {
-    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(x, nn, w, out, NormIn{}, stream); break;
-    case DType::I8: launch<DType::I8>(x, nn, w, out, NormIn{}, stream); break;
-    default: launch<DType::NVFP4>(x, nn, w, out, NormIn{}, stream); break;
+    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(x, nn, w, out, stream); break;
+    case DType::I8: launch<DType::I8>(x, nn, w, out, stream); break;
+    default: launch<DType::NVFP4>(x, nn, w, out, stream); break;
   }
 }
 

@@ -76,19 +76,8 @@ __device__ __forceinline__ void decode_chunk(const uint4& raw, uint32_t gsc, uin
   }
 }
 
-// The VPC x values f of one chunk as hi/lo pairs matching decode_chunk: fp8/int8 pair p =
-// columns (2p, 2p+1); e2m1 pair 4q + i = columns (8q + i, 8q + i + 4).
-template <DType DT>
-__device__ __forceinline__ void x_pairs_of(const float* f, uint32_t* xh, uint32_t* xl) {
-#pragma unroll
-  for (int p = 0; p < values_per_chunk<DT>() / 2; ++p) {
-    const int c0 = DT == DType::NVFP4 ? 8 * (p / 4) + p % 4 : 2 * p;
-    const int c1 = DT == DType::NVFP4 ? c0 + 4 : c0 + 1;
-    split_x(f[c0], f[c1], xh[p], xl[p]);
-  }
-}
-
-// The x values of one chunk (VPC floats at xp, or zeros) as hi/lo pairs (x_pairs_of).
+// The x values of one chunk (VPC floats at xp, or zeros) as hi/lo pairs matching decode_chunk:
+// fp8/int8 pair p = columns (2p, 2p+1); e2m1 pair 4q + i = columns (8q + i, 8q + i + 4).
 template <DType DT>
 __device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* xh, uint32_t* xl) {
   constexpr int VPC = values_per_chunk<DT>();
@@ -99,7 +88,12 @@ __device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* x
     if (valid) v = __ldg(reinterpret_cast<const float4*>(xp + e));
     f[e] = v.x; f[e + 1] = v.y; f[e + 2] = v.z; f[e + 3] = v.w;
   }
-  x_pairs_of<DT>(f, xh, xl);
+#pragma unroll
+  for (int p = 0; p < VPC / 2; ++p) {
+    const int c0 = DT == DType::NVFP4 ? 8 * (p / 4) + p % 4 : 2 * p;
+    const int c1 = DT == DType::NVFP4 ? c0 + 4 : c0 + 1;
+    split_x(f[c0], f[c1], xh[p], xl[p]);
+  }
 }
 
 }  // namespace gemv_q
