@@ -320,5 +320,18 @@ TEST(cuda_attention_decode_variants) {
         EXPECT_CLOSE("decode_variant", cfg, out, ref, 1e-6);
       }
       cuda::attention_decode_set_variant(-1);
+      // Other split lengths (attention_decode_set_min_split_keys): the partial states grouped
+      // otherwise, the same values within float rounding.
+      for (int msk : {16, 64, 128}) {
+        cuda::attention_decode_set_min_split_keys(msk);
+        DevBuf<float> dout(c.n_q * c.s.hq * c.s.d);
+        cuda::attention_paged(dq.p, c.n_q, c.ctx, c.s.hq, gkv, dpt.p, 1.0f / std::sqrt(static_cast<float>(c.s.d)),
+                              dgate.p, dout.p, scratch.p, sb, nullptr);
+        EXPECT_CLOSE("decode_min_split_keys",
+                     cfgs("%s D%lld ctx=%lld n=%lld msk=%d", dtype_name(t), (long long)c.s.d, (long long)c.ctx,
+                          (long long)c.n_q, msk),
+                     dout.download(), ref, 1e-5);
+      }
+      cuda::attention_decode_set_min_split_keys(0);
     }
 }

@@ -321,9 +321,14 @@ int main(int argc, char** argv) {
       // figure), whose calls walk on through the copies across the variants (no L2 hits).
       const bool tc = kvt != DType::BF16 && kvt != DType::F32;
       int next = 0;
+      // Then, to 8K, the split length A/B (attention_decode_set_min_split_keys; "msk=N") for the
+      // variants 0, 1 and 4.
+      for (int msk : {0, 16, 64, 128})
       for (int variant = -1; variant < (tc ? cuda::kAttentionDecodeVariants : 0); ++variant) {
         if (variant >= 4 && kvt != DType::NVFP4) continue;  // 4 differs from 1 for NVFP4 only
+        if (msk && (!tc || depth > 8192 || variant == -1 || variant == 2 || variant == 3)) continue;
         cuda::attention_decode_set_variant(variant);
+        cuda::attention_decode_set_min_split_keys(msk);
         const auto call = [&](int c, cudaStream_t st) {
           cpu::PagedKV kv{kvt, kc + c * cache, vc + c * cache,
                           scales ? reinterpret_cast<float*>(ks + c * scales) : nullptr,
@@ -332,14 +337,16 @@ int main(int argc, char** argv) {
         };
         const float ms = graph_ms([&](int i, cudaStream_t st) { call(i % copies, st); }, std::max(copies, 8));
         const float ms_eager = time_ms([&](int) { call(next++ % copies, nullptr); });
-        char name[96], var[8] = "";
+        char name[112], var[24] = "";
         if (tc) std::snprintf(var, sizeof var, variant < 0 ? " dflt" : " v%d", variant);
+        if (msk) std::snprintf(var + std::strlen(var), sizeof var - std::strlen(var), " msk=%d", msk);
         std::snprintf(name, sizeof name, "attn decode %s depth=%lld%s (%.1f us)", dtype_name(kvt), (long long)depth,
                       var, ms * 1e3);
         report(name, ms, 2.0 * (depth + 1) * 4 * (vb + 4.0 * sc));
         std::printf("    (eager, launch cost included: %.1f us)\n", ms_eager * 1e3);
       }
       cuda::attention_decode_set_variant(-1);
+      cuda::attention_decode_set_min_split_keys(0);
       CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt)); CK(cudaFree(scr));
       if (ks) { CK(cudaFree(ks)); CK(cudaFree(vs)); }
     }

@@ -24,9 +24,15 @@ namespace pe {
 namespace cuda {
 namespace attn {
 
-int64_t max_splits(int64_t n_keys) {
-  return std::clamp<int64_t>((n_keys + kMinSplitKeys - 1) / kMinSplitKeys, 1, kMaxSplits);
+int64_t max_splits(int64_t n_keys, int64_t min_keys) {
+  return std::clamp<int64_t>((n_keys + min_keys - 1) / min_keys, 1, kMaxSplits);
 }
+
+namespace {
+int g_min_split_keys = kMinSplitKeys;  // attention_decode_set_min_split_keys
+}  // namespace
+
+int min_split_keys() { return g_min_split_keys; }
 
 namespace {
 
@@ -304,7 +310,7 @@ void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, i
                    void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   const int64_t base = static_cast<int64_t>(p.n_qb) * p.n_hb * p.kv.n_kv_heads;
   const int64_t target = static_cast<int64_t>(sm_count()) * resident;
-  int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys));
+  int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys, min_split_keys()));
   const int64_t len = (n_keys + splits - 1) / splits;
   splits = (n_keys + len - 1) / len;
   const int64_t rows = p.n_q * p.n_heads;
@@ -379,5 +385,10 @@ void attention_decode(const float* q, int64_t n_q, int64_t q_start_pos, int64_t 
 }
 
 }  // namespace attn
+
+void attention_decode_set_min_split_keys(int keys) {
+  attn::g_min_split_keys = keys <= 0 ? attn::kMinSplitKeys : std::clamp(keys, attn::kMinSplitKeysFloor, 1 << 16);
+}
+
 }  // namespace cuda
 }  // namespace pe

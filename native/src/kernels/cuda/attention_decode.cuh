@@ -11,6 +11,8 @@ namespace attn {
 
 constexpr int kMaxSplits = 256;    // partial states per row (scratch bound)
 constexpr int kMinSplitKeys = 32;  // fewer keys per block than this costs more than it hides
+// The lowest split length attention_decode_set_min_split_keys accepts; scratch is sized for it.
+constexpr int kMinSplitKeysFloor = 16;
 constexpr int kDecodeMaxQ = 16;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
@@ -96,11 +98,13 @@ __device__ __forceinline__ void store_decode_result(const DecodeParams& p, const
   }
 }
 
-int64_t max_splits(int64_t n_keys);
+// Splits of at least min_keys keys (the scratch bound: kMinSplitKeysFloor), at most kMaxSplits.
+int64_t max_splits(int64_t n_keys, int64_t min_keys = kMinSplitKeysFloor);
 
-// Splits fill the GPU once (SMs x resident blocks), at least kMinSplitKeys keys each; splits > 1
+// Splits fill the GPU once (SMs x resident blocks), at least min_split_keys() keys each; splits > 1
 // write partial states and attention_combine finishes. Both launches are launch_pdl: the kernel
 // calls pdl_wait() first.
+int min_split_keys();  // kMinSplitKeys unless attention_decode_set_min_split_keys (cuda_ops.h) set it
 void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
                    void* scratch, size_t scratch_bytes, cudaStream_t stream);
 

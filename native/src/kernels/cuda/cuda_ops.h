@@ -130,6 +130,10 @@ constexpr int64_t kAttentionMmaMinQueries = 64;
 // 64-key rounds; in session 5 variant 4 at 3 blocks per SM; tools/gpu/NOTES.md.)
 constexpr int kAttentionDecodeVariants = 5;
 void attention_decode_set_variant(int variant);
+// Tuning hook (bench_kernels, tests): the fewest keys a decode split handles (<= 0: the default,
+// 32; at least 16). Same results for any value within the op's tolerance (the splits' partial
+// states are summed in another grouping). Not for use while other threads run attention_paged.
+void attention_decode_set_min_split_keys(int keys);
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                      float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream);
