@@ -280,13 +280,6 @@ int blocks_per_sm() {
   return n;
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  PE_CUDA_CHECK(cudaGetDevice(&dev));
-  PE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return std::max(sms, 1);
-}
-
 template <DType KV, int NV>
 void run_decode(DecodeParams p, int64_t n_keys, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   p.q_mul *= KvChunk<KV>::kUnit;

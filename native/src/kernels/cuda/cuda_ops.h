@@ -85,9 +85,12 @@ struct GemvTuning {
   bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
                                        // previous kernel (its first weight step prefetched to L2
                                        // while that kernel runs); measured faster in session 5
+  bool stream_k = true;                // where the row blocks leave SMs idle: one block per slot,
+                                       // each a share of the row blocks x column steps, split
+                                       // rows summed by the last block to finish them
 };
-// The initial tuning takes PYENGINE_GEMV_PDL (0/1) from the environment when set: the A/B switch
-// for whole decode steps (tools/bench_gpu.py). (Measured in session 5 and removed: K split over
+// The initial tuning takes PYENGINE_GEMV_PDL and PYENGINE_GEMV_STREAM_K (0/1) from the
+// environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py). (Measured in session 5 and removed: K split over
 // thread-block clusters, summed in distributed shared memory: slower on every 27B shape.)
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();

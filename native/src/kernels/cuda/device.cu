@@ -35,6 +35,13 @@ bool pdl_enabled() {
   return on;
 }
 
+int sm_count() {
+  int dev = 0, sms = 0;
+  PE_CUDA_CHECK(cudaGetDevice(&dev));
+  PE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms > 1 ? sms : 1;
+}
+
 bool device_available() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -16,7 +16,9 @@
 // 4 lanes read 64 contiguous bytes per step.
 // Tiling: a warp owns T groups of 8 rows (T = 4, 2, 1 as the matrix gets shorter, so that the
 // grid still fills the GPU), 8 chunks (128 bytes) per lane in flight per step; the 8 warps of a
-// block split the columns and sum through shared memory.
+// block split the columns and sum through shared memory. Where the row blocks are fewer than the
+// GPU's block slots (the 5120-row out_proj / o_proj / down: 160 blocks for 264), stream-K: every
+// slot gets a block and an equal share of the row blocks x column steps (see g_stream_part).
 // FP8 block scales apply per 128-column segment (block % 128 == 0); I8 row scales and the NVFP4
 // global scale apply at the end; NVFP4 group scales multiply the decoded fp16 pairs (exact,
 // linear_common.cuh).
@@ -76,6 +78,30 @@ struct StagedX {
   __host__ __device__ static int64_t bytes(int64_t n, int64_t cols) { return n * token_pitch(cols); }
 };
 
+// Stream-K: where the row groups leave SMs idle (fewer blocks than the GPU holds at once), the
+// grid is the GPU's block capacity and block b takes units [b U / nb, (b + 1) U / nb) of the U =
+// row blocks x column steps, in row-block order: at most two row blocks, whole or in part. A row
+// block whose steps are split over blocks is summed by the last of them to finish (a counter per
+// row block), from the partial sums in kPartFloats slots, in block order: deterministic, and the
+// same partition for every token count. Without stream-K the same code runs one whole row block
+// per block. The scratch is per device and static: the GEMV calls of a device run in stream order
+// (every launch of the library is on cuda::stream()), and the finisher resets its counter.
+constexpr int kMaxStreamBlocks = 1024;
+constexpr int kPartFloats = 256;  // T * 64 at T = 4
+constexpr int kStreamMinSteps = 4;  // column steps a row needs for stream-K
+__device__ float g_stream_part[2 * kMaxStreamBlocks * kPartFloats];
+__device__ int g_stream_count[kMaxStreamBlocks];
+
+__device__ __forceinline__ int64_t unit_start(int64_t b, int64_t units, int64_t nb) { return b * units / nb; }
+
+// The block whose units hold unit u (nb <= units: every block has at least one).
+__device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64_t nb) {
+  int64_t b = u * nb / units;
+  while (b + 1 < nb && unit_start(b + 1, units, nb) <= u) ++b;
+  while (b > 0 && unit_start(b, units, nb) > u) --b;
+  return b;
+}
+
 // kStagedX: the block splits x into hi/lo pairs once, into shared memory (StagedX); otherwise
 // every warp splits its columns' x in registers for each row group step (the session-3 kernel:
 // ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
@@ -102,30 +128,43 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t rows = w.rows, cols = w.cols;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (8 * T);
   const int64_t row_bytes = DT == DType::NVFP4 ? cols / 2 : cols;
+  const int n_it = static_cast<int>((cols + KI - 1) / KI);  // column steps per row block
+  // This block's units [u0, u1): row blocks rb_lo (from step k_lo) .. rb_hi (to step k_hi).
+  int rb_lo, rb_hi, k_lo, k_hi;
+  {
+    const int64_t units = (rows + 8 * T - 1) / (8 * T) * n_it;
+    const int64_t u0 = unit_start(blockIdx.x, units, gridDim.x), u1 = unit_start(blockIdx.x + 1, units, gridDim.x);
+    rb_lo = static_cast<int>(u0 / n_it), k_lo = static_cast<int>(u0 % n_it);
+    rb_hi = static_cast<int>((u1 - 1) / n_it), k_hi = static_cast<int>((u1 - 1) % n_it) + 1;
+  }
   const uint8_t* rowp[T];
   const uint8_t* grow[T];   // NVFP4 group scales of the lane's row
-  const float* srow[T];     // FP8 block-scale row of the row group
+  // FP8 block-scale row of the row block: one for its 8T rows (w.block % 128 == 0, row blocks
+  // aligned to 8T <= 32; rows past the end are clamped, computed and not written).
+  const float* srow = nullptr;
   int64_t ncb = 0;
   if constexpr (kFp8) ncb = (cols + w.block - 1) / w.block;
+  const auto set_rows = [&](int64_t row0) {
 #pragma unroll
-  for (int r = 0; r < T; ++r) {
-    const int64_t row = min(row0 + 8 * r + g, rows - 1);  // clamped rows are computed, not written
-    rowp[r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
-    grow[r] = DT == DType::NVFP4 ? w.group_scale + row * (cols / 16) : nullptr;
-    srow[r] = kFp8 ? w.block_scale + (min(row0 + 8 * r, rows - 1) / w.block) * ncb : nullptr;
-  }
+    for (int r = 0; r < T; ++r) {
+      const int64_t row = min(row0 + 8 * r + g, rows - 1);  // clamped rows are computed, not written
+      rowp[r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
+      grow[r] = DT == DType::NVFP4 ? w.group_scale + row * (cols / 16) : nullptr;
+    }
+    if constexpr (kFp8) srow = w.block_scale + (min(row0, rows - 1) / w.block) * ncb;
+  };
+  set_rows(static_cast<int64_t>(rb_lo) * (8 * T));
   const bool has_x = g < n;
   const float* xrow = x + static_cast<int64_t>(has_x ? g : 0) * cols;
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
-  const int n_it = static_cast<int>((cols + KI - 1) / KI);
   const uint64_t policy = evict_first ? evict_first_policy() : 0;
-  if (((kStagedX && prefetch_first) || pdl) && warp < n_it) {
+  const int it_first = k_lo + warp;  // this warp's first step
+  if (((kStagedX && prefetch_first) || pdl) && it_first < (rb_lo == rb_hi ? k_hi : n_it)) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const int64_t col = static_cast<int64_t>(warp) * KI + (c * 4 + t) * VPC;
+      const int64_t col = static_cast<int64_t>(it_first) * KI + (c * 4 + t) * VPC;
 #pragma unroll
       for (int r = 0; r < T; ++r)
         if (col < cols) prefetch_l2(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
@@ -146,108 +185,150 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     __syncthreads();
   }
 
-  float acc[T][4];
+  // Row blocks of this block's units: whole (written here) or a part (summed by the last).
+#pragma unroll 1
+  for (int rb = rb_lo; rb <= rb_hi; ++rb) {
+    const int64_t row0 = static_cast<int64_t>(rb) * (8 * T);
+    const int k0 = rb == rb_lo ? k_lo : 0, k1 = rb == rb_hi ? k_hi : n_it;
+    if (rb != rb_lo) set_rows(row0);
+    float acc[T][4];
 #pragma unroll
-  for (int r = 0; r < T; ++r)
+    for (int r = 0; r < T; ++r)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[r][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[r][e] = 0.0f;
 
-  for (int it = warp; it < n_it; it += kWarps) {
-    const int64_t kb = static_cast<int64_t>(it) * KI;
-    // All loads of the step first: 8 x 16 bytes per lane in flight.
-    uint4 raw[T][C];
-    uint32_t gsc[T][C];
-    float bsc[T][(C + 1) / 2];
+    for (int it = k0 + warp; it < k1; it += kWarps) {
+      const int64_t kb = static_cast<int64_t>(it) * KI;
+      // All loads of the step first: 8 x 16 bytes per lane in flight.
+      uint4 raw[T][C];
+      uint32_t gsc[T][C];
+      float bsc[(C + 1) / 2];
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int64_t col = kb + (c * 4 + t) * VPC;
-      const bool valid = col < cols;  // cols % VPC == 0: a chunk is all in or all out
+      for (int c = 0; c < C; ++c) {
+        const int64_t col = kb + (c * 4 + t) * VPC;
+        const bool valid = col < cols;  // cols % VPC == 0: a chunk is all in or all out
 #pragma unroll
-      for (int r = 0; r < T; ++r) {
-        raw[r][c] = make_uint4(0, 0, 0, 0);
-        gsc[r][c] = 0;
-        if (valid) {
-          const uint8_t* p = rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
-          raw[r][c] = evict_first ? load_stream_hint(p, policy) : load_stream(p);
-          if constexpr (DT == DType::NVFP4)
-            gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
+        for (int r = 0; r < T; ++r) {
+          raw[r][c] = make_uint4(0, 0, 0, 0);
+          gsc[r][c] = 0;
+          if (valid) {
+            const uint8_t* p = rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
+            raw[r][c] = evict_first ? load_stream_hint(p, policy) : load_stream(p);
+            if constexpr (DT == DType::NVFP4)
+              gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
+          }
         }
       }
-    }
-    if constexpr (kFp8) {
+      if constexpr (kFp8) {
 #pragma unroll
-      for (int s = 0; s < C / 2; ++s) {
-        const int seg = it * (KI / 128) + s;  // 128-column segment index
-        const bool valid = static_cast<int64_t>(seg) * 128 < cols;
-        const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
-#pragma unroll
-        for (int r = 0; r < T; ++r) bsc[r][s] = valid ? __ldg(srow[r] + cb) * fp8_decode_unit<kCvt>() : 0.0f;
-      }
-    }
-    float tmp[T][4];
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int64_t col = kb + (c * 4 + t) * VPC;
-      uint32_t xh[NP], xl[NP];
-      if constexpr (kStagedX) {
-        const uint4* src = reinterpret_cast<const uint4*>(xsrow + (col / VPC) * SX::kChunkPitch);
-#pragma unroll
-        for (int q = 0; q < NP / 2; ++q) {
-          const uint4 v = has_x && col < cols ? src[q] : make_uint4(0, 0, 0, 0);
-          xh[2 * q] = v.x; xl[2 * q] = v.y; xh[2 * q + 1] = v.z; xl[2 * q + 1] = v.w;
+        for (int s = 0; s < C / 2; ++s) {
+          const int seg = it * (KI / 128) + s;  // 128-column segment index
+          const bool valid = static_cast<int64_t>(seg) * 128 < cols;
+          const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
+          bsc[s] = valid ? __ldg(srow + cb) * fp8_decode_unit<kCvt>() : 0.0f;
         }
-      } else {
-        x_pairs<DT>(xrow + col, has_x && col < cols, xh, xl);
       }
+      float tmp[T][4];
 #pragma unroll
-      for (int r = 0; r < T; ++r) {
-        uint32_t wh[NP];
-        decode_chunk<DT, kCvt>(raw[r][c], gsc[r][c], wh);
-        if constexpr (kFp8) {  // per 128-column segment: tmp, then * block scale
-          if (c % 2 == 0) {
+      for (int c = 0; c < C; ++c) {
+        const int64_t col = kb + (c * 4 + t) * VPC;
+        uint32_t xh[NP], xl[NP];
+        if constexpr (kStagedX) {
+          const uint4* src = reinterpret_cast<const uint4*>(xsrow + (col / VPC) * SX::kChunkPitch);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) tmp[r][e] = 0.0f;
-          }
-#pragma unroll
-          for (int p = 0; p < NP; p += 2) {
-            const uint32_t a[4] = {xh[p], xl[p], xh[p + 1], xl[p + 1]};
-            const uint32_t b[2] = {wh[p], wh[p + 1]};
-            mma_16816(tmp[r], a, b);
-          }
-          if (c % 2 == 1) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[r][e] = fmaf(tmp[r][e], bsc[r][c / 2], acc[r][e]);
+          for (int q = 0; q < NP / 2; ++q) {
+            const uint4 v = has_x && col < cols ? src[q] : make_uint4(0, 0, 0, 0);
+            xh[2 * q] = v.x; xl[2 * q] = v.y; xh[2 * q + 1] = v.z; xl[2 * q + 1] = v.w;
           }
         } else {
+          x_pairs<DT>(xrow + col, has_x && col < cols, xh, xl);
+        }
 #pragma unroll
-          for (int p = 0; p < NP; p += 2) {
-            const uint32_t a[4] = {xh[p], xl[p], xh[p + 1], xl[p + 1]};
-            const uint32_t b[2] = {wh[p], wh[p + 1]};
-            mma_16816(acc[r], a, b);
+        for (int r = 0; r < T; ++r) {
+          uint32_t wh[NP];
+          decode_chunk<DT, kCvt>(raw[r][c], gsc[r][c], wh);
+          if constexpr (kFp8) {  // per 128-column segment: tmp, then * block scale
+            if (c % 2 == 0) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) tmp[r][e] = 0.0f;
+            }
+#pragma unroll
+            for (int p = 0; p < NP; p += 2) {
+              const uint32_t a[4] = {xh[p], xl[p], xh[p + 1], xl[p + 1]};
+              const uint32_t b[2] = {wh[p], wh[p + 1]};
+              mma_16816(tmp[r], a, b);
+            }
+            if (c % 2 == 1) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) acc[r][e] = fmaf(tmp[r][e], bsc[c / 2], acc[r][e]);
+            }
+          } else {
+#pragma unroll
+            for (int p = 0; p < NP; p += 2) {
+              const uint32_t a[4] = {xh[p], xl[p], xh[p + 1], xl[p + 1]};
+              const uint32_t b[2] = {wh[p], wh[p + 1]};
+              mma_16816(acc[r], a, b);
+            }
           }
         }
       }
     }
-  }
 
-  // Sum the warps' column slices; C[token g][rows 2t, 2t+1] = hi (c0, c1) + lo (c2, c3).
+    // Sum the warps' column slices; C[token g][rows 2t, 2t+1] = hi (c0, c1) + lo (c2, c3).
 #pragma unroll
-  for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
-    const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
-    float s = 0.0f;
+    for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    __syncthreads();
+    const bool whole = k0 == 0 && k1 == n_it;
+    // A part: its sums to slot (block, first or second row block), then the last to finish sums.
+    float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
+    for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
+      const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
+      float s = 0.0f;
 #pragma unroll
-    for (int wp = 0; wp < kWarps; ++wp) {
-      const float4 v = red[wp][r][l];
-      s += j ? v.y + v.w : v.x + v.z;
+      for (int wp = 0; wp < kWarps; ++wp) {
+        const float4 v = red[wp][r][l];
+        s += j ? v.y + v.w : v.x + v.z;
+      }
+      if (!whole) {
+        part[idx] = s;
+        continue;
+      }
+      const int token = l >> 2;
+      const int64_t row = row0 + 8 * r + 2 * (l & 3) + j;
+      if (token >= n || row >= rows) continue;
+      if constexpr (DT == DType::I8) s *= w.row_scale[row];
+      if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
+      out[static_cast<int64_t>(token) * rows + row] = s;
     }
-    const int token = l >> 2;
-    const int64_t row = row0 + 8 * r + 2 * (l & 3) + j;
-    if (token >= n || row >= rows) continue;
-    if constexpr (DT == DType::I8) s *= w.row_scale[row];
-    if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
-    out[static_cast<int64_t>(token) * rows + row] = s;
+    if (!whole) {
+      __shared__ bool last;
+      const int64_t units = (rows + 8 * T - 1) / (8 * T) * n_it, nb = gridDim.x;
+      const int64_t b_first = block_of_unit(static_cast<int64_t>(rb) * n_it, units, nb);
+      const int64_t b_last = block_of_unit((static_cast<int64_t>(rb) + 1) * n_it - 1, units, nb);
+      __threadfence();  // this block's part is visible before its count
+      __syncthreads();
+      if (threadIdx.x == 0) last = atomicAdd(&g_stream_count[rb], 1) == static_cast<int>(b_last - b_first);
+      __syncthreads();
+      if (last) {
+        __threadfence();
+        for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
+          const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
+          const int token = l >> 2;
+          const int64_t row = row0 + 8 * r + 2 * (l & 3) + j;
+          if (token >= n || row >= rows) continue;
+          float s = 0.0f;
+          for (int64_t b = b_first; b <= b_last; ++b) {
+            const int slot = static_cast<int>(2 * b + (rb == unit_start(b, units, nb) / n_it ? 0 : 1));  // b's first?
+            s += __ldcg(g_stream_part + slot * kPartFloats + idx);
+          }
+          if constexpr (DT == DType::I8) s *= w.row_scale[row];
+          if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
+          out[static_cast<int64_t>(token) * rows + row] = s;
+        }
+        if (threadIdx.x == 0) g_stream_count[rb] = 0;
+      }
+    }
+    __syncthreads();  // red is rewritten by the next row block
   }
 }
 
@@ -255,6 +336,7 @@ GemvTuning g_tuning = [] {
   // A/B switch for tools/bench_gpu.py (whole decode steps): PYENGINE_GEMV_PDL=0/1.
   GemvTuning t;
   if (const char* v = std::getenv("PYENGINE_GEMV_PDL")) t.pdl = std::atoi(v) != 0;
+  if (const char* v = std::getenv("PYENGINE_GEMV_STREAM_K")) t.stream_k = std::atoi(v) != 0;
   return t;
 }();
 
@@ -273,8 +355,16 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
     }
   }
   const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
-  launch_ex(pdl, kernel, dim3(grid_1d(w.rows, 8 * T)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream, x, n,
-            w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, pdl, out);
+  // Stream-K (the kernel's comment) where the row blocks leave block slots empty and a row has
+  // a few steps to share; the slots are the blocks per SM the registers are budgeted for.
+  constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
+  const int64_t row_blocks = grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
+  const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
+  int64_t grid = row_blocks;
+  if (g_tuning.stream_k && row_blocks < slots && n_it >= kStreamMinSteps)
+    grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
+  launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
+            x, n, w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, pdl, out);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
