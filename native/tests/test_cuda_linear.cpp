@@ -97,17 +97,18 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
   // The default launches as a programmatic dependent where the sm_90 code runs; "no pdl" does not.
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, cand, nopdl, nosk;
+  cuda::GemvTuning regx, cand, nopdl, nosk, skall;
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
   cand.prefetch_first = cand.fp8_cvt = cand.l2_evict_first = true;
   cand.min_blocks = 3;
   cand.rows_per_warp = 2;
   nopdl.pdl = false;
-  nosk.stream_k = false;  // one whole row block per block everywhere
+  nosk.stream_k = false;       // one whole row block per block everywhere
+  skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
-      {&nosk, " [no stream-k]"}};
+      {&nosk, " [no stream-k]"}, {&skall, " [stream-k from 1 step]"}};
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
     cuda::linear_gemv_set_tuning(*path.tuning);

@@ -211,9 +211,10 @@ int main(int argc, char** argv) {
         // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt.rn.f16x2.e4m3x2 (the
         // default since session 5, sm_89+), "T2" 16 rows per warp, "ef" weights evict-first in L2,
         // "nopdl" launched without programmatic dependent launch (the default on sm_90: the
-        // graph's calls overlap), "nosk" one whole row block per block (no stream-K). Measured and dropped from the rows in session 5: 3 blocks per
-        // SM, x staged to 96 KB with the first step prefetched, K split over clusters of 2 / 3
-        // blocks (slower on most shapes).
+        // graph's calls overlap), "nosk" one whole row block per block (no stream-K), "sk1"
+        // stream-K wherever the row blocks leave slots empty. Measured and dropped from the rows
+        // in session 5: 3 blocks per SM, x staged to 96 KB with the first step prefetched, K split
+        // over clusters of 2 / 3 blocks (slower on most shapes).
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
@@ -230,6 +231,7 @@ int main(int argc, char** argv) {
           with(" ef", [](cuda::GemvTuning& t) { t.l2_evict_first = true; });
           with(" nopdl", [](cuda::GemvTuning& t) { t.pdl = false; });
           with(" nosk", [](cuda::GemvTuning& t) { t.stream_k = false; });
+          with(" sk1", [](cuda::GemvTuning& t) { t.stream_k_min_steps = 1; });
         }
         for (const auto& tuning : tunings) {
           cuda::linear_gemv_set_tuning(tuning.second);

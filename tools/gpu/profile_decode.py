@@ -6,7 +6,8 @@ model, read with Nsight Compute, summed by kernel name. Run under ncu (GPU machi
   python3 tools/gpu/profile_decode.py --summarize ncu.csv
 
 The first form runs a 16-token prompt and 12 decode steps (batch 1; --batch for more); the
-launch window skips the load, the prefill and the first decode steps. The second form prints,
+launch window skips the load, the prefill and the first decode steps. --kv, --attention-layers
+and --prompt profile the depth table's model instead (e.g. fp8_e4m3 KV, 8 layers, 1,024 tokens). The second form prints,
 per kernel name, the calls, the total microseconds, the share of the window and the mean.
 """
 
@@ -25,12 +26,13 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 
-def run(batch: int, steps: int) -> None:
+def run(batch: int, steps: int, kv: str, attention_layers: int, prompt: int) -> None:
     from bench_gpu import make_engine, write_config
     from bench_gpu import run as run_requests
 
-    _, engine, _ = make_engine(write_config(64), "fp16", 256, batch, 64)
-    prompts = [[1000 + 7 * i + j for j in range(16)] for i in range(batch)]
+    cfg = write_config(attention_layers, attention_only=True) if attention_layers else write_config(64)
+    _, engine, _ = make_engine(cfg, kv, prompt + steps + 64, batch, 2048)
+    prompts = [[1000 + (7 * i + 13 * j) % 100000 for j in range(prompt)] for i in range(batch)]
     run_requests(engine, prompts, steps)
 
 
@@ -63,11 +65,15 @@ def main() -> None:
     ap.add_argument("--summarize", metavar="NCU_CSV")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--kv", default="fp16", help="kv_cache_dtype")
+    ap.add_argument("--attention-layers", type=int, default=0,
+                    help="an all-attention model of this many 27B layers (the depth table's), not the 64-layer 27B")
+    ap.add_argument("--prompt", type=int, default=16, help="prompt tokens (the context depth)")
     args = ap.parse_args()
     if args.summarize:
         summarize(args.summarize)
     else:
-        run(args.batch, args.steps)
+        run(args.batch, args.steps, args.kv, args.attention_layers, args.prompt)
 
 
 if __name__ == "__main__":

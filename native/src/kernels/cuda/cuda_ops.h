@@ -85,9 +85,12 @@ struct GemvTuning {
   bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
                                        // previous kernel (its first weight step prefetched to L2
                                        // while that kernel runs); measured faster in session 5
-  bool stream_k = true;                // where the row blocks leave SMs idle: one block per slot,
-                                       // each a share of the row blocks x column steps, split
-                                       // rows summed by the last block to finish them
+  bool stream_k = true;                // where the row blocks leave SMs idle and rows have at
+  int stream_k_min_steps = 96;         // least this many column steps (128 FP8 columns at 32 rows
+                                       // per warp): one block per slot, each a share of the row
+                                       // blocks x column steps, split rows summed by the last
+                                       // block to finish them. Session 6: mlp down 35.7 -> 32.8
+                                       // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
 };
 // The initial tuning takes PYENGINE_GEMV_PDL and PYENGINE_GEMV_STREAM_K (0/1) from the
 // environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py). (Measured in session 5 and removed: K split over

@@ -88,7 +88,6 @@ struct StagedX {
 // (every launch of the library is on cuda::stream()), and the finisher resets its counter.
 constexpr int kMaxStreamBlocks = 1024;
 constexpr int kPartFloats = 256;  // T * 64 at T = 4
-constexpr int kStreamMinSteps = 4;  // column steps a row needs for stream-K
 __device__ float g_stream_part[2 * kMaxStreamBlocks * kPartFloats];
 __device__ int g_stream_count[kMaxStreamBlocks];
 
@@ -356,12 +355,13 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
   }
   const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
   // Stream-K (the kernel's comment) where the row blocks leave block slots empty and a row has
-  // a few steps to share; the slots are the blocks per SM the registers are budgeted for.
+  // enough steps to pay for the split rows' sum (GemvTuning::stream_k_min_steps); the slots are
+  // the blocks per SM the registers are budgeted for.
   constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
   const int64_t row_blocks = grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
   const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
   int64_t grid = row_blocks;
-  if (g_tuning.stream_k && row_blocks < slots && n_it >= kStreamMinSteps)
+  if (g_tuning.stream_k && row_blocks < slots && n_it >= std::max(g_tuning.stream_k_min_steps, 1))
     grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
             x, n, w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, pdl, out);
