@@ -32,8 +32,8 @@
 // not taken: a second K+V buffer is +64 registers (194 -> ~258, spills at the 255 cap).
 // The defaults by dtype and depth, with their measurements: variant_of (H200, 27B layer: 24 q / 4
 // kv heads, D 256, batch 1); the variant tables of sessions 3-5 are in tools/gpu/NOTES.md.
-// NOT YET MET: quantized <= fp16 at every depth: the quantized paths are 1-2 us slower at 1K,
-// where a block handles 32 keys and a fixed cost dominates.
+// NOT YET MET: quantized <= fp16 at every depth: FP8/I8 take 16.6/16.9 us at 1K against F16's 13.8
+// (a fixed cost; splits of 16-128 keys, attention_decode_set_min_split_keys, do not close it).
 #include <algorithm>
 
 #include "kernels/cuda/attention_decode_mma.cuh"
@@ -532,9 +532,9 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 int g_variant = -1;
 
 // Per-dtype default by the call's longest context n_keys, from the graph-timed H200 rows (us at
-// 1K / 8K / 32K / 64K): F16 v0 14.4 / 25.7 / 51.3 / 83.7 vs v1 15.7 / 26.2 / 50.7 / 83.5; NVFP4
-// v0 14.7 / 23.3 / 50.7 / 84.9 vs v4 16.6 / 23.4 / 38.4 / 58.5; FP8 (17.7 / 25.7 / 42.4 / 63.4), I8
-// (18.0 / 26.6 / 46.1 / 70.6) v1 at every depth. Same bits either way. (NOT YET RUN ON A GPU.)
+// 1K / 8K / 32K / 64K, session 6 with PDL): F16 v0 13.8 / 25.0 / 50.1 / 81.8 vs v1 15.2 / 25.5 /
+// 49.2 / 81.4; NVFP4 v0 13.6 / 23.2 / 50.4 / 85.1 vs v4 15.5 / 22.7 / 37.7 / 57.6; FP8 (16.6 /
+// 24.9 / 41.6 / 62.3), I8 (16.9 / 25.6 / 45.3 / 69.8) v1 at every depth. Same bits either way.
 template <DType KV>
 int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;

@@ -46,8 +46,11 @@
 // Session 5 defaults (H200, graph-timed, % of copy at n = 1): FP8 by cvt.rn.f16x2.e4m3x2 on sm_89+
 // (qkv|z|a|b 64 -> 69, out 43 -> 48, down 40 -> 46, gate|up 66 -> 69) and programmatic dependent
 // launch on sm_90 (pdl: qkv|z|a|b 69 -> 71, z 52 -> 56; the 27B decode step 12.76 -> 12.17 ms).
-// Next: the 5120-row shapes (out, down: 160 blocks for 264 slots, 46-48 %) and the tail of the
-// last wave (gate|up: 4.1 waves); fewer instructions per chunk (address arithmetic).
+// Session 6 (% of copy at n = 1): the FP8 block scale loaded once per row block, not per row
+// group (against session 5's rows: out 48 -> 53.5, down 46 -> 58.8; gate|up 73.1); stream-K for
+// rows of >= 96 steps (down 58.8 -> 64.0; n = 8 51.8 -> 57.3). It lost where rows are short (out
+// 13.8 -> 17.2 us, k|v_proj 6.0 -> 10.8: the split rows' sum is ~3 us of latency). Decode batch 1
+// 11.94 -> 11.24 ms. Next: the small shapes (k|v_proj 20 %, in_proj_z 59 %), n = 8.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
