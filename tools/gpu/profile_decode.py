@@ -36,15 +36,17 @@ def run(batch: int, steps: int, kv: str, attention_layers: int, prompt: int) -> 
     run_requests(engine, prompts, steps)
 
 
-def summarize(path: str) -> None:
+def summarize(path: str, last: int = 0) -> None:
+    """Per kernel name over the profiled window, or over its `last` kernels (e.g. the decode
+    steps after a long prefill) when last > 0."""
     text = open(path, encoding="utf-8", errors="replace").read()
     start = text.find('"ID"')
-    rows = csv.DictReader(io.StringIO(text[start:]))
+    rows = [r for r in csv.DictReader(io.StringIO(text[start:])) if r.get("Metric Name") == "gpu__time_duration.sum"]
+    if last > 0:
+        rows = rows[-last:]
     total: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
     for r in rows:
-        if r.get("Metric Name") != "gpu__time_duration.sum":
-            continue
         name = re.sub(r"<?unnamed>::|\(anonymous namespace\)::|^void ", "", r["Kernel Name"])
         name = name.split("(")[0].split("<")[0].strip()
         value = float(r["Metric Value"].replace(",", ""))
@@ -69,9 +71,10 @@ def main() -> None:
     ap.add_argument("--attention-layers", type=int, default=0,
                     help="an all-attention model of this many 27B layers (the depth table's), not the 64-layer 27B")
     ap.add_argument("--prompt", type=int, default=16, help="prompt tokens (the context depth)")
+    ap.add_argument("--last", type=int, default=0, help="--summarize: only the window's last N kernels")
     args = ap.parse_args()
     if args.summarize:
-        summarize(args.summarize)
+        summarize(args.summarize, args.last)
     else:
         run(args.batch, args.steps, args.kv, args.attention_layers, args.prompt)
 

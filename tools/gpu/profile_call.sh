@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Profiles for the next kernel work in one device call (repo root; carry .whl; ~250 s):
+#   1. ncu sections (speed of light, warp states, instructions, memory, occupancy, launch) of the
+#      four GEMVs of a GDN layer (FP8, n = 1) inside a 27B decode step: ncu_gemv.txt;
+#   2. per-kernel time of decode steps of the depth table's model (8 attention layers, 1,024-token
+#      context) with fp16 and with fp8_e4m3 KV (must-show 4's gap at 1K): profile_<kv>.txt.
+# summary.txt gathers the key lines.
+set -u -o pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; S="$OUT/summary.txt"
+for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
+t0=$SECONDS
+BUILD_ONLY=1 OUT="$OUT" bash tools/gpu/pytest_gpu.sh > "$OUT/build_lib.log" 2>&1 || { echo "build FAILED" >> "$S"; cat "$S"; exit 1; }
+export PYENGINE_LIBRARY="$ROOT/build/dev/libpyengine.so" PYTHONPATH="$ROOT:/tmp/site:${PYTHONPATH:-}"
+echo "== built at $((SECONDS - t0)) s" >> "$S"
+# 1. A 27B decode step launches 4 quantized GEMVs per layer x 64 layers (the bf16 lm_head is
+# another kernel; the 16-token prefill runs the GEMM): skip two steps, take layer 0 (GDN) of the third.
+timeout 200 ncu --kernel-name regex:gemv_q_kernel --launch-skip 512 --launch-count 4 \
+  --section SpeedOfLight --section WarpStateStats --section InstructionStats --section Occupancy \
+  --section MemoryWorkloadAnalysis --section LaunchStats \
+  python3 tools/gpu/profile_decode.py --steps 4 > "$OUT/ncu_gemv.txt" 2> "$OUT/ncu_gemv.err"
+echo "== ncu gemv rc=$? at $((SECONDS - t0)) s" >> "$S"
+grep -E "gemv_q_kernel|Duration|DRAM Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Registers Per|Achieved Occupancy|No Eligible|Warp Cycles Per Issued" \
+  "$OUT/ncu_gemv.txt" | head -80 >> "$S"
+# 2. The depth model at 1K: the last 400 kernels are the last ~4 decode steps.
+for kv in fp16 fp8_e4m3; do
+  timeout 150 ncu --metrics gpu__time_duration.sum --csv python3 tools/gpu/profile_decode.py --kv "$kv" \
+    --attention-layers 8 --prompt 1024 --steps 6 > "$OUT/ncu_$kv.csv" 2> "$OUT/ncu_$kv.err"
+  python3 tools/gpu/profile_decode.py --summarize "$OUT/ncu_$kv.csv" --last 400 > "$OUT/profile_$kv.txt" 2>&1
+  { echo "== $kv KV, 1K context, last 400 kernels, at $((SECONDS - t0)) s"; head -25 "$OUT/profile_$kv.txt"; } >> "$S"
+done
+cat "$S"
