@@ -17,8 +17,9 @@
 // Tiling: a warp owns T groups of 8 rows (T = 4, 2, 1 as the matrix gets shorter, so that the
 // grid still fills the GPU), 8 chunks (128 bytes) per lane in flight per step; the 8 warps of a
 // block split the columns and sum through shared memory. Where the row blocks are fewer than the
-// GPU's block slots (the 5120-row out_proj / o_proj / down: 160 blocks for 264), stream-K: every
-// slot gets a block and an equal share of the row blocks x column steps (see g_stream_part).
+// GPU's block slots and the rows are long (mlp down: 160 blocks for 264 slots, 136 steps a row),
+// stream-K: every slot gets a block and an equal share of the row blocks x column steps (see
+// g_stream_part).
 // FP8 block scales apply per 128-column segment (block % 128 == 0); I8 row scales and the NVFP4
 // global scale apply at the end; NVFP4 group scales multiply the decoded fp16 pairs (exact,
 // linear_common.cuh).
@@ -50,7 +51,7 @@
 // group (against session 5's rows: out 48 -> 53.5, down 46 -> 58.8; gate|up 73.1); stream-K for
 // rows of >= 96 steps (down 58.8 -> 64.0; n = 8 51.8 -> 57.3). It lost where rows are short (out
 // 13.8 -> 17.2 us, k|v_proj 6.0 -> 10.8: the split rows' sum is ~3 us of latency). Decode batch 1
-// 11.94 -> 11.24 ms. Next: the small shapes (k|v_proj 20 %, in_proj_z 59 %), n = 8.
+// 11.94 -> 11.24 ms. Next: out_proj / o_proj (53.5 %), a cheaper split-row sum, n = 8.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -81,9 +82,10 @@ struct StagedX {
   __host__ __device__ static int64_t bytes(int64_t n, int64_t cols) { return n * token_pitch(cols); }
 };
 
-// Stream-K: where the row groups leave SMs idle (fewer blocks than the GPU holds at once), the
-// grid is the GPU's block capacity and block b takes units [b U / nb, (b + 1) U / nb) of the U =
-// row blocks x column steps, in row-block order: at most two row blocks, whole or in part. A row
+// Stream-K: where the row blocks leave SMs idle (fewer blocks than the GPU holds at once) and a
+// row has GemvTuning::stream_k_min_steps column steps or more, the grid is the GPU's block
+// capacity and block b takes units [b U / nb, (b + 1) U / nb) of the U = row blocks x column
+// steps, in row-block order: at most two row blocks, whole or in part. A row
 // block whose steps are split over blocks is summed by the last of them to finish (a counter per
 // row block), from the partial sums in kPartFloats slots, in block order: deterministic, and the
 // same partition for every token count. Without stream-K the same code runs one whole row block
