@@ -209,7 +209,8 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
   // The tiled kernel's split count is exact (make_plan: 1 for long prefill chunks, so they need
   // none); the decode kernel's (n_q <= 16) depends on the GPU and is bounded by max_splits.
   int64_t splits = make_plan(n_q, q_start_pos, n_heads, n_kv_heads).splits;
-  if (n_q <= attn::kDecodeMaxQueries) splits = std::max(splits, attn::max_splits(q_start_pos + n_q, attn::kMinSplitKeysFloor));
+  if (n_q <= attn::kDecodeMaxQueries)
+    splits = std::max(splits, attn::max_splits(q_start_pos + n_q, attn::kMinSplitKeysFloor));
   if (splits == 1) return 0;
   return static_cast<size_t>(splits) * n_q * n_heads * (head_dim + 2) * sizeof(float);
 }

@@ -251,7 +251,8 @@ void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
   else launch<256>(a, vec, stream);
   if (a.K > 1) {
     const int64_t C = 2 * a.Hk * a.dk + a.Hv * a.dv;
-    launch_pdl(conv_state_step_kernel, dim3(grid_1d(C, 256), static_cast<unsigned>(a.n_seqs)), dim3(256), 0, stream, a, C);
+    launch_pdl(conv_state_step_kernel, dim3(grid_1d(C, 256), static_cast<unsigned>(a.n_seqs)), dim3(256), 0, stream,
+               a, C);
     PE_CUDA_LAUNCH_CHECK();
   }
 }

@@ -78,7 +78,8 @@ template <DType KV>
 void launch(const PagedKV& kv, const int32_t* pt, int64_t start_pos, int64_t n, const float* k,
             const float* v, cudaStream_t stream) {
   const int64_t tasks = n * kv.n_kv_heads * 2;
-  launch_pdl(kv_write_kernel<KV>, dim3(grid_1d(tasks, kWarps)), dim3(kWarps * 32), 0, stream, kv, pt, start_pos, n, k, v);
+  launch_pdl(kv_write_kernel<KV>, dim3(grid_1d(tasks, kWarps)), dim3(kWarps * 32), 0, stream, kv, pt, start_pos, n,
+             k, v);
 }
 
 }  // namespace

@@ -128,7 +128,8 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(a.rot_dim);
     inv.v[i] = 1.0f / static_cast<float>(std::pow(static_cast<double>(a.theta), static_cast<double>(e)));
   }
-  launch_pdl(attention_inputs_kernel, dim3(grid_1d(tasks, kInputWarps)), dim3(kInputWarps * 32), 0, stream, a, inv, half);
+  launch_pdl(attention_inputs_kernel, dim3(grid_1d(tasks, kInputWarps)), dim3(kInputWarps * 32), 0, stream, a, inv,
+             half);
   PE_CUDA_LAUNCH_CHECK();
 }
 
