@@ -21,8 +21,7 @@
 namespace pe {
 namespace cuda {
 namespace attn {  // attention_decode.cu
-int64_t max_splits(int64_t n_keys, int64_t min_keys);
-constexpr int64_t kMinSplitKeysFloor = 16;  // attention_decode.cuh
+int64_t scratch_splits(int64_t n_keys);
 constexpr int64_t kDecodeMaxQueries = 16;  // attention_decode.cu: kDecodeMaxQ
 bool decode_applies(int64_t n_q, const float* q, const PagedKV& kv);
 void attention_decode(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
@@ -207,10 +206,9 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
                                      int64_t n_kv_heads, int64_t head_dim) {
   if (n_q <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return 0;
   // The tiled kernel's split count is exact (make_plan: 1 for long prefill chunks, so they need
-  // none); the decode kernel's (n_q <= 16) depends on the GPU and is bounded by max_splits.
+  // none); the decode kernel's (n_q <= 16) depends on the GPU and is bounded by scratch_splits.
   int64_t splits = make_plan(n_q, q_start_pos, n_heads, n_kv_heads).splits;
-  if (n_q <= attn::kDecodeMaxQueries)
-    splits = std::max(splits, attn::max_splits(q_start_pos + n_q, attn::kMinSplitKeysFloor));
+  if (n_q <= attn::kDecodeMaxQueries) splits = std::max(splits, attn::scratch_splits(q_start_pos + n_q));
   if (splits == 1) return 0;
   return static_cast<size_t>(splits) * n_q * n_heads * (head_dim + 2) * sizeof(float);
 }

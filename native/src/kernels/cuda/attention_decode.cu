@@ -28,13 +28,11 @@ int64_t max_splits(int64_t n_keys, int64_t min_keys) {
   return std::clamp<int64_t>((n_keys + min_keys - 1) / min_keys, 1, kMaxSplits);
 }
 
+int64_t scratch_splits(int64_t n_keys) { return max_splits(n_keys, kMinSplitKeysFloor); }
+
 namespace {
+
 int g_min_split_keys = kMinSplitKeys;  // attention_decode_set_min_split_keys
-}  // namespace
-
-int min_split_keys() { return g_min_split_keys; }
-
-namespace {
 
 template <DType KV> __host__ __device__ constexpr int unroll() { return KV == DType::F32 ? 2 : 4; }
 
@@ -298,6 +296,8 @@ void run_decode_nv(int nv, const DecodeParams& p, int64_t n_keys, void* scratch,
 }
 
 }  // namespace
+
+int min_split_keys() { return g_min_split_keys; }
 
 void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
                    void* scratch, size_t scratch_bytes, cudaStream_t stream) {

@@ -98,8 +98,10 @@ __device__ __forceinline__ void store_decode_result(const DecodeParams& p, const
   }
 }
 
-// Splits of at least min_keys keys (the scratch bound: kMinSplitKeysFloor), at most kMaxSplits.
-int64_t max_splits(int64_t n_keys, int64_t min_keys = kMinSplitKeysFloor);
+// Splits of at least min_keys keys, at most kMaxSplits; scratch_splits: the most any split length
+// may use (kMinSplitKeysFloor), what attention_paged_scratch_bytes sizes for.
+int64_t max_splits(int64_t n_keys, int64_t min_keys);
+int64_t scratch_splits(int64_t n_keys);
 
 // Splits fill the GPU once (SMs x resident blocks), at least min_split_keys() keys each; splits > 1
 // write partial states and attention_combine finishes. Both launches are launch_pdl: the kernel

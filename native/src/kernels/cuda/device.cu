@@ -1,4 +1,5 @@
 // Host helpers of the CUDA backend: device probe and argument checks shared by the launchers.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -35,11 +36,16 @@ bool pdl_enabled() {
   return on;
 }
 
-int sm_count() {
+int sm_count() {  // read once per device: launchers ask at every launch
+  static std::atomic<int> known[64] = {};
   int dev = 0, sms = 0;
   PE_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < 64;
+  if (cached && (sms = known[dev].load(std::memory_order_relaxed)) > 0) return sms;
   PE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms > 1 ? sms : 1;
+  sms = sms > 1 ? sms : 1;
+  if (cached) known[dev].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 bool device_available() {

@@ -364,10 +364,11 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
   // the blocks per SM the registers are budgeted for.
   constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
   const int64_t row_blocks = grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
-  const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
   int64_t grid = row_blocks;
-  if (g_tuning.stream_k && row_blocks < slots && n_it >= std::max(g_tuning.stream_k_min_steps, 1))
-    grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
+  if (g_tuning.stream_k && n_it >= std::max(g_tuning.stream_k_min_steps, 1)) {
+    const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
+    if (row_blocks < slots) grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
+  }
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
             x, n, w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, pdl, out);
 }
