@@ -3,7 +3,10 @@
 #   1. ncu sections (speed of light, warp states, instructions, memory, occupancy, launch) of the
 #      four GEMVs of a GDN layer (FP8, n = 1) inside a 27B decode step: ncu_gemv.txt;
 #   2. per-kernel time of decode steps of the depth table's model (8 attention layers, 1,024-token
-#      context) with fp16 and with fp8_e4m3 KV (must-show 4's gap at 1K): profile_<kv>.txt.
+#      context) with fp16 and with fp8_e4m3 KV (must-show 4's gap at 1K): profile_<kv>.txt, and
+#      ncu sections of that model's decode attention kernels: ncu_attn_<kv>.txt;
+#   3. per-kernel time of batch-1 decode steps of the 64-layer 27B model: profile_27b.txt.
+# ncu runs with --clock-control none (the device's METHOD.md: leave the clocks alone).
 # summary.txt gathers the key lines.
 set -u -o pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
@@ -15,7 +18,7 @@ export PYENGINE_LIBRARY="$ROOT/build/dev/libpyengine.so" PYTHONPATH="$ROOT:/tmp/
 echo "== built at $((SECONDS - t0)) s" >> "$S"
 # 1. A 27B decode step launches 4 quantized GEMVs per layer x 64 layers (the bf16 lm_head is
 # another kernel; the 16-token prefill runs the GEMM): skip two steps, take layer 0 (GDN) of the third.
-timeout 200 ncu --kernel-name regex:gemv_q_kernel --launch-skip 512 --launch-count 4 \
+timeout 200 ncu --clock-control none --kernel-name regex:gemv_q_kernel --launch-skip 512 --launch-count 4 \
   --section SpeedOfLight --section WarpStateStats --section InstructionStats --section Occupancy \
   --section MemoryWorkloadAnalysis --section LaunchStats \
   python3 tools/gpu/profile_decode.py --steps 4 > "$OUT/ncu_gemv.txt" 2> "$OUT/ncu_gemv.err"
@@ -24,9 +27,24 @@ grep -E "gemv_q_kernel|Duration|DRAM Throughput|Memory Throughput|Issue Slots Bu
   "$OUT/ncu_gemv.txt" | head -80 >> "$S"
 # 2. The depth model at 1K: the last 400 kernels are the last ~4 decode steps.
 for kv in fp16 fp8_e4m3; do
-  timeout 150 ncu --metrics gpu__time_duration.sum --csv python3 tools/gpu/profile_decode.py --kv "$kv" \
+  timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv python3 tools/gpu/profile_decode.py --kv "$kv" \
     --attention-layers 8 --prompt 1024 --steps 6 > "$OUT/ncu_$kv.csv" 2> "$OUT/ncu_$kv.err"
   python3 tools/gpu/profile_decode.py --summarize "$OUT/ncu_$kv.csv" --last 400 > "$OUT/profile_$kv.txt" 2>&1
   { echo "== $kv KV, 1K context, last 400 kernels, at $((SECONDS - t0)) s"; head -25 "$OUT/profile_$kv.txt"; } >> "$S"
+  # Two decode steps' attention kernels (the prefill's are attention_prefill_*), with sections.
+  timeout 120 ncu --clock-control none --kernel-name regex:"attention_decode|attention_combine" --launch-skip 16 \
+    --launch-count 4 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    --section InstructionStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+    python3 tools/gpu/profile_decode.py --kv "$kv" --attention-layers 8 --prompt 1024 --steps 4 \
+    > "$OUT/ncu_attn_$kv.txt" 2> "$OUT/ncu_attn_$kv.err"
+  { echo "== ncu attention $kv rc=$? at $((SECONDS - t0)) s"
+    grep -E "attention_|Duration|Memory Throughput|Issue Slots Busy|Executed Ipc A|Registers Per|Achieved Occupancy|No Eligible|Warp Cycles Per Issued|Executed Instructions  " \
+      "$OUT/ncu_attn_$kv.txt" | head -60; } >> "$S"
 done
+# 3. The 64-layer 27B model, batch 1: the window skips the load, the prefill and the first steps.
+timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 3000 --launch-count 1500 \
+  python3 tools/gpu/profile_decode.py > "$OUT/ncu_27b.csv" 2> "$OUT/ncu_27b.err"
+python3 tools/gpu/profile_decode.py --summarize "$OUT/ncu_27b.csv" > "$OUT/profile_27b.txt" 2>&1
+{ echo "== 27B batch 1, at $((SECONDS - t0)) s"; head -25 "$OUT/profile_27b.txt"; } >> "$S"
+tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz --exclude summary.txt . 2>/dev/null
 cat "$S"
