@@ -92,15 +92,14 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   // GEMM rounds x and W to fp16 (2^-11 relative each).
   const double tol = n <= 8 ? 1e-5 : 3e-3;
   // Quantized GEMV: x in registers, the default tuning, and every candidate of the tuning at once
-  // (x staged up to 128 KB with the first step prefetched, 3 blocks per SM, 16 rows per warp,
-  // weights evict-first in L2).
+  // (x staged up to 128 KB, 3 blocks per SM, 16 rows per warp).
   const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
   // The default launches as a programmatic dependent where the sm_90 code runs; "no pdl" does not.
   const cuda::GemvTuning dflt;
   cuda::GemvTuning regx, cand, nopdl, nosk, skall;
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
-  cand.prefetch_first = cand.fp8_cvt = cand.l2_evict_first = true;
+  cand.fp8_cvt = true;
   cand.min_blocks = 3;
   cand.rows_per_warp = 2;
   nopdl.pdl = false;

@@ -209,12 +209,13 @@ int main(int argc, char** argv) {
         w.global_scale = 0.01f;
         // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
         // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt.rn.f16x2.e4m3x2 (the
-        // default since session 5, sm_89+), "T2" 16 rows per warp, "ef" weights evict-first in L2,
-        // "nopdl" launched without programmatic dependent launch (the default on sm_90: the
-        // graph's calls overlap), "nosk" one whole row block per block (no stream-K), "sk1"
-        // stream-K wherever the row blocks leave slots empty. Measured and dropped from the rows
-        // in session 5: 3 blocks per SM, x staged to 96 KB with the first step prefetched, K split
-        // over clusters of 2 / 3 blocks (slower on most shapes).
+        // default since session 5, sm_89+), "T2" 16 rows per warp, "mb3" the staged kernels at 3
+        // blocks per SM (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched
+        // without programmatic dependent launch (the default on sm_90: the graph's calls
+        // overlap), "nosk" one whole row block per block (no stream-K), "sk1" stream-K wherever
+        // the row blocks leave slots empty. Measured and dropped: x staged to 96 KB with the
+        // first step prefetched, weights evict-first in L2, K split over clusters of 2 / 3 blocks
+        // (sessions 5-6).
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
@@ -228,7 +229,7 @@ int main(int argc, char** argv) {
           with(" regx", [](cuda::GemvTuning& t) { t.staged_x_max_bytes = 0; });
           if (dt == DType::FP8_E4M3) with(" nocvt", [](cuda::GemvTuning& t) { t.fp8_cvt = false; });
           with(" T2", [](cuda::GemvTuning& t) { t.rows_per_warp = 2; });
-          with(" ef", [](cuda::GemvTuning& t) { t.l2_evict_first = true; });
+          with(" mb3", [](cuda::GemvTuning& t) { t.min_blocks = 3; });
           with(" nopdl", [](cuda::GemvTuning& t) { t.pdl = false; });
           with(" nosk", [](cuda::GemvTuning& t) { t.stream_k = false; });
           with(" sk1", [](cuda::GemvTuning& t) { t.stream_k_min_steps = 1; });

@@ -79,9 +79,6 @@ struct GemvTuning {
                                        // size (<= 128 KB), else per warp in registers; 0: never
   bool fp8_cvt = true;                 // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
   int min_blocks = 2;                  // staged kernels' register budget: 2 or 3 blocks per SM
-  bool prefetch_first = false;         // staged: L2 prefetch of each warp's first weight step
-  bool l2_evict_first = false;         // weight loads leave L2 first (sm_80+): keeps the other
-                                       // kernels' code and activations in L2 across the step
   bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
                                        // previous kernel (its first weight step prefetched to L2
                                        // while that kernel runs); measured faster in session 5

@@ -28,29 +28,6 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return r;
 }
 
-// load_stream under an L2 cache policy (sm_80+; plain load_stream before). With
-// evict_first_policy(): a decode step streams ~27 GB of weights through a ~50 MB L2, evicting the
-// small kernels' code and activations between their uses unless the weights leave first.
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#endif
-  return policy;
-}
-__device__ __forceinline__ uint4 load_stream_hint(const void* p, uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p), "l"(policy));
-  return r;
-#else
-  (void)policy;
-  return load_stream(p);
-#endif
-}
-
 // Asks L2 for the line holding p (no registers, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 

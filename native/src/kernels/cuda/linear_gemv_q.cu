@@ -43,7 +43,9 @@
 // - session 5: 3 blocks per SM for the staged kernels (their register cap: 45-61 % at n = 1),
 //   x staged up to 96 KB with the first step prefetched (down 35 % against 40 %), weight loads
 //   under an L2 evict-first policy (no change), K split over thread-block clusters of 2-3 blocks
-//   summed in distributed shared memory (out 23.6 us against 15.7, decode step slower).
+//   summed in distributed shared memory (out 23.6 us against 15.7, decode step slower). The
+//   prefetch and evict-first knobs were removed afterwards (the latter was a runtime branch at
+//   every weight load).
 // Session 5 defaults (H200, graph-timed, % of copy at n = 1): FP8 by cvt.rn.f16x2.e4m3x2 on sm_89+
 // (qkv|z|a|b 64 -> 69, out 43 -> 48, down 40 -> 46, gate|up 66 -> 69) and programmatic dependent
 // launch on sm_90 (pdl: qkv|z|a|b 69 -> 71, z 52 -> 56; the 27B decode step 12.76 -> 12.17 ms).
@@ -110,16 +112,14 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // every warp splits its columns' x in registers for each row group step (the session-3 kernel:
 // ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
 // kCvt: FP8 decoded by cvt.rn.f16x2.e4m3x2 on sm_89+ (decode_chunk). kMinBlocks: blocks per SM
-// the registers are budgeted for. prefetch_first: L2 prefetch of the warp's first step before the
-// x staging, so the staging overlaps the first weight bytes. evict_first: weight loads marked to
-// leave L2 first (load_stream_hint with evict_first_policy).
+// the registers are budgeted for.
 // pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
 // step is prefetched into L2 while that kernel still runs; x is read and out written after
 // pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool prefetch_first,
-                  bool evict_first, bool pdl, float* __restrict__ out) {
+    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl,
+                  float* __restrict__ out) {
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
@@ -163,9 +163,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const float* xrow = x + static_cast<int64_t>(has_x ? g : 0) * cols;
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
-  const uint64_t policy = evict_first ? evict_first_policy() : 0;
   const int it_first = k_lo + warp;  // this warp's first step
-  if (((kStagedX && prefetch_first) || pdl) && it_first < (rb_lo == rb_hi ? k_hi : n_it)) {
+  if (pdl && it_first < (rb_lo == rb_hi ? k_hi : n_it)) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int64_t col = static_cast<int64_t>(it_first) * KI + (c * 4 + t) * VPC;
@@ -217,7 +216,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           gsc[r][c] = 0;
           if (valid) {
             const uint8_t* p = rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
-            raw[r][c] = evict_first ? load_stream_hint(p, policy) : load_stream(p);
+            raw[r][c] = load_stream(p);
             if constexpr (DT == DType::NVFP4)
               gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
           }
@@ -370,7 +369,7 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
     if (row_blocks < slots) grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
   }
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, g_tuning.prefetch_first, g_tuning.l2_evict_first, pdl, out);
+            x, n, w, seg_per_block, pdl, out);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
