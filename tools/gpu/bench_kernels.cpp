@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
         if (ab) {
-          auto with = [&](const char* name, auto edit) {
+          auto with = [&](const std::string& name, auto edit) {
             cuda::GemvTuning t = dflt;
             edit(t);
             tunings.emplace_back(name, t);
@@ -233,6 +233,8 @@ int main(int argc, char** argv) {
           with(" nopdl", [](cuda::GemvTuning& t) { t.pdl = false; });
           with(" nosk", [](cuda::GemvTuning& t) { t.stream_k = false; });
           with(" sk1", [](cuda::GemvTuning& t) { t.stream_k_min_steps = 1; });
+          for (int pf : {1, 2, 4})
+            with(" pf" + std::to_string(pf), [pf](cuda::GemvTuning& t) { t.prefetch_steps = pf; });
         }
         for (const auto& tuning : tunings) {
           cuda::linear_gemv_set_tuning(tuning.second);

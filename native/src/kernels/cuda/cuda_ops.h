@@ -88,11 +88,15 @@ struct GemvTuning {
                                        // blocks x column steps, split rows summed by the last
                                        // block to finish them. Session 6: mlp down 35.7 -> 32.8
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
+  int prefetch_steps = 0;              // each warp asks L2 for its weight step this many steps
+                                       // (of the block's 8 warps) ahead: prefetch.global.L2, one
+                                       // line per lane, no registers held (session 7: ncu found
+                                       // the kernel latency-bound, not issue-bound); 0: none
 };
-// The initial tuning takes PYENGINE_GEMV_PDL and PYENGINE_GEMV_STREAM_K (0/1) from the
-// environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py). (Measured
-// in session 5 and removed: K split over thread-block clusters, summed in distributed shared
-// memory: slower on every 27B shape.)
+// The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K (0/1) and
+// PYENGINE_GEMV_PREFETCH (steps) from the environment when set: the A/B switches for whole
+// decode steps (tools/bench_gpu.py). (Measured in session 5 and removed: K split over
+// thread-block clusters, summed in distributed shared memory: slower on every 27B shape.)
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();
 

@@ -118,7 +118,7 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl,
+    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
                   float* __restrict__ out) {
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
@@ -144,6 +144,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
   const uint8_t* rowp[T];
   const uint8_t* grow[T];   // NVFP4 group scales of the lane's row
+  // L2 look-ahead: a warp step reads 8T rows x KI columns = 32 lines of 128 bytes (every T and
+  // dtype); lane l asks for line l / 8T of row l % 8T of a step (pf_row: that row's start).
+  constexpr int64_t kStepBytes = DT == DType::NVFP4 ? KI / 2 : KI;
+  static_assert(kStepBytes * 8 * T == 32 * 128, "one 128-byte line per lane and step");
+  const uint8_t* pf_row = nullptr;
   // FP8 block-scale row of the row block: one for its 8T rows (w.block % 128 == 0, row blocks
   // aligned to 8T <= 32; rows past the end are clamped, computed and not written).
   const float* srow = nullptr;
@@ -157,22 +162,23 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       grow[r] = DT == DType::NVFP4 ? w.group_scale + row * (cols / 16) : nullptr;
     }
     if constexpr (kFp8) srow = w.block_scale + (min(row0, rows - 1) / w.block) * ncb;
+    pf_row = static_cast<const uint8_t*>(w.data) + min(row0 + lane % (8 * T), rows - 1) * row_bytes;
+  };
+  const int pf_line = lane / (8 * T) * 128;
+  const auto prefetch_step = [&](int it) {  // no registers held, no wait; only bytes of the row
+    const int64_t off = static_cast<int64_t>(it) * kStepBytes + pf_line;
+    if (off < row_bytes) prefetch_l2(pf_row + off);
   };
   set_rows(static_cast<int64_t>(rb_lo) * (8 * T));
   const bool has_x = g < n;
   const float* xrow = x + static_cast<int64_t>(has_x ? g : 0) * cols;
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
-  const int it_first = k_lo + warp;  // this warp's first step
-  if (pdl && it_first < (rb_lo == rb_hi ? k_hi : n_it)) {
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int64_t col = static_cast<int64_t>(it_first) * KI + (c * 4 + t) * VPC;
-#pragma unroll
-      for (int r = 0; r < T; ++r)
-        if (col < cols) prefetch_l2(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
-    }
-  }
+  // Under PDL, the warp's first max(pf_steps, 1) steps go to L2 while the previous kernel runs.
+  const int it_first = k_lo + warp, it_end0 = rb_lo == rb_hi ? k_hi : n_it;
+  if (pdl)
+    for (int j = 0; j < max(pf_steps, 1); ++j)
+      if (it_first + j * kWarps < it_end0) prefetch_step(it_first + j * kWarps);
   pdl_wait();
   if constexpr (kStagedX) {
     const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
@@ -202,6 +208,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
     for (int it = k0 + warp; it < k1; it += kWarps) {
       const int64_t kb = static_cast<int64_t>(it) * KI;
+      if (pf_steps > 0 && it + pf_steps * kWarps < k1) prefetch_step(it + pf_steps * kWarps);
       // All loads of the step first: 8 x 16 bytes per lane in flight.
       uint4 raw[T][C];
       uint32_t gsc[T][C];
@@ -340,6 +347,7 @@ GemvTuning g_tuning = [] {
   GemvTuning t;
   if (const char* v = std::getenv("PYENGINE_GEMV_PDL")) t.pdl = std::atoi(v) != 0;
   if (const char* v = std::getenv("PYENGINE_GEMV_STREAM_K")) t.stream_k = std::atoi(v) != 0;
+  if (const char* v = std::getenv("PYENGINE_GEMV_PREFETCH")) t.prefetch_steps = std::clamp(std::atoi(v), 0, 8);
   return t;
 }();
 
@@ -369,7 +377,7 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
     if (row_blocks < slots) grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
   }
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, out);
+            x, n, w, seg_per_block, pdl, g_tuning.prefetch_steps, out);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and

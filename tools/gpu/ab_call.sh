@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One A/B device call (repo root; carry .whl): build (75;90) and run the op tests in TESTS
+# (default test_cuda_linear); bench_kernels --only for each BENCH section (default gemv); the 27B
+# decode bench (batch 1, 2, 8; DEPTH=1 adds the depth table) with the default tuning, then once
+# more for each assignment in DECODE_ENVS (e.g. "PYENGINE_GEMV_PREFETCH=1 PYENGINE_GEMV_STREAM_K=0",
+# one decode-only run each); with PROFILE_KV (e.g. "fp16 fp8_e4m3") the per-kernel time of decode
+# steps of the depth table's model at 1K context (ncu) for each KV dtype.
+# Returns summary.txt + logs.tgz only (the device call brings back few files).
+set -u -o pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; L=/tmp/ablogs; rm -rf "$L"; mkdir -p "$L"; S="$OUT/summary.txt"
+for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
+t0=$SECONDS
+TESTS="${TESTS:-test_cuda_linear}" BENCH="${BENCH-gemv}" DECODE=1 DEPTH="${DEPTH:-0}" OUT="$L" timeout 420 \
+  bash tools/gpu/kernel_ab.sh >> "$S" 2>&1
+export PYENGINE_LIBRARY="$ROOT/build/dev/libpyengine.so" PYTHONPATH="$ROOT:/tmp/site:${PYTHONPATH:-}"
+for assign in ${DECODE_ENVS:-}; do
+  env "$assign" timeout 75 python3 tools/bench_gpu.py --skip-depth --prefill-sizes --decode-tokens 48 2>&1 \
+    | grep -E "^decode" | sed "s/^/[$assign] /" >> "$S"
+  echo "== $assign done at $((SECONDS - t0)) s" >> "$S"
+done
+for kv in ${PROFILE_KV:-}; do
+  # Killed as a group on timeout, so no process keeps the GPU's memory for the next one.
+  timeout -k 5 120 setsid ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    python3 tools/gpu/profile_decode.py --kv "$kv" --attention-layers 8 --prompt 1024 --steps 6 \
+    > "$L/ncu_$kv.csv" 2> "$L/ncu_$kv.err"
+  pkill -9 -f profile_decode.py; sleep 1
+  { echo "== $kv KV, 1K context, last 400 kernels (~4 steps), at $((SECONDS - t0)) s"
+    python3 tools/gpu/profile_decode.py --summarize "$L/ncu_$kv.csv" --last 400 2>&1 | head -25; } >> "$S"
+done
+for s in ${BENCH-gemv}; do
+  { echo "== bench $s (graph-timed)"; grep -E "^(gemv|attn|gemm|norm)" "$L/ab_bench_$s.log"; } >> "$S"
+done
+echo "== done at $((SECONDS - t0)) s" >> "$S"
+tar czf /tmp/logs.tgz -C "$L" . && mv /tmp/logs.tgz "$OUT/logs.tgz"
+grep -vE "^(gemv|attn decode)" "$S"
