@@ -92,7 +92,7 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   // GEMM rounds x and W to fp16 (2^-11 relative each).
   const double tol = n <= 8 ? 1e-5 : 3e-3;
   // Quantized GEMV: x in registers, the default tuning, and every candidate of the tuning at once
-  // (x staged up to 128 KB, 3 blocks per SM, 16 rows per warp, L2 look-ahead of 2 steps).
+  // (x staged up to 128 KB, 3 blocks per SM, 16 rows per warp).
   const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
   // The default launches as a programmatic dependent where the sm_90 code runs; "no pdl" does not.
   const cuda::GemvTuning dflt;
@@ -102,12 +102,9 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   cand.fp8_cvt = true;
   cand.min_blocks = 3;
   cand.rows_per_warp = 2;
-  cand.prefetch_steps = 2;
   nopdl.pdl = false;
-  nopdl.prefetch_steps = 1;
   nosk.stream_k = false;       // one whole row block per block everywhere
   skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
-  skall.prefetch_steps = 1;
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
       {&nosk, " [no stream-k]"}, {&skall, " [stream-k from 1 step]"}};

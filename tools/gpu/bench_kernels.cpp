@@ -209,18 +209,19 @@ int main(int argc, char** argv) {
         w.global_scale = 0.01f;
         // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
         // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt.rn.f16x2.e4m3x2 (the
-        // default since session 5, sm_89+), "T2" 16 rows per warp, "mb3" the staged kernels at 3
-        // blocks per SM (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched
-        // without programmatic dependent launch (the default on sm_90: the graph's calls
-        // overlap), "nosk" one whole row block per block (no stream-K), "sk1" stream-K wherever
-        // the row blocks leave slots empty. Measured and dropped: x staged to 96 KB with the
-        // first step prefetched, weights evict-first in L2, K split over clusters of 2 / 3 blocks
-        // (sessions 5-6).
+        // default since session 5, sm_89+), "stg" FP8 x staged wherever it fits (the rule before
+        // session 7), "T2" 16 rows per warp, "mb3" the staged kernels at 3 blocks per SM
+        // (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched without
+        // programmatic dependent launch (the default on sm_90: the graph's calls overlap), "nosk"
+        // one whole row block per block (no stream-K), "sk1" stream-K wherever the row blocks
+        // leave slots empty. Measured and dropped: x staged to 96 KB with the first step
+        // prefetched, weights evict-first in L2, K split over clusters of 2 / 3 blocks (sessions
+        // 5-6), an L2 look-ahead of 1 / 2 / 4 steps (session 7).
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
         if (ab) {
-          auto with = [&](const std::string& name, auto edit) {
+          auto with = [&](const char* name, auto edit) {
             cuda::GemvTuning t = dflt;
             edit(t);
             tunings.emplace_back(name, t);
@@ -228,13 +229,12 @@ int main(int argc, char** argv) {
           tunings[0].first = " dflt";
           with(" regx", [](cuda::GemvTuning& t) { t.staged_x_max_bytes = 0; });
           if (dt == DType::FP8_E4M3) with(" nocvt", [](cuda::GemvTuning& t) { t.fp8_cvt = false; });
+          if (dt == DType::FP8_E4M3) with(" stg", [](cuda::GemvTuning& t) { t.fp8_stage_one_wave = false; });
           with(" T2", [](cuda::GemvTuning& t) { t.rows_per_warp = 2; });
           with(" mb3", [](cuda::GemvTuning& t) { t.min_blocks = 3; });
           with(" nopdl", [](cuda::GemvTuning& t) { t.pdl = false; });
           with(" nosk", [](cuda::GemvTuning& t) { t.stream_k = false; });
           with(" sk1", [](cuda::GemvTuning& t) { t.stream_k_min_steps = 1; });
-          for (int pf : {1, 2, 4})
-            with(" pf" + std::to_string(pf), [pf](cuda::GemvTuning& t) { t.prefetch_steps = pf; });
         }
         for (const auto& tuning : tunings) {
           cuda::linear_gemv_set_tuning(tuning.second);
@@ -331,8 +331,8 @@ int main(int argc, char** argv) {
       // variants 0, 1 and 4.
       for (int msk : {0, 16, 64, 128})
       for (int variant = -1; variant < (tc ? cuda::kAttentionDecodeVariants : 0); ++variant) {
-        if (variant >= 4 && kvt != DType::NVFP4) continue;  // 4 differs from 1 for NVFP4 only
-        if (msk && (!tc || depth > 8192 || variant == -1 || variant == 2 || variant == 3)) continue;
+        if (variant == 4 && kvt != DType::NVFP4) continue;  // 4 differs from 1 for NVFP4 only
+        if (msk && (!tc || depth > 8192 || variant == -1 || variant == 2 || variant == 3 || variant == 5)) continue;
         cuda::attention_decode_set_variant(variant);
         cuda::attention_decode_set_min_split_keys(msk);
         const auto call = [&](int c, cudaStream_t st) {

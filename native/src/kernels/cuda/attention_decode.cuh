@@ -73,16 +73,17 @@ __device__ __forceinline__ void resolve_rows(int64_t* rows, const DecodeParams& 
 // A block's result for its nv vectors (vector v = query i0 + v / nh, head h0 + v % nh), acc_at(v,
 // d) reading the block's merged accumulator: o = acc / l times the gate when the block is the
 // only split, else the unnormalized partial (acc, m, l) that attention_combine merges.
+// unit_mul: a power of two on p.v_unit (the tensor-core kernel's FP8-by-cvt values).
 template <class AccAt>
 __device__ __forceinline__ void store_decode_result(const DecodeParams& p, const AccAt& acc_at, const float* fin_m,
                                                     const float* fin_l, int nv, int nh, int64_t i0, int h0,
-                                                    int split, int D, int tid) {
+                                                    int split, int D, int tid, float unit_mul = 1.0f) {
   const bool direct = gridDim.x == 1;
   const int64_t n_rows = p.n_q * p.n_heads;
   for (int e = tid; e < nv * D; e += kThreads) {
     const int v = e / D, d = e % D;
     const int64_t row = (i0 + v / nh) * p.n_heads + h0 + v % nh;
-    const float val = acc_at(v, d) * p.v_unit;
+    const float val = acc_at(v, d) * (p.v_unit * unit_mul);
     if (direct) {
       float o = val / fin_l[v];
       if (p.gate) o *= sigmoid_f(p.gate[row * D + d]);

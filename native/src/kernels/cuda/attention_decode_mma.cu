@@ -28,7 +28,8 @@
 // / two rounds of tiles ahead (does not pay on balance; F16 thrashes L2 at 2 rounds); v4 (kFast,
 // NVFP4 only) whole-chunk loads one step ahead exchanged through shared memory (Fp4Stage), P
 // transposed once a step: ~1,277 instructions a step against v0's ~1,410, 249 / 248 registers
-// (sm_90 / sm_75) at 2 blocks per SM (sm_75 runs 1: 44 KB smem). Register prefetch for FP8/I8 was
+// (sm_90 / sm_75) at 2 blocks per SM (sm_75 runs 1: 44 KB smem); v5 v0 with v1's swizzled merge
+// (kSwzOnly: v1's early page-table loads cost F16 ~1.4 us at 1K). Register prefetch for FP8/I8 was
 // not taken: a second K+V buffer is +64 registers (194 -> ~258, spills at the 255 cap).
 // The defaults by dtype and depth, with their measurements: variant_of (H200, 27B layer: 24 q / 4
 // kv heads, D 256, batch 1); the variant tables of sessions 3-5 are in tools/gpu/NOTES.md.
@@ -50,12 +51,17 @@ namespace tc {
 // (NVFP4, with kTuned), the same arithmetic on the same fp16 operands in the same order as v0; P
 // is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector g) and scaled
 // there by those keys' V group scales (from the tile), not by a movmatrix pair per m-tile.
-template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
+// kSwzOnly (variant 5): v0 with v1's conflict-free merge, without the early page-table loads.
+template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>
 __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     attention_decode_mma_kernel(DecodeParams p) {
   pdl_wait();  // launched as a programmatic dependent (launch_decode)
   pdl_trigger();
-  constexpr bool kFast = kFastBlocks > 0;
+  constexpr bool kFast = kFastBlocks > 0, kSwz = kTuned || kSwzOnly;
+  // FP8 pairs by the hardware conversion where the compiled code has it (exact, like the integer
+  // decode; the values 256x larger, which qscale and the result's unit take back: same bits).
+  constexpr bool kFp8ByCvt = KV == DType::FP8_E4M3 && kFp8Cvt;
+  static_assert(!(kTuned && kSwzOnly), "kSwzOnly: the untuned kernel's rows");
   static_assert(!kFast || (KV == DType::NVFP4 && kTuned), "kFast: the NVFP4 path of the tuned kernel");
   using L = Layout<KV, D>;
   using F = Fp4Stage<D>;
@@ -137,7 +143,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
       split_f16(x[1], x[3], f.y, f.w);
       qfrag[ks][lane] = f;
     }
-    if (t == 0) qscale[g] = __uint_as_float(static_cast<uint32_t>(127 - k2) << 23);
+    // FP8 by cvt (sm_89+): K values 256x the integer decode's (the host's unit), taken off here.
+    if (t == 0) qscale[g] = __uint_as_float(static_cast<uint32_t>(127 - k2 - (kFp8ByCvt ? 8 : 0)) << 23);
   }
   if constexpr (kTuned)
 #pragma unroll
@@ -329,8 +336,12 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
             a[r][0] = kw[r][2 * ks];
             a[r][1] = kw[r][2 * ks + 1];
           } else if constexpr (KV == DType::FP8_E4M3) {
-            a[r][0] = kv_fp8_pair_even(kw[r][ks]);
-            a[r][1] = kv_fp8_pair_odd(kw[r][ks]);
+            if constexpr (kFp8ByCvt) {  // bytes 0, 2 and 1, 3 side by side, then one cvt per pair
+              e4m3x4_cvt(__byte_perm(kw[r][ks], 0u, 0x3120), a[r][0], a[r][1]);
+            } else {
+              a[r][0] = kv_fp8_pair_even(kw[r][ks]);
+              a[r][1] = kv_fp8_pair_odd(kw[r][ks]);
+            }
           } else if constexpr (kI8) {
             const uint32_t x = kw[r][ks] ^ 0x80808080u;
             a[r][0] = kv_i8_pair_even(x);
@@ -453,6 +464,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
             const uint32_t y = __byte_perm(x0, x1, fp4_vsel);
             a[2 * r] = kv_fp4_pair_lo(y);
             a[2 * r + 1] = kv_fp4_pair_hi(y);
+          } else if constexpr (kFp8ByCvt) {  // the same pairs: byte b of both keys side by side
+            e4m3x4_cvt(__byte_perm(x0, x1, (j & 1) ? 0x7362 : 0x5140), a[2 * r], a[2 * r + 1]);
           } else {
             const uint32_t z = __byte_perm(x0, x1, (j & 1) ? 0x7632 : 0x5410);
             if constexpr (kI8) {
@@ -480,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 
   // Merge: l over the 8 groups, then the warps through shared memory (fixed order).
   float* const racc = &red_acc[0][0];
-  const auto acc_at = [&](int v, int d) -> float& { return racc[v * D + (kTuned ? d ^ L::swz(v, d) : d)]; };
+  const auto acc_at = [&](int v, int d) -> float& { return racc[v * D + (kSwz ? d ^ L::swz(v, d) : d)]; };
 #pragma unroll
   for (int e = 0; e < 2; ++e)
 #pragma unroll
@@ -510,7 +523,10 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     fin_m[tid] = mx;
     fin_l[tid] = sum;
   }
-  for (int w = 0; w < kWarps; ++w) {
+  // Only the warps that had keys add (the others hold 0 * 0): a 32-key split (1K context) has 2.
+  const int64_t n_split = ke - kb;
+  const int merged = n_split >= kWarps * kStep ? kWarps : max(1, static_cast<int>((n_split + kStep - 1) / kStep));
+  for (int w = 0; w < merged; ++w) {
     if (warp == w)
 #pragma unroll
       for (int j = 0; j < MT; ++j)
@@ -523,7 +539,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     __syncthreads();
   }
 
-  store_decode_result(p, acc_at, fin_m, fin_l, nv, nh, i0, h0, split, D, tid);
+  store_decode_result(p, acc_at, fin_m, fin_l, nv, nh, i0, h0, split, D, tid, kFp8ByCvt ? 1.0f / 256.0f : 1.0f);
 }
 
 }  // namespace tc
@@ -543,21 +559,20 @@ int variant_of(int64_t n_keys) {
   return 1;
 }
 
-template <DType KV, int D, bool kTuned, int kFastBlocks = 0>
+template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>
 void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, size_t scratch_bytes,
                    cudaStream_t stream) {
-  static const int resident = [] {
+  auto* kernel = tc::attention_decode_mma_kernel<KV, D, kTuned, kFastBlocks, kSwzOnly>;
+  static const int resident = [kernel] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, tc::attention_decode_mma_kernel<KV, D, kTuned, kFastBlocks>,
-                                                      kThreads, 0) != cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0) != cudaSuccess)
       b = 1;
     return std::max(b, 1);
   }();
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
   p.pf_rounds = variant == 2 || variant == 3 ? variant - 1 : 0;
-  launch_decode(tc::attention_decode_mma_kernel<KV, D, kTuned, kFastBlocks>, resident, p, n_keys, scratch,
-                scratch_bytes, stream);
+  launch_decode(kernel, resident, p, n_keys, scratch, scratch_bytes, stream);
 }
 
 template <DType KV, int D>
@@ -567,6 +582,7 @@ void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch,
   constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0;
   const int variant = variant_of<KV>(n_keys);
   if (variant == 0) run_decode_tc<KV, D, false>(p, variant, n_keys, scratch, scratch_bytes, stream);
+  else if (variant == 5) run_decode_tc<KV, D, false, 0, true>(p, variant, n_keys, scratch, scratch_bytes, stream);
   else if (kFast4 && variant == 4)
     run_decode_tc<KV, D, true, kFast4>(p, variant, n_keys, scratch, scratch_bytes, stream);
   else run_decode_tc<KV, D, true>(p, variant, n_keys, scratch, scratch_bytes, stream);

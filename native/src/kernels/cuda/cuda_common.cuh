@@ -125,6 +125,21 @@ __device__ __forceinline__ __half2 fp8x2_to_half2_div256(uint32_t x) {
   return *reinterpret_cast<const __half2*>(&h);
 }
 
+// sm_89+ has the conversion in hardware: cvt.rn.f16x2.e4m3x2 turns the e4m3 pair in the low
+// (high) 16 bits of w into fp16x2 `lo` (`hi`), low byte in the low half, the values themselves
+// (not / 256), exactly. kFp8Cvt says whether the code being compiled has it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+constexpr bool kFp8Cvt = true;
+__device__ __forceinline__ void e4m3x4_cvt(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+#else
+constexpr bool kFp8Cvt = false;
+__device__ __forceinline__ void e4m3x4_cvt(uint32_t, uint32_t& lo, uint32_t& hi) { lo = hi = 0u; }  // unused
+#endif
+
 __device__ __forceinline__ float fp8_to_f32(uint8_t b) {
   const __half2 h = fp8x2_to_half2_div256(b);
   return __low2float(h) * 256.0f;

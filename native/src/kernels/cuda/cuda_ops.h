@@ -78,6 +78,11 @@ struct GemvTuning {
   int64_t staged_x_max_bytes = 32768;  // x split once per block into shared memory up to this
                                        // size (<= 128 KB), else per warp in registers; 0: never
   bool fp8_cvt = true;                 // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
+  bool fp8_stage_one_wave = true;      // FP8 by cvt, 32 rows per warp: x staged only where the row
+                                       // blocks fit in one wave (session 7, % of copy at n = 1,
+                                       // staged -> registers: qkv|z|a|b 73.4 -> 78.1, gate|up
+                                       // 76.6 -> 79.2, out_proj (160 blocks) 59.0 -> 54.2; I8 and
+                                       // NVFP4 lose in registers on every shape)
   int min_blocks = 2;                  // staged kernels' register budget: 2 or 3 blocks per SM
   bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
                                        // previous kernel (its first weight step prefetched to L2
@@ -88,15 +93,11 @@ struct GemvTuning {
                                        // blocks x column steps, split rows summed by the last
                                        // block to finish them. Session 6: mlp down 35.7 -> 32.8
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
-  int prefetch_steps = 0;              // each warp asks L2 for its weight step this many steps
-                                       // (of the block's 8 warps) ahead: prefetch.global.L2, one
-                                       // line per lane, no registers held (session 7: ncu found
-                                       // the kernel latency-bound, not issue-bound); 0: none
 };
-// The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K (0/1) and
-// PYENGINE_GEMV_PREFETCH (steps) from the environment when set: the A/B switches for whole
-// decode steps (tools/bench_gpu.py). (Measured in session 5 and removed: K split over
-// thread-block clusters, summed in distributed shared memory: slower on every 27B shape.)
+// The initial tuning takes PYENGINE_GEMV_PDL and PYENGINE_GEMV_STREAM_K (0/1) from the
+// environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py). (Measured
+// in session 5 and removed: K split over thread-block clusters, summed in distributed shared
+// memory: slower on every 27B shape.)
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();
 
@@ -132,11 +133,12 @@ constexpr int64_t kAttentionMmaMinQueries = 64;
 // loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
 // ahead; 4 = for NVFP4 caches, 1 with whole-chunk K/V/scale loads one step ahead, exchanged
 // through shared memory, and P scaled in the mma B layout (no movmatrix per m-tile); for the
-// other dtypes 4 runs 1. Same results in every variant, bit for bit. Values outside
+// other dtypes 4 runs 1; 5 = 0 with 1's conflict-free merge (no early page-table loads). Same
+// results in every variant, bit for bit. Values outside
 // -1..kAttentionDecodeVariants-1 are clamped. Not for use while other threads run attention_paged.
 // (Measured and removed: in session 4 a one-wait split-K combine and split lengths in whole
 // 64-key rounds; in session 5 variant 4 at 3 blocks per SM; tools/gpu/NOTES.md.)
-constexpr int kAttentionDecodeVariants = 5;
+constexpr int kAttentionDecodeVariants = 6;
 void attention_decode_set_variant(int variant);
 // Tuning hook (bench_kernels, tests): the fewest keys a decode split handles (<= 0: the default,
 // 32; at least 16). Same results for any value within the op's tolerance (the splits' partial

@@ -118,7 +118,7 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
+    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl,
                   float* __restrict__ out) {
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
@@ -144,11 +144,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
   const uint8_t* rowp[T];
   const uint8_t* grow[T];   // NVFP4 group scales of the lane's row
-  // L2 look-ahead: a warp step reads 8T rows x KI columns = 32 lines of 128 bytes (every T and
-  // dtype); lane l asks for line l / 8T of row l % 8T of a step (pf_row: that row's start).
-  constexpr int64_t kStepBytes = DT == DType::NVFP4 ? KI / 2 : KI;
-  static_assert(kStepBytes * 8 * T == 32 * 128, "one 128-byte line per lane and step");
-  const uint8_t* pf_row = nullptr;
   // FP8 block-scale row of the row block: one for its 8T rows (w.block % 128 == 0, row blocks
   // aligned to 8T <= 32; rows past the end are clamped, computed and not written).
   const float* srow = nullptr;
@@ -162,23 +157,22 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       grow[r] = DT == DType::NVFP4 ? w.group_scale + row * (cols / 16) : nullptr;
     }
     if constexpr (kFp8) srow = w.block_scale + (min(row0, rows - 1) / w.block) * ncb;
-    pf_row = static_cast<const uint8_t*>(w.data) + min(row0 + lane % (8 * T), rows - 1) * row_bytes;
-  };
-  const int pf_line = lane / (8 * T) * 128;
-  const auto prefetch_step = [&](int it) {  // no registers held, no wait; only bytes of the row
-    const int64_t off = static_cast<int64_t>(it) * kStepBytes + pf_line;
-    if (off < row_bytes) prefetch_l2(pf_row + off);
   };
   set_rows(static_cast<int64_t>(rb_lo) * (8 * T));
   const bool has_x = g < n;
   const float* xrow = x + static_cast<int64_t>(has_x ? g : 0) * cols;
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
-  // Under PDL, the warp's first max(pf_steps, 1) steps go to L2 while the previous kernel runs.
-  const int it_first = k_lo + warp, it_end0 = rb_lo == rb_hi ? k_hi : n_it;
-  if (pdl)
-    for (int j = 0; j < max(pf_steps, 1); ++j)
-      if (it_first + j * kWarps < it_end0) prefetch_step(it_first + j * kWarps);
+  const int it_first = k_lo + warp;  // this warp's first step
+  if (pdl && it_first < (rb_lo == rb_hi ? k_hi : n_it)) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t col = static_cast<int64_t>(it_first) * KI + (c * 4 + t) * VPC;
+#pragma unroll
+      for (int r = 0; r < T; ++r)
+        if (col < cols) prefetch_l2(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
+    }
+  }
   pdl_wait();
   if constexpr (kStagedX) {
     const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
@@ -208,7 +202,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
     for (int it = k0 + warp; it < k1; it += kWarps) {
       const int64_t kb = static_cast<int64_t>(it) * KI;
-      if (pf_steps > 0 && it + pf_steps * kWarps < k1) prefetch_step(it + pf_steps * kWarps);
       // All loads of the step first: 8 x 16 bytes per lane in flight.
       uint4 raw[T][C];
       uint32_t gsc[T][C];
@@ -347,7 +340,6 @@ GemvTuning g_tuning = [] {
   GemvTuning t;
   if (const char* v = std::getenv("PYENGINE_GEMV_PDL")) t.pdl = std::atoi(v) != 0;
   if (const char* v = std::getenv("PYENGINE_GEMV_STREAM_K")) t.stream_k = std::atoi(v) != 0;
-  if (const char* v = std::getenv("PYENGINE_GEMV_PREFETCH")) t.prefetch_steps = std::clamp(std::atoi(v), 0, 8);
   return t;
 }();
 
@@ -377,7 +369,7 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
     if (row_blocks < slots) grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
   }
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, g_tuning.prefetch_steps, out);
+            x, n, w, seg_per_block, pdl, out);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
@@ -407,8 +399,12 @@ void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t
   // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
   const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
   const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
-  const bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit);
   const int T = g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : w.rows >= 4224 ? 4 : w.rows >= 2048 ? 2 : 1;
+  bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit);
+  // FP8 by cvt at 32 rows per warp: x in registers where the row blocks take more than one wave
+  // of block slots (GemvTuning::fp8_stage_one_wave).
+  if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
+    staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * 2;
   if (T >= 4) run_t<DT, 4>(x, n, w, seg_per_block, out, xbytes, staged, stream);
   else if (T >= 2) run_t<DT, 2>(x, n, w, seg_per_block, out, xbytes, staged, stream);
   else run_t<DT, 1>(x, n, w, seg_per_block, out, xbytes, staged, stream);

@@ -41,11 +41,7 @@ __device__ __forceinline__ void decode_chunk(const uint4& raw, uint32_t gsc, uin
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   if constexpr (DT == DType::FP8_E4M3 && kCvt) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q)  // bytes 0,1 -> pair 2q (byte 0 in the low half), bytes 2,3 -> 2q + 1
-      asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n"
-          " cvt.rn.f16x2.e4m3x2 %1, b;\n}"
-          : "=r"(wh[2 * q]), "=r"(wh[2 * q + 1])
-          : "r"(u[q]));
+    for (int q = 0; q < 4; ++q) e4m3x4_cvt(u[q], wh[2 * q], wh[2 * q + 1]);  // bytes 0,1 -> pair 2q, 2,3 -> 2q + 1
     return;
   }
 #endif
