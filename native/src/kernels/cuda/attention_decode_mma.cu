@@ -77,7 +77,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   // kFast: the per-warp staging tiles share red_acc's memory (the merge runs after the loop).
   constexpr int kStageRows = (kWarps * F::kWarpWords + D - 1) / D;
   constexpr int kRedRows = kFast && kStageRows > kVecs ? kStageRows : kVecs;
-  __shared__ __align__(16) float red_acc[kRedRows][D];
+  constexpr int kRedFloats = kSwz && kVecs * L::kPitch > kRedRows * D ? kVecs * L::kPitch : kRedRows * D;
+  __shared__ __align__(16) float red_acc[kRedFloats];
   __shared__ float red_m[kWarps][kVecs], red_l[kWarps][kVecs];
   __shared__ float fin_l[kVecs], fin_m[kVecs];
 
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   const uint32_t fp4_ksel = (t & 1) ? 0x4342u : 0x4140u;           // halfword t & 1 -> bytes 0, 2
   const uint32_t fp4_vsel = (g & 3) | ((4u + (g & 3)) << 8);       // byte g & 3 of two rows
   // kFast: this warp's staging tiles (Fp4Stage): K words, V words, K scales, V scales.
-  uint32_t* const kx = reinterpret_cast<uint32_t*>(&red_acc[0][0]) + warp * F::kWarpWords;
+  uint32_t* const kx = reinterpret_cast<uint32_t*>(red_acc) + warp * F::kWarpWords;
   uint32_t* const vx = kx + F::kKx;
   float* const kss = reinterpret_cast<float*>(vx + F::kVx);
   float* const vss = kss + F::kSc;
@@ -336,8 +337,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
             a[r][0] = kw[r][2 * ks];
             a[r][1] = kw[r][2 * ks + 1];
           } else if constexpr (KV == DType::FP8_E4M3) {
-            if constexpr (kFp8ByCvt) {  // bytes 0, 2 and 1, 3 side by side, then one cvt per pair
-              e4m3x4_cvt(__byte_perm(kw[r][ks], 0u, 0x3120), a[r][0], a[r][1]);
+            if constexpr (kFp8ByCvt) {  // bytes 0, 1 and 2, 3: one cvt each (Layout::kPairedBytes)
+              e4m3x4_cvt(kw[r][ks], a[r][0], a[r][1]);
             } else {
               a[r][0] = kv_fp8_pair_even(kw[r][ks]);
               a[r][1] = kv_fp8_pair_odd(kw[r][ks]);
@@ -492,8 +493,9 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   }
 
   // Merge: l over the 8 groups, then the warps through shared memory (fixed order).
-  float* const racc = &red_acc[0][0];
-  const auto acc_at = [&](int v, int d) -> float& { return racc[v * D + (kSwz ? d ^ L::swz(v, d) : d)]; };
+  float* const racc = red_acc;
+  const auto acc_at = [&](int v, int d) -> float& { return racc[kSwz ? L::merge_index(v, d) : v * D + d]; };
+  float* const lane_acc = racc + (kSwz ? L::merge_lane(g, t) : 0);  // kSwz: + merge_const(j, i)
 #pragma unroll
   for (int e = 0; e < 2; ++e)
 #pragma unroll
@@ -532,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
       for (int j = 0; j < MT; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          float& dst = acc_at(2 * t + (i & 1), L::out_dim(j, i >> 1, g));
+          float& dst = kSwz ? lane_acc[L::merge_const(j, i)] : acc_at(2 * t + (i & 1), L::out_dim(j, i >> 1, g));
           const float x = acc[j][i] * fac[i & 1];
           dst = w == 0 ? x : dst + x;
         }
@@ -556,7 +558,8 @@ int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;
   if constexpr (KV == DType::F16) return n_keys <= 16384 ? 0 : 1;
   if constexpr (KV == DType::NVFP4) return n_keys <= 8192 ? 0 : 4;
-  return 1;
+  if constexpr (KV == DType::FP8_E4M3) return n_keys <= 8192 ? 5 : 1;
+  return 5;
 }
 
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>

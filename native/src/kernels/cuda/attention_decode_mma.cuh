@@ -63,11 +63,14 @@ template <DType KV, int D> struct Layout {
   static constexpr int NL = (RB + 127) / 128;
   static constexpr int PF = 2 * NL + (RS ? 2 : 0);
 
+  // FP8 by cvt (sm_89+): a K word's bytes 0, 1 are k half 0 and bytes 2, 3 half 1 (one cvt each),
+  // as F16's halfwords are; the integer decode pairs bytes 0, 2 and 1, 3.
+  static constexpr bool kPairedBytes = KV == DType::FP8_E4M3 && kFp8Cvt;
   // Physical dim of the Q value that meets K k-step ks, k half `half` (0: k 2t.., 1: k 2t+8..),
   // element e, in lane t (see the K fragment decode in the kernel).
   __device__ static int q_dim(int ks, int half, int e, int t) {
     if constexpr (kFp4) return 16 * ks + 4 * t + half + 2 * e;
-    const int v = kF16 ? 4 * ks + 2 * half + e : 4 * ks + half + 2 * e;
+    const int v = kF16 || kPairedBytes ? 4 * ks + 2 * half + e : 4 * ks + half + 2 * e;
     return C * (t + 4 * (v / C)) + v % C;
   }
   // Physical dim of O^T row g + 8h of m-tile j.
@@ -76,12 +79,26 @@ template <DType KV, int D> struct Layout {
     const int v = 2 * j + h;
     return PV * (g + 8 * (v / PV)) + v % PV;
   }
-  // Tuned merge: dim d of vector v sits at column d ^ swz(v, d) of red_acc (low 5 bits only, so a
-  // 32-aligned run of dims stays in its run). One merge store (lanes g, t at out_dim(j, h, g) of
-  // vectors 2t + e) then hits 32 banks: out_dim alone puts them on 2 banks (FP8/I8, 16-way
-  // conflicts), 4 (F16, 8-way) or 8 (NVFP4, 4-way). Constants found by exhaustive search over the
-  // 12 layouts (dtype x head_dim).
-  __device__ static int swz(int v, int d) { return kFp4 ? (v >> 1) * 9 : ((v >> 1) ^ ((d >> 5) << 2)) & 31; }
+  // Tuned merge: dim d of vector v at merge_index(v, d) = v * kPitch + d + (d >> kShift) of the
+  // shared accumulator. One merge store (lanes g, t at out_dim(j, h, g) of vectors 2t + e) then
+  // hits 32 distinct banks (out_dim alone: 2 banks for FP8/I8, 16-way conflicts; 4 for F16; 8 for
+  // NVFP4), and its offset is the lane's base plus a constant (merge_lane + merge_const: the same
+  // index, with d >> kShift split, carry-free, into its g and j parts), so the stores take no
+  // address math. Pitches from an exhaustive search over the 12 layouts (dtype x head_dim); session
+  // 6's XOR swizzle cost F16 ~1.2 us at 1K in address math.
+  static constexpr int kShift = kFp4 ? 3 : 5;
+  static constexpr int kPitch = kFp4 ? (D == 64 ? 76 : D == 128 ? 148 : 292)
+                                : kF16 ? (D == 64 ? 67 : D == 128 ? 133 : 265)
+                                       : (D == 64 ? 67 : D == 128 ? 134 : 266);
+  __device__ static int merge_index(int v, int d) { return v * kPitch + d + (d >> kShift); }
+  __device__ static int merge_lane(int g, int t) {  // vector 2t, the g part of out_dim
+    return 2 * t * kPitch + (kFp4 ? 2 * g + (g >> 2) : PV * g + ((PV * g) >> 5));
+  }
+  __device__ static constexpr int merge_const(int j, int i) {  // vector + e, the j / h part
+    const int e = i & 1, h = i >> 1, v = 2 * j + h;
+    if constexpr (kFp4) return e * kPitch + 18 * j + h;
+    return e * kPitch + PV * 8 * (v / PV) + v % PV + ((PV * 8 * (v / PV)) >> 5);
+  }
 };
 
 // Shared-memory words, 16 / 8 / 4 bytes at a time (the address is aligned to the width).
