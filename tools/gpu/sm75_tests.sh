@@ -2,18 +2,21 @@
 # The CUDA op tests built as compute_75 PTX only, so the driver JIT-compiles the sm_75 code path
 # (m16n8k8 mma, no sm_80 instructions) and runs it on whatever GPU this is; small sizes
 # (PE_TEST_SMALL=1). Repo root; logs in $OUT (build_sm75.log, tests_sm75.log); prints one summary
-# line "sm_75 PTX JIT: ..." and exits non-zero on a failure. Env: OUT, B75 (build dir), JOBS.
+# line "sm_75 PTX JIT: ..." and exits non-zero on a failure. Env: OUT, B75 (build dir), JOBS,
+# TARGETS (test binaries to build and run, e.g. "test_cuda_attention"; default: all).
 set -u -o pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
 OUT="${OUT:-/tmp/out}"; B75="${B75:-build/sm75}"; JOBS="${JOBS:-$(nproc)}"; mkdir -p "$OUT"
 for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
 GEN=""; command -v ninja >/dev/null && GEN="-G Ninja"
 if ! { cmake -S . -B "$B75" $GEN -DPYENGINE_CUDA=ON -DPYENGINE_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES="75-virtual" \
-         > "$OUT/build_sm75.log" 2>&1 && cmake --build "$B75" -j"$JOBS" >> "$OUT/build_sm75.log" 2>&1; }; then
+         > "$OUT/build_sm75.log" 2>&1 &&
+       cmake --build "$B75" -j"$JOBS" ${TARGETS:+--target $TARGETS} >> "$OUT/build_sm75.log" 2>&1; }; then
   echo "sm_75 PTX JIT: build FAILED (build_sm75.log)"; tail -20 "$OUT/build_sm75.log"; exit 1
 fi
 : > "$OUT/tests_sm75.log"; rc=0
-for t in "$B75"/test_cuda_*; do [ -x "$t" ] || continue
+for t in $(if [ -n "${TARGETS:-}" ]; then for n in $TARGETS; do echo "$B75/$n"; done; else echo "$B75"/test_cuda_*; fi); do
+  [ -x "$t" ] || continue
   echo "### $(basename "$t")" >> "$OUT/tests_sm75.log"
   PE_TEST_SMALL=1 timeout 150 "$t" >> "$OUT/tests_sm75.log" 2>&1 || { rc=1; echo "### FAILED $(basename "$t")" >> "$OUT/tests_sm75.log"; }
 done

@@ -33,8 +33,8 @@
 // not taken: a second K+V buffer is +64 registers (194 -> ~258, spills at the 255 cap).
 // The defaults by dtype and depth, with their measurements: variant_of (H200, 27B layer: 24 q / 4
 // kv heads, D 256, batch 1); the variant tables of sessions 3-5 are in tools/gpu/NOTES.md.
-// NOT YET MET: quantized <= fp16 at every depth: FP8/I8 take 16.6/16.9 us at 1K against F16's 13.8
-// (a fixed cost; splits of 16-128 keys, attention_decode_set_min_split_keys, do not close it).
+// NOT YET MET: quantized <= fp16 at every depth: at 1K FP8 / I8 / NVFP4 take 12.2 / 12.5 / 11.7 us
+// against F16's 11.0 (session 7; 8K and deeper: every quantized dtype is faster).
 #include <algorithm>
 
 #include "kernels/cuda/attention_decode_mma.cuh"
@@ -549,17 +549,19 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 // attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all.
 int g_variant = -1;
 
-// Per-dtype default by the call's longest context n_keys, from the graph-timed H200 rows (us at
-// 1K / 8K / 32K / 64K, session 6 with PDL): F16 v0 13.8 / 25.0 / 50.1 / 81.8 vs v1 15.2 / 25.5 /
-// 49.2 / 81.4; NVFP4 v0 13.6 / 23.2 / 50.4 / 85.1 vs v4 15.5 / 22.7 / 37.7 / 57.6; FP8 (16.6 /
-// 24.9 / 41.6 / 62.3), I8 (16.9 / 25.6 / 45.3 / 69.8) v1 at every depth. Same bits either way.
+// Per-dtype default by the call's longest context n_keys, from the graph-timed H200 rows of
+// session 7 (padded merge, FP8 by cvt; bench_kernels --only attn, us at 1K / 8K / 32K / 64K):
+//   F16   v0 11.8 / 25.0 / 50.5 / 82.4   v1 11.3 / 22.2 / 46.4 / 78.3   v5 11.0 / 22.3 / 47.0 / 78.8
+//   FP8   v0 14.4 / 29.9 / 47.1 / 66.9   v1 12.3 / 20.7 / 36.7 / 56.3   v5 12.2 / 21.0 / 37.5 / 56.9
+//   I8    v0 14.8 / 29.9 / 50.4 / 72.8   v1 12.9 / 22.3 / 42.1 / 66.6   v5 12.5 / 21.6 / 40.5 / 62.7
+//   NVFP4 v0 12.5 / 23.0 / 50.5 / 85.4   v4 11.7 / 19.6 / 34.8 / 54.8
+// Same bits in every variant.
 template <DType KV>
 int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;
-  if constexpr (KV == DType::F16) return n_keys <= 16384 ? 0 : 1;
-  if constexpr (KV == DType::NVFP4) return n_keys <= 8192 ? 0 : 4;
-  if constexpr (KV == DType::FP8_E4M3) return n_keys <= 8192 ? 5 : 1;
-  return 5;
+  if constexpr (KV == DType::NVFP4) return 4;
+  if constexpr (KV == DType::I8) return 5;
+  return n_keys <= 4096 ? 5 : 1;  // F16, FP8
 }
 
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>

@@ -127,7 +127,7 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 constexpr int64_t kAttentionMmaMinQueries = 64;
 // Tuning hook for tools/gpu/bench_kernels and the tests (A/B of the tensor-core decode kernel,
 // F16/FP8/I8/NVFP4 caches): -1 = the per-dtype default (the fastest measured, by the longest
-// context of the call: F16 0 up to 16K keys then 1; FP8, I8 1; NVFP4 0 up to 8K keys then 4); a
+// context of the call: F16 and FP8 5 up to 4K keys then 1; I8 5; NVFP4 4); a
 // value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
 // 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the page-table
 // loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
