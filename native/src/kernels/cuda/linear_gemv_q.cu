@@ -53,7 +53,16 @@
 // group (against session 5's rows: out 48 -> 53.5, down 46 -> 58.8; gate|up 73.1); stream-K for
 // rows of >= 96 steps (down 58.8 -> 64.0; n = 8 51.8 -> 57.3). It lost where rows are short (out
 // 13.8 -> 17.2 us, k|v_proj 6.0 -> 10.8: the split rows' sum is ~3 us of latency). Decode batch 1
-// 11.94 -> 11.24 ms. Next: out_proj / o_proj (53.5 %), a cheaper split-row sum, n = 8.
+// 11.94 -> 11.24 ms.
+// Session 7: ncu (27B decode step, FP8, n = 1, clocks unlocked) finds the kernel latency-bound,
+// no longer issue-bound: 8.9-12.8 warp cycles per issued instruction at 4 warps per scheduler
+// (register-limited, 112-125 registers), 53 % of the stall cycles on L1TEX (the weight loads),
+// DRAM 53-56 % under ncu's cache flush. An L2 look-ahead (prefetch.global.L2 of the warp's step
+// 1 / 2 / 4 steps ahead, one line per lane) did not hide it: qkv|z|a|b 73.4 -> 72.2 / 71.5 /
+// 68.2 %, decode 10.77 -> 10.99 / 11.48 ms; removed. FP8 x in registers where the grid takes more
+// than one wave (fp8_stage_one_wave): qkv|z|a|b 71.9 -> 75.3 %, in_proj_qkv 56.2 -> 59.6, q_proj
+// 62.8 -> 64.9. Next: more bytes in flight per SM without registers (a cp.async ring per warp on
+// sm_80+, now that the loop is no longer issue-bound), out_proj / o_proj (55 %), n = 8.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
