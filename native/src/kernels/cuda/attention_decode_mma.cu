@@ -22,14 +22,15 @@
 // (4-byte words for NVFP4) and Q and the output are permuted to match (q_dim / out_dim).
 //
 // Variants (attention_decode_set_variant; all give the same bits): v0 the session-3 kernel;
-// v1 its cross-warp merge through red_acc swizzled (v0 stored lanes g, t of a fragment element on
-// 2 banks for FP8/I8: 16-way conflicts, ~3.6 us at 2 blocks/SM) and the page-table loads under
+// v1 its cross-warp merge through red_acc in a conflict-free layout (Layout::merge_index; v0
+// stored lanes g, t of a fragment element on 2 banks for FP8/I8: 16-way conflicts, ~3.6 us at 2
+// blocks/SM; session 7 replaced session 4's XOR swizzle by padding) and the page-table loads under
 // the Q setup; v2 / v3 v1 plus an L2 prefetch (prefetch.global.L2) of every K/V and scale line one
 // / two rounds of tiles ahead (does not pay on balance; F16 thrashes L2 at 2 rounds); v4 (kFast,
 // NVFP4 only) whole-chunk loads one step ahead exchanged through shared memory (Fp4Stage), P
 // transposed once a step: ~1,277 instructions a step against v0's ~1,410, 249 / 248 registers
-// (sm_90 / sm_75) at 2 blocks per SM (sm_75 runs 1: 44 KB smem); v5 v0 with v1's swizzled merge
-// (kSwzOnly: v1's early page-table loads cost F16 ~1.4 us at 1K). Register prefetch for FP8/I8 was
+// (sm_90 / sm_75) at 2 blocks per SM (sm_75 runs 1: 44 KB smem); v5 v0 with v1's merge layout
+// (kSwzOnly, without v1's early page-table loads). Register prefetch for FP8/I8 was
 // not taken: a second K+V buffer is +64 registers (194 -> ~258, spills at the 255 cap).
 // The defaults by dtype and depth, with their measurements: variant_of (H200, 27B layer: 24 q / 4
 // kv heads, D 256, batch 1); the variant tables of sessions 3-5 are in tools/gpu/NOTES.md.
