@@ -9,31 +9,13 @@
 // fp32 SIMT kernel to ~1e-6 (tolerance 1e-4 as before). ~15-50 instructions per key instead of
 // ~230.
 //
-// Warp step = 16 keys. S^T (16 keys x 8 vectors) = K Q^T by m16n8k16 with K as A (rows = keys g,
-// g+8 of the lane's group g = lane / 4) and Q^T as B, Q split into an fp16 high and low part (two
-// mma into one accumulator: ~22-bit q, K exact in fp16 after the kv_codec unit). Each lane then
-// holds the scores of keys g, g+8 for vectors 2t, 2t+1 (t = lane % 4): the softmax maxima reduce
-// over the 8 groups (3 shuffles), and the rescale of O needs none (O^T's columns are the same
-// vectors). P (fp32, <= 1) is split into fp16 high + low, moved into B-operand layout by
-// movmatrix, and O^T (16 dims x 8 vectors per m-tile) += V^T P^T (V as A: keys 2t, 2t+1, 2t+8,
-// 2t+9). Row scales (I8) and group scales (NVFP4) multiply P per key (per key and m-tile: an
-// NVFP4 m-tile is one 16-value group) and the per-k-step partial scores (NVFP4 K).
-// Dimension order is free inside a dot product, so every operand is read in whole 16-byte chunks
-// (4-byte words for NVFP4) and Q and the output are permuted to match (q_dim / out_dim).
+// The warp step's operand layout: attention_decode_mma.cuh (Layout).
 //
-// Variants (attention_decode_set_variant; all give the same bits): v0 the session-3 kernel;
-// v1 its cross-warp merge through red_acc in a conflict-free layout (Layout::merge_index; v0
-// stored lanes g, t of a fragment element on 2 banks for FP8/I8: 16-way conflicts, ~3.6 us at 2
-// blocks/SM; session 7 replaced session 4's XOR swizzle by padding) and the page-table loads under
-// the Q setup; v2 / v3 v1 plus an L2 prefetch (prefetch.global.L2) of every K/V and scale line one
-// / two rounds of tiles ahead (does not pay on balance; F16 thrashes L2 at 2 rounds); v4 (kFast,
-// NVFP4 only) whole-chunk loads one step ahead exchanged through shared memory (Fp4Stage), P
-// transposed once a step: ~1,277 instructions a step against v0's ~1,410, 249 / 248 registers
-// (sm_90 / sm_75) at 2 blocks per SM (sm_75 runs 1: 44 KB smem); v5 v0 with v1's merge layout
-// (kSwzOnly, without v1's early page-table loads). Register prefetch for FP8/I8 was
-// not taken: a second K+V buffer is +64 registers (194 -> ~258, spills at the 255 cap).
-// The defaults by dtype and depth, with their measurements: variant_of (H200, 27B layer: 24 q / 4
-// kv heads, D 256, batch 1); the variant tables of sessions 3-5 are in tools/gpu/NOTES.md.
+// Variants (attention_decode_set_variant, cuda_ops.h; all give the same bits): v0 the session-3
+// kernel; v1 + a conflict-free merge layout (Layout::merge_index) and the page-table loads under
+// the Q setup; v2 / v3 v1 + an L2 prefetch one / two rounds ahead; v4 (NVFP4) whole-chunk loads
+// one step ahead exchanged through shared memory (Fp4Stage); v5 v0 + v1's merge layout. Why each
+// exists and what it measured: tools/gpu/NOTES.md ("Decode attention variants").
 // NOT YET MET: quantized <= fp16 at every depth: at 1K FP8 / I8 / NVFP4 take 12.2 / 12.5 / 11.7 us
 // against F16's 11.0 (session 7; 8K and deeper: every quantized dtype is faster).
 #include <algorithm>
@@ -550,13 +532,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 // attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all.
 int g_variant = -1;
 
-// Per-dtype default by the call's longest context n_keys, from the graph-timed H200 rows of
-// session 7 (padded merge, FP8 by cvt; bench_kernels --only attn, us at 1K / 8K / 32K / 64K):
-//   F16   v0 11.8 / 25.0 / 50.5 / 82.4   v1 11.3 / 22.2 / 46.4 / 78.3   v5 11.0 / 22.3 / 47.0 / 78.8
-//   FP8   v0 14.4 / 29.9 / 47.1 / 66.9   v1 12.3 / 20.7 / 36.7 / 56.3   v5 12.2 / 21.0 / 37.5 / 56.9
-//   I8    v0 14.8 / 29.9 / 50.4 / 72.8   v1 12.9 / 22.3 / 42.1 / 66.6   v5 12.5 / 21.6 / 40.5 / 62.7
-//   NVFP4 v0 12.5 / 23.0 / 50.5 / 85.4   v4 11.7 / 19.6 / 34.8 / 54.8
-// Same bits in every variant.
+// Per-dtype default by the call's longest context n_keys: the fastest in session 7's graph-timed
+// H200 rows (tools/gpu/NOTES.md, "Session 7"). Same bits in every variant.
 template <DType KV>
 int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;

@@ -1,6 +1,18 @@
 // Device helpers of the tensor-core decode attention (attention_decode_mma.cu, its only
 // includer): mma and fragment moves, the per-dtype operand layout (Layout), the NVFP4 look-ahead
 // staging of variant 4 (Fp4Stage) and the L2 prefetch of cache rows.
+//
+// Warp step = 16 keys. S^T (16 keys x 8 vectors) = K Q^T by m16n8k16 with K as A (rows = keys g,
+// g+8 of the lane's group g = lane / 4) and Q^T as B, Q split into an fp16 high and low part (two
+// mma into one accumulator: ~22-bit q, K exact in fp16 after the kv_codec unit). Each lane then
+// holds the scores of keys g, g+8 for vectors 2t, 2t+1 (t = lane % 4): the softmax maxima reduce
+// over the 8 groups (3 shuffles), and the rescale of O needs none (O^T's columns are the same
+// vectors). P (fp32, <= 1) is split into fp16 high + low, moved into B-operand layout by
+// movmatrix, and O^T (16 dims x 8 vectors per m-tile) += V^T P^T (V as A: keys 2t, 2t+1, 2t+8,
+// 2t+9). Row scales (I8) and group scales (NVFP4) multiply P per key (per key and m-tile: an
+// NVFP4 m-tile is one 16-value group) and the per-k-step partial scores (NVFP4 K).
+// Dimension order is free inside a dot product, so every operand is read in whole 16-byte chunks
+// (4-byte words for NVFP4) and Q and the output are permuted to match (q_dim / out_dim).
 #pragma once
 #include "kernels/cuda/attention_decode.cuh"
 
