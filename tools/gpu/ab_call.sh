@@ -4,7 +4,8 @@
 # decode bench (batch 1, 2, 8; DEPTH=1 adds the depth table) with the default tuning, then once
 # more for each assignment in DECODE_ENVS (e.g. "PYENGINE_GEMV_PREFETCH=1 PYENGINE_GEMV_STREAM_K=0",
 # one decode-only run each); with PROFILE_KV (e.g. "fp16 fp8_e4m3") the per-kernel time of decode
-# steps of the depth table's model at 1K context (ncu) for each KV dtype.
+# steps of the depth table's model at 1K context (ncu) for each KV dtype; with PYTEST_K (a -k
+# expression) `pytest -m gpu` on tests/test_gpu_model.py with that selection (e.g. "graphs").
 # Returns summary.txt + logs.tgz only (the device call brings back few files).
 set -u -o pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
@@ -28,6 +29,13 @@ for kv in ${PROFILE_KV:-}; do
   { echo "== $kv KV, 1K context, last 400 kernels (~4 steps), at $((SECONDS - t0)) s"
     python3 tools/gpu/profile_decode.py --summarize "$L/ncu_$kv.csv" --last 400 2>&1 | head -25; } >> "$S"
 done
+if [ -n "${PYTEST_K:-}" ]; then
+  { echo "== pytest -m gpu -k \"$PYTEST_K\" (tests/test_gpu_model.py)"
+    timeout 240 python3 -m pytest -m gpu -p no:cacheprovider -o addopts="" tests/test_gpu_model.py -k "$PYTEST_K" -q -s \
+      > "$L/pytest.log" 2>&1
+    grep -E "max \||passed|failed|Error" "$L/pytest.log" | tail -20
+    echo "== pytest done at $((SECONDS - t0)) s"; } >> "$S"
+fi
 for s in ${BENCH-gemv}; do
   { echo "== bench $s (graph-timed)"; grep -E "^(gemv|attn|gemm|norm)" "$L/ab_bench_$s.log"; } >> "$S"
 done
