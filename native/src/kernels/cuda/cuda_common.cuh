@@ -137,7 +137,10 @@ __device__ __forceinline__ void e4m3x4_cvt(uint32_t w, uint32_t& lo, uint32_t& h
 }
 #else
 constexpr bool kFp8Cvt = false;
-__device__ __forceinline__ void e4m3x4_cvt(uint32_t, uint32_t& lo, uint32_t& hi) { lo = hi = 0u; }  // unused
+__device__ __forceinline__ void e4m3x4_cvt(uint32_t, uint32_t& lo, uint32_t& hi) {  // callers check kFp8Cvt
+  lo = hi = 0u;
+  __trap();
+}
 #endif
 
 __device__ __forceinline__ float fp8_to_f32(uint8_t b) {
