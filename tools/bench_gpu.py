@@ -129,7 +129,7 @@ def bf16_matmul_rate() -> float:
 
 
 # ---- the engine ----
-def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int):
+def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int, **kw):
     from pyengine.config import ModelConfig
     from pyengine.model_loader import NativeModel
 
@@ -137,7 +137,7 @@ def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int)
     t = time.perf_counter()
     model = NativeModel(cfg_dir, config, "cuda", weight_quant="fp8", load_format="dummy")
     load_s = time.perf_counter() - t
-    return model, engine_on(model, kv, max_len, max_batch, chunk), load_s
+    return model, engine_on(model, kv, max_len, max_batch, chunk, **kw), load_s
 
 
 def engine_on(model, kv: str, max_len: int, max_batch: int, chunk: int, cuda_graphs: bool = False, **kw):

@@ -27,16 +27,13 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 
 def run(batch: int, steps: int, kv: str, attention_layers: int, prompt: int) -> None:
-    from bench_gpu import engine_on, write_config
+    from bench_gpu import make_engine, write_config
     from bench_gpu import run as run_requests
-    from pyengine.config import ModelConfig
-    from pyengine.model_loader import NativeModel
 
     cfg = write_config(attention_layers, attention_only=True) if attention_layers else write_config(64)
-    model = NativeModel(cfg, ModelConfig.from_dir(cfg), "cuda", weight_quant="fp8", load_format="dummy")
     # A 2 GiB KV cache, not 92 % of the GPU: ncu saves and restores the memory a profiled kernel
     # may write between its replay passes, which is slow for a ~100 GB pool.
-    engine = engine_on(model, kv, prompt + steps + 64, batch, 2048, kv_cache_bytes=2 << 30)
+    _, engine, _ = make_engine(cfg, kv, prompt + steps + 64, batch, 2048, kv_cache_bytes=2 << 30)
     prompts = [[1000 + (7 * i + 13 * j) % 100000 for j in range(prompt)] for i in range(batch)]
     run_requests(engine, prompts, steps)
 

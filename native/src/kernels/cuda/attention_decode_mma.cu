@@ -41,13 +41,13 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   pdl_wait();  // launched as a programmatic dependent (launch_decode)
   pdl_trigger();
   constexpr bool kFast = kFastBlocks > 0, kSwz = kTuned || kSwzOnly;
-  // FP8 pairs by the hardware conversion where the compiled code has it (exact, like the integer
-  // decode; the values 256x larger, which qscale and the result's unit take back: same bits).
-  constexpr bool kFp8ByCvt = KV == DType::FP8_E4M3 && kFp8Cvt;
   static_assert(!(kTuned && kSwzOnly), "kSwzOnly: the untuned kernel's rows");
   static_assert(!kFast || (KV == DType::NVFP4 && kTuned), "kFast: the NVFP4 path of the tuned kernel");
   using L = Layout<KV, D>;
   using F = Fp4Stage<D>;
+  // FP8 pairs by the hardware conversion where the compiled code has it (exact, like the integer
+  // decode; the values 256x larger, which qscale and the result's unit take back: same bits).
+  constexpr bool kFp8ByCvt = L::kPairedBytes;
   constexpr int KS = L::KS, MT = L::MT, KW = L::KW, VW = L::VW;
   constexpr bool kFp4 = L::kFp4, kI8 = KV == DType::I8, kF16 = L::kF16;
   // Tuned: the rows of a window plus up to kMaxPrefetchRounds rounds past it (prefetch targets).

@@ -411,9 +411,9 @@ void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t
   const int T = g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : w.rows >= 4224 ? 4 : w.rows >= 2048 ? 2 : 1;
   bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit);
   // FP8 by cvt at 32 rows per warp: x in registers where the row blocks take more than one wave
-  // of block slots (GemvTuning::fp8_stage_one_wave).
+  // of the staged kernel's block slots (GemvTuning::fp8_stage_one_wave; run_t's register budget).
   if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
-    staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * 2;
+    staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * (g_tuning.min_blocks >= 3 ? 3 : 2);
   if (T >= 4) run_t<DT, 4>(x, n, w, seg_per_block, out, xbytes, staged, stream);
   else if (T >= 2) run_t<DT, 2>(x, n, w, seg_per_block, out, xbytes, staged, stream);
   else run_t<DT, 1>(x, n, w, seg_per_block, out, xbytes, staged, stream);
