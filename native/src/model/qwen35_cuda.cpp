@@ -18,6 +18,11 @@ constexpr size_t kAlign = 64;  // floats: 256-byte aligned sub-buffers
 
 int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
+// gate | up as swiglu reads them: [n, 2I] rows, up right after gate (one run, no padding rows).
+bool gate_up_side_by_side(const Projection& p, int64_t I) {
+  return p.runs.size() == 1 && p.part_col.size() == 2 && p.part_col[1] == I && p.width == 2 * I;
+}
+
 // Floats of activation workspace one step of `T` tokens needs (x, h, mix + the largest mixer/MLP).
 int64_t act_floats(const ModelConfig& c, const std::vector<DevLayer>& layers, int64_t T) {
   int64_t in_w = 0, gu_w = 0;
@@ -25,7 +30,7 @@ int64_t act_floats(const ModelConfig& c, const std::vector<DevLayer>& layers, in
   for (const DevLayer& L : layers) {
     in_w = std::max(in_w, L.in.width);
     gu_w = std::max(gu_w, L.gate_up.width);
-    split_gate_up = split_gate_up || L.gate_up.runs.size() > 1;
+    split_gate_up = split_gate_up || !gate_up_side_by_side(L.gate_up, c.intermediate);
   }
   const int64_t gdn = aligned(T * in_w) + aligned(T * c.conv_dim()) + 2 * aligned(T * c.gdn_v_heads * c.gdn_v_dim) +
                       4 * aligned(T * c.gdn_v_heads);
@@ -257,10 +262,11 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
   Carve w{static_cast<float*>(act_.data()) + 3 * aligned(cap_tokens_ * c.hidden)};
   float* proj = w.take(n * L.gate_up.width);
   float* act = w.take(n * I);
-  float* gu = L.gate_up.runs.size() > 1 ? w.take(n * 2 * I) : nullptr;
+  const bool side_by_side = gate_up_side_by_side(L.gate_up, I);
+  float* gu = side_by_side ? nullptr : w.take(n * 2 * I);
   linear(x, n, L.gate_up, proj);
   const float* gu_ptr = proj;
-  if (L.gate_up.runs.size() > 1) {  // gate and up in separate runs: put them side by side for swiglu
+  if (!side_by_side) {  // gate and up in separate runs or apart in one: side by side for swiglu
     const Projection::Part gp = L.gate_up.part(0, proj, n), up = L.gate_up.part(1, proj, n);
     strided_rows(gu, 2 * I, gp.ptr, gp.stride, I, n);
     strided_rows(gu + I, 2 * I, up.ptr, up.stride, I, n);
