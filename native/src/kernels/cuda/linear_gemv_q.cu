@@ -61,8 +61,13 @@
 // 1 / 2 / 4 steps ahead, one line per lane) did not hide it: qkv|z|a|b 73.4 -> 72.2 / 71.5 /
 // 68.2 %, decode 10.77 -> 10.99 / 11.48 ms; removed. FP8 x in registers where the grid takes more
 // than one wave (fp8_stage_one_wave): qkv|z|a|b 71.9 -> 75.3 %, in_proj_qkv 56.2 -> 59.6, q_proj
-// 62.8 -> 64.9. Next: more bytes in flight per SM without registers (a cp.async ring per warp on
-// sm_80+, now that the loop is no longer issue-bound), out_proj / o_proj (55 %), n = 8.
+// 62.8 -> 64.9.
+// Session 8: a per-thread cp.async ring of 2 / 3 / 4 steps in shared memory (the same chunks and
+// bits, the first steps issued before pdl_wait, 2 blocks per SM, no spills) lost on every FP8
+// shape (% of copy at n = 1, direct / ring 2 / ring 3: gate|up 75.7 / 63.0 / 60.3, qkv|z|a|b
+// 75.1 / 59.9 / 55.6, out_proj 55.8 / 52.3 / 52.5) and the 27B decode step (10.84 -> 13.03 / 13.53
+// ms); removed. More steps in flight per warp did not make the loop faster, so bytes in flight
+// are not what bounds it; out_proj / o_proj (55 %, one wave of 160 blocks) and n = 8 stay open.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
