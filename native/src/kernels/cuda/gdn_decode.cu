@@ -6,7 +6,8 @@
 // A warp's load is one contiguous 512-byte row, a block's the head's whole state (64 KiB at
 // dk = dv = 128): contiguous, so DRAM pages are opened once (blocks of 32 columns, each touching
 // 128 bytes of every row, ran at ~35 % of the copy bandwidth). The block
-//   1. issues its state loads first (they fly while the rest is computed),
+//   1. issues its state loads first (they fly while the rest is computed), then the gate inputs
+//      and the fused norm's z and weights,
 //   2. computes the conv + SiLU of the q and k channels of its key head (the r = Hv/Hk value
 //      heads of a key head repeat this small work from L2 instead of exchanging it) and of its
 //      v channels from the OLD conv state, the sums of squares of q and k, and the gates,
@@ -22,7 +23,8 @@
 // H200, 27B shape, CUDA graph of 48 layers (tools/gpu/bench_kernels.cpp section 7), us per layer
 // and state r+w bandwidth: n=1 9.5 (0.67 TB/s), n=2 10.8 (1.17), n=8 24.9 (2.02), n=32 74.2 (2.71 TB/s,
 // 64 % of the 4.25 TB/s copy); the per-sequence ops: 14.8, 29.7, 119, 494 us. Small n is bound by
-// the latency of one block per head. dv % 4 != 0 takes a scalar path (spills a little; unused by
+// the latency of one block per head. Session 9: the gate / z / norm-weight loads moved up to the
+// state's: 8.06 -> 7.90 us exclusive per call in the 27B step's timeline (timeline_decode.py). dv % 4 != 0 takes a scalar path (spills a little; unused by
 // Qwen3.5).
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -112,6 +114,22 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
     s[m] = load4<VEC>(S + static_cast<int64_t>(i) * dv + c, i < dk ? n_cols : 0);
   }
 
+  // The gate inputs and (warp 0, fused norm) the z row and norm weights go out with the state:
+  // their round trips overlap the conv's instead of following the delta rule step. (Unrolling
+  // the conv loop below to issue its two rounds' loads together spills at dk = 128: not done.)
+  const float a_in = a.a[static_cast<int64_t>(seq) * a.Hv + h], dt_b = a.dt_bias[h], a_log = a.A_log[h];
+  const float b_in = a.b[static_cast<int64_t>(seq) * a.Hv + h];
+  float zv[4] = {0.f, 0.f, 0.f, 0.f}, nwv[4] = {0.f, 0.f, 0.f, 0.f};
+  if (w == 0 && a.norm_w) {
+    const float* zr = a.z + seq * a.z_stride + static_cast<int64_t>(h) * dv + c;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (e < n_cols) {
+        zv[e] = zr[e];
+        nwv[e] = a.norm_w[c + e];
+      }
+  }
+
   // 2. Conv + SiLU of q | k (key head kh) | v (columns col0.. of head h); sums of squares; gates.
   const float* cs = a.conv_state + slot * a.conv_slot_stride;
   const float* u = a.qkv + seq * C;
@@ -142,10 +160,10 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
     red_qk[0][w] = ssq_q;
     red_qk[1][w] = ssq_k;
   }
-  const float ab = a.a[static_cast<int64_t>(seq) * a.Hv + h] + a.dt_bias[h];
+  const float ab = a_in + dt_b;
   const float softplus = ab > 20.0f ? ab : log1pf(expf(ab));
-  const float decay = expf(-expf(a.A_log[h]) * softplus);
-  const float beta = 1.0f / (1.0f + expf(-a.b[static_cast<int64_t>(seq) * a.Hv + h]));
+  const float decay = expf(-expf(a_log) * softplus);
+  const float beta = 1.0f / (1.0f + expf(-b_in));
   __syncthreads();
 
   // 3. S = e^g S; kv = S^T k; delta = beta (v - kv); S += k delta^T; o = S^T q.
@@ -198,11 +216,10 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
     if (a.norm_w) {  // fused gated RMSNorm: this warp holds the head's whole row (dv <= 128)
       const float ss = warp_sum(o.x * o.x + o.y * o.y + o.z * o.z + o.w * o.w);  // columns >= dv are 0
       const float inv = 1.0f / sqrtf(ss / static_cast<float>(dv) + a.norm_eps);
-      const float* zr = a.z + seq * a.z_stride + static_cast<int64_t>(h) * dv + c;
       float y[4] = {o.x, o.y, o.z, o.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (e < n_cols) y[e] = y[e] * inv * a.norm_w[c + e] * silu_f(zr[e]);
+        if (e < n_cols) y[e] = y[e] * inv * nwv[e] * silu_f(zv[e]);
       o = make_float4(y[0], y[1], y[2], y[3]);
     }
     store4<VEC>(a.out + (static_cast<int64_t>(seq) * a.Hv + h) * dv + c, n_cols, o);
