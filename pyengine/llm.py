@@ -76,9 +76,7 @@ class LLM:
         return ids
 
     # ---- requests ----
-    def submit(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
-               sampling_params: SamplingParams | None = None) -> RequestStream:  # fmt: skip
-        sp = sampling_params or SamplingParams()
+    def _checked_ids(self, prompt: str | None, prompt_token_ids: Sequence[int] | None) -> list[int]:
         ids = self._prompt_ids(prompt, prompt_token_ids)
         if not ids:
             raise ValueError("the prompt is empty")
@@ -87,9 +85,21 @@ class LLM:
                 f"the prompt has {len(ids)} tokens; max_model_len {self.max_model_len} leaves room "
                 f"for at most {self.max_model_len - 1}"
             )
+        vocab = self.config.vocab_size
+        bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt token {bad} has id {ids[bad]} outside the vocabulary [0, {vocab})")
+        return ids
+
+    def _add(self, prompt: str | None, ids: list[int], sampling_params: SamplingParams | None) -> RequestStream:
+        sp = sampling_params or SamplingParams()
         seed = default_seed() if sp.seed is None else sp.seed
         rid, events = self._engine.add_request(ids, sp, seed)
         return RequestStream(self._engine, self.tokenizer, rid, events, prompt, ids, sp)
+
+    def submit(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
+               sampling_params: SamplingParams | None = None) -> RequestStream:  # fmt: skip
+        return self._add(prompt, self._checked_ids(prompt, prompt_token_ids), sampling_params)
 
     def generate(self, prompts: str | Sequence[str] | None = None,
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
@@ -102,7 +112,18 @@ class LLM:
         params = sampling_params if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(items)
         if len(params) != len(items):
             raise ValueError("sampling_params must be one SamplingParams or one per prompt")
-        streams = [self.submit(p, ids, sp) for (p, ids), sp in zip(items, params)]
+        # Every prompt is checked (and tokenized) before the first is queued, and a refused add
+        # cancels those already queued: a bad prompt in a batch leaves nothing running. The adds
+        # then follow each other closely, so the batch tends to start in the same step.
+        checked = [self._checked_ids(p, ids) for p, ids in items]
+        streams: list[RequestStream] = []
+        try:
+            for (p, _), ids, sp in zip(items, checked, params):
+                streams.append(self._add(p, ids, sp))
+        except BaseException:
+            for s in streams:
+                s.cancel()
+            raise
         return [s.result() for s in streams]
 
     def chat(self, messages: Sequence[dict], sampling_params: SamplingParams | None = None,

@@ -157,3 +157,15 @@ def test_many_requests_with_random_cancels_all_end_and_pools_return():
         after = llm.stats()
         for key in ("kv_pages_free", "gdn_slots_free", "running", "waiting"):
             assert after[key] == base[key], key
+
+
+@pytest.mark.parametrize("bad", [ids(80, 3), [VOCAB, 10**6]], ids=["too long", "outside the vocabulary"])
+def test_a_bad_prompt_in_a_batch_queues_none_of_the_batch(bad):
+    """generate() checks every prompt before it queues the first: nothing of the batch runs."""
+    with LLM(CKPT, max_model_len=64) as llm:
+        with pytest.raises(ValueError, match="max_model_len|outside the vocabulary"):
+            llm.generate(prompt_token_ids=[ids(5, 1), ids(5, 2), bad], sampling_params=greedy(4))
+        st = llm.stats()
+        assert (st["running"], st["waiting"], st["prompt_tokens"], st["steps"]) == (0, 0, 0, 0)
+        out = llm.generate(prompt_token_ids=[ids(5, 1)], sampling_params=greedy(4))[0]
+        assert len(out.token_ids) == 4  # and the engine keeps serving
