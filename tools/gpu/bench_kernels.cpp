@@ -5,8 +5,9 @@
 // and the fraction of the copy bandwidth (memory-bound kernels) or TFLOP/s (GEMM).
 // Weights are random bytes (fp8 kept finite), rotated over copies larger than L2.
 // Build: the CMake target bench_kernels (CUDA build with PYENGINE_TESTS).
-// Usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm] (--only gemv: sections 1-2 alone, a
-// short device call; --only norm: the decode-row norms warm and behind an L2-flushing memset.)
+// Usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm|pattern] (--only gemv: sections 1-2
+// alone, a short device call; --only norm: the decode-row norms warm and behind an L2-flushing
+// memset; --only pattern: the GEMV's weight-load order alone, bench_patterns.cu.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +21,10 @@
 #include "kernels/cuda/cuda_ops.h"
 
 using namespace pe;
+
+// tools/gpu/bench_patterns.cu
+bool launch_weight_pattern(int kind, const void* w, int64_t rows, int64_t cols, int blocks_per_sm, uint32_t* sink,
+                           cudaStream_t stream);
 
 #define CK(x)                                                                         \
   do {                                                                                \
@@ -99,14 +104,15 @@ void report(const char* name, float ms, double bytes, double flops = 0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, only_gemv = false, only_attn = false, only_gemm = false, only_norm = false;
+  bool quick = false, only_gemv = false, only_attn = false, only_gemm = false, only_norm = false, only_pattern = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemv") == 0) only_gemv = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "attn") == 0) only_attn = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemm") == 0) only_gemm = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "norm") == 0) only_norm = true, ++i;
-    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm]\n"); return 2; }
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "pattern") == 0) only_pattern = true, ++i;
+    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm|pattern]\n"); return 2; }
   }
   if (quick) g_reps = 5;
   if (!cuda::device_available()) {
@@ -160,6 +166,32 @@ int main(int argc, char** argv) {
   }
   const size_t pool_bytes = size_t(6) << 30;  // weight copies rotate through it (L2 is ~50 MB)
   void* pool = dalloc(pool_bytes, 9);
+  if (only_pattern) {
+    // The FP8 GEMV's weight reads alone (no decode, no mma), by pattern and blocks per SM
+    // (bench_patterns.cu): bytes = the matrix.
+    struct PShape { const char* name; int64_t rows, cols; };
+    const PShape pshapes[] = {{"gate|up 34816x5120", 34816, 5120}, {"qkv|z|a|b 16480x5120", 16480, 5120},
+                              {"out_proj 5120x6144", 5120, 6144}, {"down 5120x17408", 5120, 17408}};
+    const char* kinds[] = {"gemv T=4", "gemv T=1", "contiguous"};
+    uint32_t* sink = static_cast<uint32_t*>(dalloc(size_t(34816 / 8) * 256 * 4, 0));
+    for (const PShape& s : pshapes) {
+      const size_t bytes = static_cast<size_t>(s.rows * s.cols);
+      const int copies = static_cast<int>(std::min<size_t>(pool_bytes / bytes, 8));
+      for (int kind = 0; kind < 3; ++kind)
+        for (int bps : {2, 3, 4}) {
+          const float ms = graph_ms([&](int i, cudaStream_t st) {
+            const void* w = static_cast<const char*>(pool) + (i % copies) * bytes;
+            if (!launch_weight_pattern(kind, w, s.rows, s.cols, bps, sink, st)) std::exit(1);
+          }, 8);
+          CK(cudaGetLastError());
+          char name[96];
+          std::snprintf(name, sizeof(name), "pattern %s %s %d/SM", s.name, kinds[kind], bps);
+          report(name, ms, static_cast<double>(bytes));
+        }
+    }
+    std::printf("bench done\n");
+    return 0;
+  }
 
   // 2. Decode GEMV on the 27B layer shapes (MODEL_SPEC), every weight format; weights rotate over
   // the pool (> L2). Bytes = weights + their scales + x + out.

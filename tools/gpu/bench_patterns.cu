@@ -1,0 +1,124 @@
+// Weight-streaming access patterns without the GEMV's arithmetic, for bench_kernels --only
+// pattern: does the quantized GEMV's order of 16-byte loads (and its 2 blocks per SM) by itself
+// reach the copy bandwidth, or is the bound its math and dependency chain? Each kernel reads a
+// rows x cols byte matrix once with one pattern, all loads of a step first (as the GEMV does),
+// and XORs what it read into one word per thread (written, so nothing is optimized away).
+//   kind 0: the GEMV at 32 rows per warp (T = 4): block = 32 rows, warp w takes column steps w,
+//           w + 8, ... of 128 bytes; lane (g, t) rows g + 8r (r < 4), bytes (c * 4 + t) * 16 (c < 2).
+//   kind 1: the GEMV at 8 rows per warp (T = 1): block = 8 rows, steps of 512 bytes, c < 8.
+//   kind 2: contiguous: warp w of block b reads 4 KB per step from its own contiguous slice.
+// blocks_per_sm: the grid's residency, set with dynamic shared memory the kernel does not use
+// (the GEMV holds 2 blocks of 8 warps per SM by its registers).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace {
+
+
+// Four 16-byte loads in one asm statement: issued back to back, all four in flight at once
+// (separate statements let ptxas consume each before issuing the next: 32 registers per thread).
+__device__ __forceinline__ void ld_stream4(const uint8_t* a, const uint8_t* b, const uint8_t* c, const uint8_t* d,
+                                           uint4* r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define PE_PATTERN_LD "ld.global.nc.L1::no_allocate.L2::128B.v4.u32 "
+#else
+#define PE_PATTERN_LD "ld.global.nc.L1::no_allocate.v4.u32 "
+#endif
+  asm volatile(PE_PATTERN_LD "{%0,%1,%2,%3}, [%16];\n\t" PE_PATTERN_LD "{%4,%5,%6,%7}, [%17];\n\t"
+               PE_PATTERN_LD "{%8,%9,%10,%11}, [%18];\n\t" PE_PATTERN_LD "{%12,%13,%14,%15}, [%19];"
+               : "=r"(r[0].x), "=r"(r[0].y), "=r"(r[0].z), "=r"(r[0].w), "=r"(r[1].x), "=r"(r[1].y), "=r"(r[1].z),
+                 "=r"(r[1].w), "=r"(r[2].x), "=r"(r[2].y), "=r"(r[2].z), "=r"(r[2].w), "=r"(r[3].x), "=r"(r[3].y),
+                 "=r"(r[3].z), "=r"(r[3].w)
+               : "l"(a), "l"(b), "l"(c), "l"(d));
+#undef PE_PATTERN_LD
+}
+
+template <int T>
+__global__ void __launch_bounds__(256) gemv_pattern_kernel(const uint8_t* w, int64_t rows, int64_t cols,
+                                                           uint32_t* sink) {
+  constexpr int C = 8 / T, KB = 64 * C;  // chunks per row per step, bytes per row per step
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8 * T;
+  const int64_t n_it = cols / KB;
+  uint32_t acc = 0;
+  for (int64_t it = warp; it < n_it; it += 8) {
+    uint4 raw[T][C];
+    const uint8_t* a[T * C];
+#pragma unroll
+    for (int r = 0; r < T; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c)  // cols % KB == 0 (launch_weight_pattern): no guard
+        a[r * C + c] = w + min(row0 + 8 * r + g, rows - 1) * cols + it * KB + (c * 4 + t) * 16;
+#pragma unroll
+    for (int q = 0; q < T * C; q += 4) ld_stream4(a[q], a[q + 1], a[q + 2], a[q + 3], &raw[0][0] + q);
+    __syncwarp();  // keeps the XORs below every load of the step (else sm_80+ ptxas interleaves them)
+#pragma unroll
+    for (int r = 0; r < T; ++r)
+#pragma unroll
+      for (int c = 0; c < C; ++c) acc ^= raw[r][c].x ^ raw[r][c].y ^ raw[r][c].z ^ raw[r][c].w;
+  }
+  sink[static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x] = acc;
+}
+
+__global__ void __launch_bounds__(256) contiguous_pattern_kernel(const uint8_t* w, int64_t bytes, uint32_t* sink) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * 8, wid = static_cast<int64_t>(blockIdx.x) * 8 + warp;
+  const int64_t steps = (bytes / 4096 + warps - 1) / warps;  // 4 KB steps per warp, in one slice
+  uint32_t acc = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t base = (wid * steps + s) * 4096;
+    if (base + 4096 > bytes) break;  // the tail past the last whole 4 KB is not read
+    uint4 raw[8];
+    const uint8_t* a[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a[i] = w + base + (i * 32 + lane) * 16;
+    ld_stream4(a[0], a[1], a[2], a[3], raw);
+    ld_stream4(a[4], a[5], a[6], a[7], raw + 4);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc ^= raw[i].x ^ raw[i].y ^ raw[i].z ^ raw[i].w;
+  }
+  sink[static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x] = acc;
+}
+
+template <typename K>
+size_t residency_smem(K kernel, int blocks_per_sm) {
+  int dev = 0, smem = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  const size_t bytes = static_cast<size_t>(smem / blocks_per_sm) - 2048;  // a block's reserve
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  return bytes;
+}
+
+}  // namespace
+
+// One pass of pattern `kind` over w (rows x cols bytes, cols % 512 == 0); sink: 256 words per block
+// of the largest grid (rows / 8 blocks). Returns false for an unknown kind or such a shape.
+bool launch_weight_pattern(int kind, const void* w, int64_t rows, int64_t cols, int blocks_per_sm, uint32_t* sink,
+                           cudaStream_t stream) {
+  const auto* p = static_cast<const uint8_t*>(w);
+  if (cols % 512 != 0 || (rows * cols) % 16 != 0) return false;  // whole steps: the loads need no guard
+  switch (kind) {
+    case 0: {
+      const size_t smem = residency_smem(gemv_pattern_kernel<4>, blocks_per_sm);
+      gemv_pattern_kernel<4><<<static_cast<unsigned>((rows + 31) / 32), 256, smem, stream>>>(p, rows, cols, sink);
+      return true;
+    }
+    case 1: {
+      const size_t smem = residency_smem(gemv_pattern_kernel<1>, blocks_per_sm);
+      gemv_pattern_kernel<1><<<static_cast<unsigned>((rows + 7) / 8), 256, smem, stream>>>(p, rows, cols, sink);
+      return true;
+    }
+    case 2: {
+      const size_t smem = residency_smem(contiguous_pattern_kernel, blocks_per_sm);
+      int dev = 0, sms = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      contiguous_pattern_kernel<<<static_cast<unsigned>(sms * blocks_per_sm), 256, smem, stream>>>(p, rows * cols, sink);
+      return true;
+    }
+    default: return false;
+  }
+}
