@@ -113,8 +113,7 @@ class LLM:
         if len(params) != len(items):
             raise ValueError("sampling_params must be one SamplingParams or one per prompt")
         # Every prompt is checked (and tokenized) before the first is queued, and a refused add
-        # cancels those already queued: a bad prompt in a batch leaves nothing running. The adds
-        # then follow each other closely, so the batch tends to start in the same step.
+        # cancels those already queued: a bad prompt in a batch leaves nothing running.
         checked = [self._checked_ids(p, ids) for p, ids in items]
         streams: list[RequestStream] = []
         try:

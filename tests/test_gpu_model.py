@@ -32,7 +32,6 @@ ATOL_SHORT = 2e-3
 ATOL_CUDA = 1.5    # max abs logit error vs transformers fp32, prompts > 8 tokens (random checkpoints)
 REL_CUDA = 2e-2    # ||cuda - ref|| / ||ref||, prompts > 8 tokens (random checkpoints)
 REL_TRAINED = 3e-3  # the same on the trained default model
-NEAR_TIE = 0.1     # greedy may leave transformers' token only where its top two were this close
 KV_BYTES = 1 << 30  # each test engine takes this much for KV + GDN state, not the whole GPU
 
 
@@ -86,23 +85,15 @@ def test_default_model_goldens_on_cuda():
 
 
 def test_greedy_continuations_match_transformers_on_cuda(ckpt):
-    """The four prompts go in one by one, so whether the 1-token prompt shares its first step
-    with the others' chunks (and so the fp16-operand GEMM, > 8 tokens) depends on timing. A
-    continuation may therefore leave transformers' only where transformers' own top two logits
-    were within NEAR_TIE (ckpt_text_fp8's prompt 1 has 0.028 at step 1: it flipped in 2 of 7
-    session-9 runs on the H200); a divergence at a clear margin fails."""
+    """Known flake (session 9, H200): ckpt_text_fp8 prompt 1 failed in 2 of 8 runs. The prompts go
+    in one by one, so whether the 1-token prompt shares its first step with the others' chunks
+    (and so the fp16-operand GEMM, > 8 tokens) depends on timing, and transformers' own top two
+    logits at its step 1 are 0.028 apart. Open: a batch admitted in one engine event."""
     name, llm, g = ckpt
     keys = ["1", "7", "70", "150"]
     outs = llm.generate(prompt_token_ids=[g[f"prompt_{k}_ids"].tolist() for k in keys], sampling_params=greedy(20))
     for k, o in zip(keys, outs):
-        ref, ref_logits = g[f"greedy_{k}_ids"].tolist(), g[f"greedy_{k}_logits"]
-        assert len(o.token_ids) == len(ref), f"{name} prompt {k}"
-        j = next((i for i, (a, b) in enumerate(zip(o.token_ids, ref)) if a != b), None)
-        if j is None:
-            continue
-        margin = float(ref_logits[j][ref[j]] - ref_logits[j][o.token_ids[j]])
-        print(f"{name} prompt {k}: leaves transformers' continuation at step {j}, margin {margin:.3f}")
-        assert margin < NEAR_TIE, (name, k, j, margin)
+        assert o.token_ids == g[f"greedy_{k}_ids"].tolist(), f"{name} prompt {k}"
 
 
 def test_decode_logprobs_equal_the_cpu_engine():

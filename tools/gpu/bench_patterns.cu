@@ -13,26 +13,12 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/linear_common.cuh"  // load_stream: the GEMV's own weight load
+
+using pe::cuda::load_stream;
+
 namespace {
 
-
-// Four 16-byte loads in one asm statement: issued back to back, all four in flight at once
-// (separate statements let ptxas consume each before issuing the next: 32 registers per thread).
-__device__ __forceinline__ void ld_stream4(const uint8_t* a, const uint8_t* b, const uint8_t* c, const uint8_t* d,
-                                           uint4* r) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define PE_PATTERN_LD "ld.global.nc.L1::no_allocate.L2::128B.v4.u32 "
-#else
-#define PE_PATTERN_LD "ld.global.nc.L1::no_allocate.v4.u32 "
-#endif
-  asm volatile(PE_PATTERN_LD "{%0,%1,%2,%3}, [%16];\n\t" PE_PATTERN_LD "{%4,%5,%6,%7}, [%17];\n\t"
-               PE_PATTERN_LD "{%8,%9,%10,%11}, [%18];\n\t" PE_PATTERN_LD "{%12,%13,%14,%15}, [%19];"
-               : "=r"(r[0].x), "=r"(r[0].y), "=r"(r[0].z), "=r"(r[0].w), "=r"(r[1].x), "=r"(r[1].y), "=r"(r[1].z),
-                 "=r"(r[1].w), "=r"(r[2].x), "=r"(r[2].y), "=r"(r[2].z), "=r"(r[2].w), "=r"(r[3].x), "=r"(r[3].y),
-                 "=r"(r[3].z), "=r"(r[3].w)
-               : "l"(a), "l"(b), "l"(c), "l"(d));
-#undef PE_PATTERN_LD
-}
 
 template <int T>
 __global__ void __launch_bounds__(256) gemv_pattern_kernel(const uint8_t* w, int64_t rows, int64_t cols,
@@ -44,14 +30,11 @@ __global__ void __launch_bounds__(256) gemv_pattern_kernel(const uint8_t* w, int
   uint32_t acc = 0;
   for (int64_t it = warp; it < n_it; it += 8) {
     uint4 raw[T][C];
-    const uint8_t* a[T * C];
 #pragma unroll
     for (int r = 0; r < T; ++r)
 #pragma unroll
       for (int c = 0; c < C; ++c)  // cols % KB == 0 (launch_weight_pattern): no guard
-        a[r * C + c] = w + min(row0 + 8 * r + g, rows - 1) * cols + it * KB + (c * 4 + t) * 16;
-#pragma unroll
-    for (int q = 0; q < T * C; q += 4) ld_stream4(a[q], a[q + 1], a[q + 2], a[q + 3], &raw[0][0] + q);
+        raw[r][c] = load_stream(w + min(row0 + 8 * r + g, rows - 1) * cols + it * KB + (c * 4 + t) * 16);
     __syncwarp();  // keeps the XORs below every load of the step (else sm_80+ ptxas interleaves them)
 #pragma unroll
     for (int r = 0; r < T; ++r)
@@ -70,11 +53,8 @@ __global__ void __launch_bounds__(256) contiguous_pattern_kernel(const uint8_t* 
     const int64_t base = (wid * steps + s) * 4096;
     if (base + 4096 > bytes) break;  // the tail past the last whole 4 KB is not read
     uint4 raw[8];
-    const uint8_t* a[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) a[i] = w + base + (i * 32 + lane) * 16;
-    ld_stream4(a[0], a[1], a[2], a[3], raw);
-    ld_stream4(a[4], a[5], a[6], a[7], raw + 4);
+    for (int i = 0; i < 8; ++i) raw[i] = load_stream(w + base + (i * 32 + lane) * 16);
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc ^= raw[i].x ^ raw[i].y ^ raw[i].z ^ raw[i].w;

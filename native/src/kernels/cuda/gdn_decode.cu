@@ -24,8 +24,8 @@
 // and state r+w bandwidth: n=1 9.5 (0.67 TB/s), n=2 10.8 (1.17), n=8 24.9 (2.02), n=32 74.2 (2.71 TB/s,
 // 64 % of the 4.25 TB/s copy); the per-sequence ops: 14.8, 29.7, 119, 494 us. Small n is bound by
 // the latency of one block per head. Session 9: the gate / z / norm-weight loads moved up to the
-// state's: 8.06 -> 7.90 us exclusive per call in the 27B step's timeline (timeline_decode.py). dv % 4 != 0 takes a scalar path (spills a little; unused by
-// Qwen3.5).
+// state's: 8.06 -> 7.90 us exclusive per call in the 27B step's timeline (timeline_decode.py).
+// dv % 4 != 0 takes a scalar path (spills a little; unused by Qwen3.5).
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {

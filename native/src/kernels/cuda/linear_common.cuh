@@ -30,21 +30,18 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 #ifndef PE_LOAD_L2_PREFETCH
 #define PE_LOAD_L2_PREFETCH 128
 #endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_LOAD_L2_PREFETCH == 256
+#define PE_LOAD_L2_HINT ".L2::256B"
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_LOAD_L2_PREFETCH == 128
+#define PE_LOAD_L2_HINT ".L2::128B"
+#else
+#define PE_LOAD_L2_HINT ""
+#endif
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 r;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_LOAD_L2_PREFETCH == 256
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+  asm volatile("ld.global.nc.L1::no_allocate" PE_LOAD_L2_HINT ".v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_LOAD_L2_PREFETCH == 128
-  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-#else
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-#endif
   return r;
 }
 
