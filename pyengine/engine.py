@@ -101,6 +101,46 @@ class NativeEngine:
         if self._closed.is_set():
             raise RuntimeError("the engine is closed")
         c = n.ffi.new("pe_sampling_params*")
+        stop_ids = self._fill_sampling(c, sp, seed)  # noqa: F841 (c points into it: alive across the add)
+        ids = n.ffi.new("int32_t[]", token_ids)
+        rid = n.ffi.new("uint64_t*")
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        # Hold the lock across the add so the dispatcher cannot see an event before the queue.
+        with self._queues_lock:
+            n.check(n.lib.pe_engine_add_request(self.handle, ids, len(token_ids), c, rid), "add_request")
+            self._queues[rid[0]] = q
+        return rid[0], q
+
+    def add_requests(self, items: list[tuple[list[int], SamplingParams, int]]) -> list[tuple[int, queue.SimpleQueue]]:
+        """Queues the (token_ids, params, seed) items in one push to the engine's inbox: its thread
+        takes them all at one step boundary (and admits them in order, as far as max_batch and
+        memory allow); if one is refused (ValueError naming its index), none is queued."""
+        n = self._n
+        if self._closed.is_set():
+            raise RuntimeError("the engine is closed")
+        if not items:
+            return []
+        params = n.ffi.new("pe_sampling_params[]", len(items))
+        prompts = n.ffi.new("int32_t*[]", len(items))
+        n_tokens = n.ffi.new("int64_t[]", [len(token_ids) for token_ids, _, _ in items])
+        rids = n.ffi.new("uint64_t[]", len(items))
+        keep = []  # the arrays the pointers above point into: alive until the add returns
+        for i, (token_ids, sp, seed) in enumerate(items):
+            keep.append(self._fill_sampling(params + i, sp, seed))
+            keep.append(n.ffi.new("int32_t[]", token_ids))
+            prompts[i] = keep[-1]
+        queues = [queue.SimpleQueue() for _ in items]
+        with self._queues_lock:  # as in add_request
+            status = n.lib.pe_engine_add_requests(self.handle, len(items), prompts, n_tokens, params, rids)
+            n.check(status, "add_requests")
+            for i, q in enumerate(queues):
+                self._queues[rids[i]] = q
+        return [(rids[i], q) for i, q in enumerate(queues)]
+
+    def _fill_sampling(self, c, sp: SamplingParams, seed: int):
+        """Fills the pe_sampling_params `c` points to; returns the stop-id array it points into
+        (or NULL), which the caller keeps alive until the add call returns."""
+        n = self._n
         c.temperature = sp.temperature
         c.top_p = sp.top_p
         c.min_p = sp.min_p
@@ -111,18 +151,11 @@ class NativeEngine:
         c.repetition_penalty = sp.repetition_penalty
         c.max_tokens = sp.max_tokens
         c.ignore_eos = int(sp.ignore_eos)
-        stop_ids = n.ffi.new("int32_t[]", list(sp.stop_token_ids or [])) if sp.stop_token_ids else n.ffi.NULL
+        stop_ids = n.ffi.new("int32_t[]", list(sp.stop_token_ids)) if sp.stop_token_ids else n.ffi.NULL
         c.stop_token_ids = stop_ids
         c.n_stop_token_ids = len(sp.stop_token_ids or [])
         c.logprobs = -1 if sp.logprobs is None else sp.logprobs
-        ids = n.ffi.new("int32_t[]", token_ids)
-        rid = n.ffi.new("uint64_t*")
-        q: queue.SimpleQueue = queue.SimpleQueue()
-        # Hold the lock across the add so the dispatcher cannot see an event before the queue.
-        with self._queues_lock:
-            n.check(n.lib.pe_engine_add_request(self.handle, ids, len(token_ids), c, rid), "add_request")
-            self._queues[rid[0]] = q
-        return rid[0], q
+        return stop_ids
 
     def cancel(self, request_id: int) -> None:
         if not self._closed.is_set():

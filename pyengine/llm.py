@@ -91,11 +91,19 @@ class LLM:
             raise ValueError(f"prompt token {bad} has id {ids[bad]} outside the vocabulary [0, {vocab})")
         return ids
 
-    def _add(self, prompt: str | None, ids: list[int], sampling_params: SamplingParams | None) -> RequestStream:
+    @staticmethod
+    def _engine_item(ids: list[int], sampling_params: SamplingParams | None) -> tuple[list[int], SamplingParams, int]:
+        """(token ids, params, seed) as NativeEngine's adds take them."""
         sp = sampling_params or SamplingParams()
-        seed = default_seed() if sp.seed is None else sp.seed
-        rid, events = self._engine.add_request(ids, sp, seed)
+        return ids, sp, default_seed() if sp.seed is None else sp.seed
+
+    def _stream(self, prompt: str | None, item: tuple[list[int], SamplingParams, int], added) -> RequestStream:
+        (ids, sp, _), (rid, events) = item, added
         return RequestStream(self._engine, self.tokenizer, rid, events, prompt, ids, sp)
+
+    def _add(self, prompt: str | None, ids: list[int], sampling_params: SamplingParams | None) -> RequestStream:
+        item = self._engine_item(ids, sampling_params)
+        return self._stream(prompt, item, self._engine.add_request(*item))
 
     def submit(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
                sampling_params: SamplingParams | None = None) -> RequestStream:  # fmt: skip
@@ -112,17 +120,15 @@ class LLM:
         params = sampling_params if isinstance(sampling_params, (list, tuple)) else [sampling_params] * len(items)
         if len(params) != len(items):
             raise ValueError("sampling_params must be one SamplingParams or one per prompt")
-        # Every prompt is checked (and tokenized) before the first is queued, and a refused add
-        # cancels those already queued: a bad prompt in a batch leaves nothing running.
+        # Every prompt is checked (and tokenized) first, then the batch is queued by one add: the
+        # engine admits it at one step boundary, so which prompts share a step never depends on
+        # the engine thread's timing, and a refused add queues none of the batch.
         checked = [self._checked_ids(p, ids) for p, ids in items]
-        streams: list[RequestStream] = []
-        try:
-            for (p, _), ids, sp in zip(items, checked, params):
-                streams.append(self._add(p, ids, sp))
-        except BaseException:
-            for s in streams:
-                s.cancel()
-            raise
+        if not checked:
+            return []
+        batch = [self._engine_item(ids, sp) for ids, sp in zip(checked, params)]
+        added = self._engine.add_requests(batch)
+        streams = [self._stream(p, item, a) for (p, _), item, a in zip(items, batch, added)]
         return [s.result() for s in streams]
 
     def chat(self, messages: Sequence[dict], sampling_params: SamplingParams | None = None,

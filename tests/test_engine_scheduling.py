@@ -169,3 +169,97 @@ def test_a_bad_prompt_in_a_batch_queues_none_of_the_batch(bad):
         assert (st["running"], st["waiting"], st["prompt_tokens"], st["steps"]) == (0, 0, 0, 0)
         out = llm.generate(prompt_token_ids=[ids(5, 1)], sampling_params=greedy(4))[0]
         assert len(out.token_ids) == 4  # and the engine keeps serving
+
+
+class StepAfterEachAdd:
+    """Stands in for an engine's binding: each add returns only once the engine thread has run
+    another step. Under this timing a batch added one prompt at a time gets one step per prompt;
+    a batch added in one call still gets one step."""
+
+    def __init__(self, llm):
+        engine = llm._engine
+        self._real, self._handle = engine._n, engine.handle
+        self.ffi, self.check, self.lib = self._real.ffi, self._real.check, self
+        engine._n = self
+
+    def _steps(self) -> int:
+        s = self.ffi.new("pe_engine_stats*")
+        self._real.check(self._real.lib.pe_engine_get_stats(self._handle, s))
+        return s.steps
+
+    def __getattr__(self, name):  # the lib's functions, the two adds wrapped
+        fn = getattr(self._real.lib, name)
+        if not name.startswith("pe_engine_add_request"):
+            return fn
+
+        def add_then_wait_for_a_step(*args):
+            before = self._steps()
+            status = fn(*args)
+            deadline = time.monotonic() + 30
+            while status == 0 and self._steps() == before and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            return status
+
+        return add_then_wait_for_a_step
+
+
+def first_token_steps(llm, monkeypatch) -> dict:
+    """request id -> engine step of its first token, filled by the dispatcher as events arrive."""
+    steps: dict = {}
+    engine = llm._engine
+    route, token = engine._route, engine._n.lib.PE_EVENT_TOKEN
+
+    def record(ev):
+        if ev.kind == token:
+            steps.setdefault(ev.request_id, ev.step)
+        route(ev)
+
+    monkeypatch.setattr(engine, "_route", record)
+    return steps
+
+
+def test_a_generate_batch_is_admitted_in_one_step(monkeypatch):
+    # The whole batch fits one step's budget (103 prompt tokens, chunk 512), so one admission
+    # gives every prompt its first token in the engine's first step, however late the engine
+    # thread runs. One add per prompt fails here: StepAfterEachAdd lets a step run between adds.
+    prompts = [ids(n, 30 + n) for n in (3, 11, 29, 60)]
+    with LLM(CKPT, max_batch=4, max_model_len=512) as llm:
+        first = first_token_steps(llm, monkeypatch)
+        StepAfterEachAdd(llm)
+        outs = llm.generate(prompt_token_ids=prompts, sampling_params=greedy(3))
+        assert [len(o.token_ids) for o in outs] == [3, 3, 3, 3]
+        assert [first[o.request_id] for o in outs] == [0, 0, 0, 0]
+        assert llm.stats()["steps"] == 3
+
+
+@pytest.mark.parametrize("bad_index, bad, message", [
+    (2, [3, 512], r"request 2: prompt token 1 has id 512 outside the vocabulary \[0, 512\)"),
+    (0, [], "request 0: prompt is empty"),
+])  # fmt: skip
+def test_a_refused_request_queues_none_of_its_batch(bad_index, bad, message):
+    """The native check of pe_engine_add_requests (past generate's own checks): the error names
+    the request, nothing is queued, no id is used, and the engine keeps serving."""
+    with LLM(CKPT, max_model_len=64) as llm:
+        assert llm.config.vocab_size == 512
+        batch = [(ids(5, 1), greedy(4), 0), (ids(7, 2), greedy(4), 0), (ids(6, 3), greedy(4), 0)]
+        batch[bad_index] = (bad, greedy(4), 0)
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            llm._engine.add_requests(batch)
+        time.sleep(0.05)  # a queued request would be running or waiting by now
+        st = llm.stats()
+        assert (st["running"], st["waiting"], st["prompt_tokens"], st["steps"]) == (0, 0, 0, 0)
+        assert llm._engine._queues == {}
+        outs = llm.generate(prompt_token_ids=[ids(5, 1), ids(9, 4)], sampling_params=greedy(4))
+        assert [o.request_id for o in outs] == [1, 2]
+        assert [len(o.token_ids) for o in outs] == [4, 4]
+
+
+def test_add_requests_refuses_an_empty_batch_natively():
+    with LLM(CKPT, max_model_len=64) as llm:
+        n, handle = llm._engine._n, llm._engine.handle
+        args = (n.ffi.new("int32_t*[]", 1), n.ffi.new("int64_t[]", 1), n.ffi.new("pe_sampling_params[]", 1),
+                n.ffi.new("uint64_t[]", 1))  # fmt: skip
+        assert n.lib.pe_engine_add_requests(handle, 0, *args) == n.lib.PE_ERR_INVALID_ARGUMENT
+        assert n.last_error() == "n_requests must be >= 1, got 0"
+        assert llm.generate(prompt_token_ids=[]) == []
+        assert llm.stats()["steps"] == 0

@@ -85,10 +85,12 @@ def test_default_model_goldens_on_cuda():
 
 
 def test_greedy_continuations_match_transformers_on_cuda(ckpt):
-    """Known flake (session 9, H200): ckpt_text_fp8 prompt 1 failed in 2 of 8 runs. The prompts go
-    in one by one, so whether the 1-token prompt shares its first step with the others' chunks
-    (and so the fp16-operand GEMM, > 8 tokens) depends on timing, and transformers' own top two
-    logits at its step 1 are 0.028 apart. Open: a batch admitted in one engine event."""
+    """generate() queues the four prompts in one engine event, so the steps are the same every
+    run: with chunk 32 (a 36-token budget) the 1-token prompt's first step shares the fp16-operand
+    GEMM (> 8 tokens) with the 7- and 70-token prompts' chunks (1 + 7 + 28 tokens). Before, they
+    went in one by one, whether that step was shared depended on timing, and ckpt_text_fp8 prompt
+    1 failed in 2 of 8 runs (session 9, H200; transformers' own top two logits at its step 1 are
+    0.028 apart). Not rerun on a GPU since the change."""
     name, llm, g = ckpt
     keys = ["1", "7", "70", "150"]
     outs = llm.generate(prompt_token_ids=[g[f"prompt_{k}_ids"].tolist() for k in keys], sampling_params=greedy(20))

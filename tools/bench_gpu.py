@@ -156,7 +156,7 @@ def run(engine, prompts: list[list[int]], max_tokens: int) -> tuple[float, list[
 
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     t0 = time.monotonic()
-    qs = [engine.add_request(p, sp, 0)[1] for p in prompts]
+    qs = [q for _, q in engine.add_requests([(p, sp, 0) for p in prompts])]  # one admission for all
     times = []
     for q in qs:
         ts = []

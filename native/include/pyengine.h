@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* cffi-begin */
-#define PE_API_VERSION 2
+#define PE_API_VERSION 3
 
 /* Status codes. */
 #define PE_OK 0
@@ -213,6 +213,18 @@ typedef struct pe_sampling_params {
  * longer than max_model_len - 1, or a bad sampling value (the message names it). */
 int32_t pe_engine_add_request(pe_engine* engine, const int32_t* tokens, int64_t n_tokens,
                               const pe_sampling_params* sampling, uint64_t* out_request_id);
+
+/* Queues n_requests requests (prompt i: tokens[i][0, n_tokens[i]), sampling[i]) in one step of
+ * the engine's inbox, so the engine thread sees all of them or none: a batch added together is
+ * admitted at the same step boundary (in this order, as far as max_batch and memory allow),
+ * whatever the timing of the caller. Every request is validated before any is queued; when one is
+ * invalid nothing is queued, no id is used, and the message names the first bad request and the
+ * problem as pe_engine_add_request would ("request 2: prompt is empty"). out_request_ids receives
+ * the n_requests ids (consecutive, in order). The arrays are only read during the call.
+ * Thread-safe. Errors: INVALID_ARGUMENT for n_requests < 1, a null array, or a bad request. */
+int32_t pe_engine_add_requests(pe_engine* engine, int32_t n_requests, const int32_t* const* tokens,
+                               const int64_t* n_tokens, const pe_sampling_params* sampling,
+                               uint64_t* out_request_ids);
 
 /* Asks the engine to drop a request at the next chunk or step boundary; its FINISHED event
  * follows with PE_FINISH_CANCELLED. Unknown or finished ids are ignored (PE_OK). Thread-safe. */

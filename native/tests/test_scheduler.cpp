@@ -143,6 +143,23 @@ TEST(max_batch_is_honoured_exactly) {
   CHECK_EQ(f.sched.n_waiting(), 2);
 }
 
+TEST(requests_added_before_a_step_are_admitted_in_arrival_order) {
+  // What a batch queued by pe_engine_add_requests meets: admission follows arrival, not length
+  // (shortest-first orders only the prefill chunks), and every admitted short prompt runs whole.
+  Fixture f(params(3, 64), 200);
+  Request* rs[5];
+  const int64_t lens[5] = {30, 4, 12, 2, 7};
+  for (int i = 0; i < 5; ++i) rs[i] = f.add(lens[i], 50);
+  auto cs = f.step();
+  for (int i = 0; i < 3; ++i) {
+    CHECK_EQ(rs[i]->admitted_order, i + 1);
+    CHECK_EQ(f.tokens_of(cs, rs[i]), lens[i]);
+  }
+  CHECK_EQ(f.tokens_of(cs, rs[3]), 0);
+  CHECK_EQ(f.sched.n_waiting(), 2);
+  CHECK(f.sched.waiting().front().get() == rs[3]);
+}
+
 TEST(out_of_pages_preempts_the_newest_and_everything_returns) {
   // 10 pages of 4 tokens: two requests growing to 24 tokens each cannot both fit.
   Fixture f(params(2, 64), 10);

@@ -48,6 +48,16 @@ int32_t pe_engine_add_request(pe_engine* engine, const int32_t* tokens, int64_t 
   });
 }
 
+int32_t pe_engine_add_requests(pe_engine* engine, int32_t n_requests, const int32_t* const* tokens,
+                               const int64_t* n_tokens, const pe_sampling_params* sampling,
+                               uint64_t* out_request_ids) {
+  return pe::api::guarded([&] {
+    if (!engine || !tokens || !n_tokens || !sampling || !out_request_ids)
+      fail(PE_ERR_INVALID_ARGUMENT, "pe_engine_add_requests: null argument");
+    engine->engine->add_requests(n_requests, tokens, n_tokens, sampling, out_request_ids);
+  });
+}
+
 int32_t pe_engine_cancel(pe_engine* engine, uint64_t request_id) {
   return pe::api::guarded([&] {
     if (!engine) fail(PE_ERR_INVALID_ARGUMENT, "pe_engine_cancel: null engine");

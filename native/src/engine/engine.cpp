@@ -102,7 +102,7 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
 }
 
-uint64_t Engine::add_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp) {
+std::unique_ptr<Request> Engine::make_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp) const {
   const ModelConfig& cfg = model_.config();
   if (n < 1 || !tokens) fail(PE_ERR_INVALID_ARGUMENT, "prompt is empty");
   if (n > params_.max_model_len - 1)
@@ -127,7 +127,6 @@ uint64_t Engine::add_request(const int32_t* tokens, int64_t n, const pe_sampling
     fail(PE_ERR_INVALID_ARGUMENT, "stop_token_ids: bad count ", sp.n_stop_token_ids);
 
   auto r = std::make_unique<Request>();
-  r->id = next_id_++;
   r->tokens.assign(tokens, tokens + n);
   r->n_prompt = n;
   r->sampling.temperature = sp.temperature;
@@ -142,13 +141,45 @@ uint64_t Engine::add_request(const int32_t* tokens, int64_t n, const pe_sampling
   r->ignore_eos = sp.ignore_eos != 0;
   r->stop_ids.assign(sp.stop_token_ids, sp.stop_token_ids + sp.n_stop_token_ids);
   r->logprobs = sp.logprobs;
-  uint64_t id = r->id;
+  return r;
+}
+
+void Engine::enqueue(std::vector<std::unique_ptr<Request>>& requests, uint64_t* out_ids) {
   {
     std::lock_guard<std::mutex> g(in_mu_);
-    inbox_.push_back(std::move(r));
+    // The reserve is the only step that can throw; it leaves the inbox as it was.
+    inbox_.reserve(inbox_.size() + requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      requests[i]->id = next_id_++;
+      out_ids[i] = requests[i]->id;
+      inbox_.push_back(std::move(requests[i]));
+    }
   }
   in_cv_.notify_all();
+}
+
+uint64_t Engine::add_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp) {
+  std::vector<std::unique_ptr<Request>> one;
+  one.push_back(make_request(tokens, n, sp));
+  uint64_t id = 0;
+  enqueue(one, &id);
   return id;
+}
+
+void Engine::add_requests(int32_t n, const int32_t* const* tokens, const int64_t* n_tokens,
+                          const pe_sampling_params* sp, uint64_t* out_ids) {
+  if (n < 1) fail(PE_ERR_INVALID_ARGUMENT, "n_requests must be >= 1, got ", n);
+  // All are built before any is queued, so a bad one leaves the inbox untouched.
+  std::vector<std::unique_ptr<Request>> requests;
+  requests.reserve(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    try {
+      requests.push_back(make_request(tokens[i], n_tokens[i], sp[i]));
+    } catch (const Error& e) {
+      fail(e.code, "request ", i, ": ", e.what());
+    }
+  }
+  enqueue(requests, out_ids);
 }
 
 void Engine::cancel(uint64_t id) {
@@ -203,11 +234,9 @@ void Engine::drain_inbox() {
   std::vector<std::unique_ptr<Request>> adds;
   std::vector<uint64_t> cancels;
   {
+    // The whole inbox at once: requests queued by one add_requests are admitted together.
     std::lock_guard<std::mutex> g(in_mu_);
-    while (!inbox_.empty()) {
-      adds.push_back(std::move(inbox_.front()));
-      inbox_.pop_front();
-    }
+    adds.swap(inbox_);
     cancels.swap(cancels_);
   }
   for (auto& r : adds) sched_->add(std::move(r));

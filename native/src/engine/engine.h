@@ -1,7 +1,6 @@
 // The engine: a thread that loops schedule -> forward -> sample -> events over a model, with a
 // thread-safe inbox (add, cancel) and outbox (events) for the C API.
 #pragma once
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,12 +25,22 @@ class Engine {
   ~Engine();
 
   uint64_t add_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp);
+  // Validates all n requests, then queues them in one inbox push (all or none; see
+  // pe_engine_add_requests) and writes their ids to out_ids.
+  void add_requests(int32_t n, const int32_t* const* tokens, const int64_t* n_tokens,
+                    const pe_sampling_params* sp, uint64_t* out_ids);
   void cancel(uint64_t id);
   int32_t poll(pe_event* out, int32_t max_events, int32_t timeout_ms);
   pe_engine_stats stats();
   const pe_memory_plan& plan() const { return plan_; }
 
  private:
+  // Checks one prompt and its sampling values (throws INVALID_ARGUMENT naming the problem) and
+  // builds its Request, without an id.
+  std::unique_ptr<Request> make_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp) const;
+  // Gives the requests ids and appends them to the inbox under one lock: the engine thread
+  // drains the inbox whole, so they are admitted at the same step boundary.
+  void enqueue(std::vector<std::unique_ptr<Request>>& requests, uint64_t* out_ids);
   void loop();
   void drain_inbox();
   void run_step();
@@ -54,9 +63,10 @@ class Engine {
 
   std::mutex in_mu_;
   std::condition_variable in_cv_;
-  std::deque<std::unique_ptr<Request>> inbox_;
+  // A vector, so enqueue can reserve first and then push a batch without throwing half-way.
+  std::vector<std::unique_ptr<Request>> inbox_;
   std::vector<uint64_t> cancels_;
-  std::atomic<uint64_t> next_id_{1};
+  uint64_t next_id_ = 1;  // under in_mu_: ids follow inbox order
   bool stop_ = false;
 
   std::mutex out_mu_;
