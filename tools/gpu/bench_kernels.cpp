@@ -172,12 +172,12 @@ int main(int argc, char** argv) {
     struct PShape { const char* name; int64_t rows, cols; };
     const PShape pshapes[] = {{"gate|up 34816x5120", 34816, 5120}, {"qkv|z|a|b 16480x5120", 16480, 5120},
                               {"out_proj 5120x6144", 5120, 6144}, {"down 5120x17408", 5120, 17408}};
-    const char* kinds[] = {"gemv T=4", "gemv T=1", "contiguous"};
+    const char* kinds[] = {"gemv T=4", "gemv T=1", "contiguous", "tiled T=4", "tiled T=1"};
     uint32_t* sink = static_cast<uint32_t*>(dalloc(size_t(34816 / 8) * 256 * 4, 0));
     for (const PShape& s : pshapes) {
       const size_t bytes = static_cast<size_t>(s.rows * s.cols);
       const int copies = static_cast<int>(std::min<size_t>(pool_bytes / bytes, 8));
-      for (int kind = 0; kind < 3; ++kind)
+      for (int kind = 0; kind < 5; ++kind)
         for (int bps : {2, 3, 4}) {
           const float ms = graph_ms([&](int i, cudaStream_t st) {
             const void* w = static_cast<const char*>(pool) + (i % copies) * bytes;

@@ -7,6 +7,9 @@
 //           w + 8, ... of 128 bytes; lane (g, t) rows g + 8r (r < 4), bytes (c * 4 + t) * 16 (c < 2).
 //   kind 1: the GEMV at 8 rows per warp (T = 1): block = 8 rows, steps of 512 bytes, c < 8.
 //   kind 2: contiguous: warp w of block b reads 4 KB per step from its own contiguous slice.
+//   kind 3, 4: kinds 0, 1 (same grid, same steps) over a tiled layout: each (row block, step)
+//           tile of 8T rows x its step's bytes stored contiguously in the order the lanes load it,
+//           so a step reads 4 KB in one run (the question: is the row-major order the loss?).
 // blocks_per_sm: the grid's residency, set with dynamic shared memory the kernel does not use
 // (the GEMV holds 2 blocks of 8 warps per SM by its registers).
 #include <cuda_runtime.h>
@@ -20,7 +23,7 @@ using pe::cuda::load_stream;
 namespace {
 
 
-template <int T>
+template <int T, bool kTiled>
 __global__ void __launch_bounds__(256) gemv_pattern_kernel(const uint8_t* w, int64_t rows, int64_t cols,
                                                            uint32_t* sink) {
   constexpr int C = 8 / T, KB = 64 * C;  // chunks per row per step, bytes per row per step
@@ -34,7 +37,8 @@ __global__ void __launch_bounds__(256) gemv_pattern_kernel(const uint8_t* w, int
     for (int r = 0; r < T; ++r)
 #pragma unroll
       for (int c = 0; c < C; ++c)  // cols % KB == 0 (launch_weight_pattern): no guard
-        raw[r][c] = load_stream(w + min(row0 + 8 * r + g, rows - 1) * cols + it * KB + (c * 4 + t) * 16);
+        raw[r][c] = load_stream(kTiled ? w + ((blockIdx.x * n_it + it) * (8 * T) * KB + ((r * C + c) * 32 + lane) * 16)
+                                       : w + min(row0 + 8 * r + g, rows - 1) * cols + it * KB + (c * 4 + t) * 16);
     __syncwarp();  // keeps the XORs below every load of the step (else sm_80+ ptxas interleaves them)
 #pragma unroll
     for (int r = 0; r < T; ++r)
@@ -80,15 +84,20 @@ bool launch_weight_pattern(int kind, const void* w, int64_t rows, int64_t cols, 
                            cudaStream_t stream) {
   const auto* p = static_cast<const uint8_t*>(w);
   if (cols % 512 != 0 || (rows * cols) % 16 != 0) return false;  // whole steps: the loads need no guard
+  if ((kind == 3 && rows % 32 != 0) || (kind == 4 && rows % 8 != 0)) return false;  // whole tiles
   switch (kind) {
+    case 3:
     case 0: {
-      const size_t smem = residency_smem(gemv_pattern_kernel<4>, blocks_per_sm);
-      gemv_pattern_kernel<4><<<static_cast<unsigned>((rows + 31) / 32), 256, smem, stream>>>(p, rows, cols, sink);
+      auto* k = kind == 3 ? gemv_pattern_kernel<4, true> : gemv_pattern_kernel<4, false>;
+      const size_t smem = residency_smem(k, blocks_per_sm);
+      k<<<static_cast<unsigned>((rows + 31) / 32), 256, smem, stream>>>(p, rows, cols, sink);
       return true;
     }
+    case 4:
     case 1: {
-      const size_t smem = residency_smem(gemv_pattern_kernel<1>, blocks_per_sm);
-      gemv_pattern_kernel<1><<<static_cast<unsigned>((rows + 7) / 8), 256, smem, stream>>>(p, rows, cols, sink);
+      auto* k = kind == 4 ? gemv_pattern_kernel<1, true> : gemv_pattern_kernel<1, false>;
+      const size_t smem = residency_smem(k, blocks_per_sm);
+      k<<<static_cast<unsigned>((rows + 7) / 8), 256, smem, stream>>>(p, rows, cols, sink);
       return true;
     }
     case 2: {
