@@ -81,10 +81,14 @@ struct DevWeight {
 const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::I8, DType::NVFP4};
 const DType kTableDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3};
 
-void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed, int64_t block = 128) {
+// tile > 0: the device weight in the GEMV tile layout of that many rows (cuda::tile_weight), its
+// padding rows poisoned (NaN for FP8: they are computed and must never reach out).
+void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed, int64_t block = 128, int tile = 0) {
   pe_test::Rng rng(seed);
   const HostWeight hw = make_weight(t, rows, cols, seed + 1, block);
-  const DevWeight dw(hw);
+  DevWeight dw(hw);
+  DevBuf<uint8_t> tiled(tile ? cuda::tiled_weight_bytes(dw.view, tile) : 0);
+  if (tile) dw.view = cuda::tile_weight(dw.view, tiled.p, tile, nullptr);
   const std::vector<float> x = rng.normals(n * cols);
   std::vector<float> ref(n * rows);
   cpu::linear(x.data(), n, hw.view, ref.data());
@@ -114,8 +118,8 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
     dout.poison();
     cuda::linear(dx.p, n, dw.view, dout.p, nullptr);
     cuda::linear_gemv_set_tuning(dflt);
-    EXPECT_CLOSE("linear", cfgs("%s n=%lld %lldx%lld b%lld%s", dtype_name(t), (long long)n, (long long)rows,
-                                (long long)cols, (long long)block, path.name),
+    EXPECT_CLOSE("linear", cfgs("%s n=%lld %lldx%lld b%lld%s%s", dtype_name(t), (long long)n, (long long)rows,
+                                (long long)cols, (long long)block, tile ? cfgs(" tile %d", tile).c_str() : "", path.name),
                  dout.download(), ref, tol);
   }
 }
@@ -190,6 +194,56 @@ TEST(cuda_linear_gemm_tiles) {
       check_linear(t, n, 260, 256, 600 + n);
   if (!small) check_linear(DType::FP8_E4M3, 2100, 136, 2048, 700);
   for (int64_t n : {100, 200}) check_linear(DType::FP8_E4M3, n, 300, 640, 710 + n, 256);
+}
+
+TEST(cuda_linear_tiled_weights) {
+  // The GEMV tile layout read by every linear path: the quantized GEMV at T = tile / 8 (whatever
+  // the height), the GEMM (n > 8) and the scalar path (x not 16-byte aligned: below). Rows with a
+  // partial last row block (300), columns of one and of several tiles per row block.
+  const bool small = small_only();
+  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
+    for (int tile : {8, 16, 32})
+      for (int64_t n : {1, 3, 8, 17, 65})
+        for (auto rc : {std::pair<int64_t, int64_t>{300, 1024}, {64, 2048}, {4500, 1024}}) {
+          if (small && rc.first > 1000 && n > 8) continue;
+          check_linear(t, n, rc.first, rc.second, 1000 + n + tile, 128, tile);
+        }
+  check_linear(DType::FP8_E4M3, 2, 300, 1024, 1100, 256, 32);  // 256-wide scale blocks
+  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4}) {  // x off 16-byte alignment: the scalar path
+    const int64_t n = 3, rows = 300, cols = 1024;
+    pe_test::Rng rng(1110);
+    const HostWeight hw = make_weight(t, rows, cols, 1111);
+    DevWeight dw(hw);
+    DevBuf<uint8_t> tiled(cuda::tiled_weight_bytes(dw.view, 16));
+    dw.view = cuda::tile_weight(dw.view, tiled.p, 16, nullptr);
+    const std::vector<float> x = rng.normals(n * cols + 1);
+    std::vector<float> ref(n * rows);
+    cpu::linear(x.data() + 1, n, hw.view, ref.data());
+    DevBuf<float> dx(x), dout(n * rows);
+    cuda::linear(dx.p + 1, n, dw.view, dout.p, nullptr);
+    EXPECT_CLOSE("linear", cfgs("%s n=3 300x1024 tile 16 [x unaligned]", dtype_name(t)), dout.download(), ref, 1e-5);
+  }
+  // Tiling refuses what it cannot lay out: 16-bit weights, row bytes not a multiple of 4096 / R.
+  const HostWeight h16 = make_weight(DType::BF16, 64, 1024, 3), h8 = make_weight(DType::FP8_E4M3, 64, 1040, 4);
+  const DevWeight d16(h16), d8(h8);
+  DevBuf<uint8_t> dst(1 << 17);
+  int refused = 0;
+  for (const WeightView* v : {&d16.view, &d8.view}) {
+    try {
+      cuda::tile_weight(*v, dst.p, 8, nullptr);
+    } catch (const std::exception&) {
+      ++refused;
+    }
+  }
+  CHECK(refused == 2);
+  CHECK(cuda::gemv_tile_rows(d16.view) == 0 && cuda::gemv_tile_rows(d8.view) == 0);
+  if (small) return;
+  // The 27B layer shapes as the model tiles them (gemv_tile_rows: 32 rows from 4224 rows up).
+  for (int64_t n : {1, 8, 17}) {
+    check_linear(DType::FP8_E4M3, n, 16560, 5120, 1200 + n, 128, 32);
+    check_linear(DType::FP8_E4M3, n, 5120, 17408, 1210 + n, 128, 32);
+    check_linear(DType::NVFP4, n, 5120, 6144, 1220 + n, 128, 32);
+  }
 }
 
 TEST(cuda_linear_27b_shapes) {

@@ -268,7 +268,20 @@ int main(int argc, char** argv) {
           with(" nosk", [](cuda::GemvTuning& t) { t.stream_k = false; });
           with(" sk1", [](cuda::GemvTuning& t) { t.stream_k_min_steps = 1; });
         }
-        for (const auto& tuning : tunings) {
+        // " tileR": the default tuning on the weight in the GEMV tile layout of R rows (the
+        // model's layout since session 10; cuda_ops.h, gemv_tile_rows): random bytes either way.
+        std::vector<int> tiles(tunings.size(), 0);
+        if (ab) {
+          const int64_t row_bytes = dt == DType::NVFP4 ? s.cols / 2 : s.cols;
+          for (int tile : {8, 16, 32})
+            if (s.rows % tile == 0 && row_bytes % (4096 / tile) == 0) {
+              tunings.emplace_back(" tile" + std::to_string(tile), dflt);
+              tiles.push_back(tile);
+            }
+        }
+        for (size_t ti = 0; ti < tunings.size(); ++ti) {
+          const auto& tuning = tunings[ti];
+          w.tile = tiles[ti];
           cuda::linear_gemv_set_tuning(tuning.second);
           // Eager (one launch between events: host launch cost included) and graph (device time).
           const float ms_eager = time_ms([&](int i) {

@@ -31,6 +31,11 @@ struct WeightView {
   const float* row_scale = nullptr;      // I8 only
   const uint8_t* group_scale = nullptr;  // NVFP4 only
   float global_scale = 1.0f;             // NVFP4 only
+  // CUDA device weights only (FP8, I8, NVFP4 data; the scales stay row-major): 0 row-major, or
+  // the rows R (8, 16 or 32) of the GEMV tile layout, in which the bytes of every R rows x
+  // 4096 / R bytes of a row block lie in one 4 KB tile, in the order the quantized GEMV's lanes
+  // load them (cuda/linear_common.cuh, tiled_offset; cuda_ops.h, tile_weight).
+  int32_t tile = 0;
 };
 
 namespace cpu {

@@ -65,6 +65,17 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch. x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
+// The GEMV tile layout of quantized device weights (ops.h WeightView::tile, linear_common.cuh
+// tiled_offset): every linear path reads it; the quantized GEMV streams each step's 4 KB in one run.
+// gemv_tile_rows: the tile rows R for w (the quantized GEMV's rows per warp for its height: 32, 16
+// or 8), 0 where w is not FP8 / I8 / NVFP4 or its row bytes are not a multiple of 4096 / R.
+// PYENGINE_GEMV_TILE=0 keeps every weight row-major (A/B), 8 / 16 / 32 forces R.
+// tile_weight: src.data (row-major, on the device) copied to dst in the layout of R = tile rows;
+// dst holds tiled_weight_bytes (rows rounded up to R), zero-filled; returns src's view on dst with
+// its tile set (the scales stay src's).
+int gemv_tile_rows(const WeightView& w);
+size_t tiled_weight_bytes(const WeightView& w, int tile);
+WeightView tile_weight(const WeightView& src, void* dst, int tile, cudaStream_t stream);
 // Tuning hook for tools/gpu/bench_kernels (A/B of the GEMM tiles): from this many tokens the GEMM
 // uses 128-token tiles instead of 64 for FP8 and NVFP4 weights (default 128; on the H200 they were
 // 1.25-1.45x faster there, while 64-token tiles stayed faster for F16/BF16/I8 and are always used

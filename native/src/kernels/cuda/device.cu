@@ -58,6 +58,8 @@ bool device_available() {
 }
 
 void check_weight(const WeightView& w, const char* op) {
+  if (w.tile != 0 && std::strcmp(op, "cuda::linear") != 0)  // only the linear kernels know the layout
+    fail(PE_ERR_UNSUPPORTED, op, ": weights in the GEMV tile layout are read by linear only");
   switch (w.dtype) {
     case DType::F32:
     case DType::F16:

@@ -53,18 +53,21 @@ __device__ __forceinline__ Raw load_w(const WeightView& w, int64_t row, int64_t 
       return r;
     }
     const int64_t i = row * w.cols + k;
+    // Quantized data in the GEMV tile layout: 8 values (k % 8 == 0) stay in one 16-byte chunk.
+    const int64_t qb = DT == DType::NVFP4 ? (w.tile ? tiled_offset(row, k >> 1, w.cols >> 1, w.tile) : i >> 1)
+                                          : (w.tile ? tiled_offset(row, k, w.cols, w.tile) : i);
     if constexpr (DT == DType::F32) {
       r.a = *reinterpret_cast<const uint4*>(static_cast<const float*>(w.data) + i);
       r.b = *reinterpret_cast<const uint4*>(static_cast<const float*>(w.data) + i + 4);
     } else if constexpr (DT == DType::I8) {
-      const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w.data) + i);
+      const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(w.data) + qb);
       r.a = make_uint4(v.x, v.y, 0, 0);
       r.s = w.row_scale[row];
     } else if constexpr (DT == DType::NVFP4) {  // 8 e2m1 values = 4 bytes, one 16-value group
-      r.a = make_uint4(static_cast<const uint32_t*>(w.data)[i >> 3], 0, 0, 0);
+      r.a = make_uint4(static_cast<const uint32_t*>(w.data)[qb >> 2], 0, 0, 0);
       r.s = e4m3_to_f32(w.group_scale[i >> 4]) * w.global_scale;
     } else if constexpr (DT == DType::FP8_E4M3) {
-      const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.data) + i);
+      const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.data) + qb);
       r.a = make_uint4(v.x, v.y, 0, 0);
       r.s = srow[kblk] * 256.0f;
     } else {

@@ -130,7 +130,7 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
 // step is prefetched into L2 while that kernel still runs; x is read and out written after
 // pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
-template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl,
                   float* __restrict__ out) {
@@ -156,8 +156,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     rb_lo = static_cast<int>(u0 / n_it), k_lo = static_cast<int>(u0 % n_it);
     rb_hi = static_cast<int>((u1 - 1) / n_it), k_hi = static_cast<int>((u1 - 1) % n_it) + 1;
   }
-  const uint8_t* rowp[T];
-  const uint8_t* grow[T];   // NVFP4 group scales of the lane's row
+  const uint8_t* rowp[T];    // row-major: the lane's rows
+  const uint8_t* tile_base;  // tiled (w.tile == 8T): the row block's first tile, at the lane's chunk
+  const uint8_t* grow[T];    // NVFP4 group scales of the lane's row
   // FP8 block-scale row of the row block: one for its 8T rows (w.block % 128 == 0, row blocks
   // aligned to 8T <= 32; rows past the end are clamped, computed and not written).
   const float* srow = nullptr;
@@ -170,7 +171,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       rowp[r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
       grow[r] = DT == DType::NVFP4 ? w.group_scale + row * (cols / 16) : nullptr;
     }
+    tile_base = static_cast<const uint8_t*>(w.data) + (row0 / (8 * T)) * n_it * 4096 + lane * 16;
     if constexpr (kFp8) srow = w.block_scale + (min(row0, rows - 1) / w.block) * ncb;
+  };
+  // The lane's chunk (r, c) of step it (column col): in its row, or in the step's tile.
+  const auto chunk = [&](int r, int c, int it, int64_t col) -> const uint8_t* {
+    if constexpr (kTiled) return tile_base + static_cast<int64_t>(it) * 4096 + (r * C + c) * 512;
+    else return rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
   };
   set_rows(static_cast<int64_t>(rb_lo) * (8 * T));
   const bool has_x = g < n;
@@ -184,7 +191,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       const int64_t col = static_cast<int64_t>(it_first) * KI + (c * 4 + t) * VPC;
 #pragma unroll
       for (int r = 0; r < T; ++r)
-        if (col < cols) prefetch_l2(rowp[r] + (DT == DType::NVFP4 ? col / 2 : col));
+        if (col < cols) prefetch_l2(chunk(r, c, it_first, col));
     }
   }
   pdl_wait();
@@ -229,8 +236,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           raw[r][c] = make_uint4(0, 0, 0, 0);
           gsc[r][c] = 0;
           if (valid) {
-            const uint8_t* p = rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
-            raw[r][c] = load_stream(p);
+            raw[r][c] = load_stream(chunk(r, c, it, col));
             if constexpr (DT == DType::NVFP4)
               gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
           }
@@ -357,10 +363,10 @@ GemvTuning g_tuning = [] {
   return t;
 }();
 
-template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks>
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled>
 void run(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
          cudaStream_t stream) {
-  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks>;
+  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks, kTiled>;
   if constexpr (kStagedX) {
     static std::atomic<uint64_t> attr_set{0};  // per device: the dynamic shared-memory limit raised
     int dev = 0;
@@ -388,22 +394,35 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
 // the FP8 decode (kCvt only for FP8).
-template <DType DT, int T>
+template <DType DT, int T, bool kTiled>
 void run_t(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes, bool staged,
            cudaStream_t stream) {
   const bool cvt = DT == DType::FP8_E4M3 && g_tuning.fp8_cvt;
   const bool mb3 = staged && g_tuning.min_blocks >= 3;
   if constexpr (DT == DType::FP8_E4M3) {
     if (cvt) {
-      if (!staged) return run<DT, T, false, true, 2>(x, n, w, seg_per_block, out, 0, stream);
-      if (mb3) return run<DT, T, true, true, 3>(x, n, w, seg_per_block, out, xbytes, stream);
-      return run<DT, T, true, true, 2>(x, n, w, seg_per_block, out, xbytes, stream);
+      if (!staged) return run<DT, T, false, true, 2, kTiled>(x, n, w, seg_per_block, out, 0, stream);
+      if (mb3) return run<DT, T, true, true, 3, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
+      return run<DT, T, true, true, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
     }
   }
   (void)cvt;
-  if (!staged) return run<DT, T, false, false, 2>(x, n, w, seg_per_block, out, 0, stream);
-  if (mb3) return run<DT, T, true, false, 3>(x, n, w, seg_per_block, out, xbytes, stream);
-  run<DT, T, true, false, 2>(x, n, w, seg_per_block, out, xbytes, stream);
+  if (!staged) return run<DT, T, false, false, 2, kTiled>(x, n, w, seg_per_block, out, 0, stream);
+  if (mb3) return run<DT, T, true, false, 3, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
+  run<DT, T, true, false, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
+}
+
+template <DType DT, bool kTiled>
+void run_rows(int T, const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
+              bool staged, cudaStream_t stream) {
+  if (T >= 4) run_t<DT, 4, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else if (T >= 2) run_t<DT, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else run_t<DT, 1, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+}
+
+// Row groups per warp for a row-major weight, and the tile a weight gets (gemv_tile_rows).
+int gemv_rows_per_warp(int64_t rows) {
+  return g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : rows >= 4224 ? 4 : rows >= 2048 ? 2 : 1;
 }
 
 template <DType DT>
@@ -413,15 +432,15 @@ void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t
   // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
   const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
   const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
-  const int T = g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : w.rows >= 4224 ? 4 : w.rows >= 2048 ? 2 : 1;
+  // A tiled weight's layout fixes T (its tiles are the steps of T row groups).
+  const int T = w.tile ? w.tile / 8 : gemv_rows_per_warp(w.rows);
   bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit);
   // FP8 by cvt at 32 rows per warp: x in registers where the row blocks take more than one wave
   // of the staged kernel's block slots (GemvTuning::fp8_stage_one_wave; run_t's register budget).
   if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
     staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * (g_tuning.min_blocks >= 3 ? 3 : 2);
-  if (T >= 4) run_t<DT, 4>(x, n, w, seg_per_block, out, xbytes, staged, stream);
-  else if (T >= 2) run_t<DT, 2>(x, n, w, seg_per_block, out, xbytes, staged, stream);
-  else run_t<DT, 1>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  if (w.tile) run_rows<DT, true>(T, x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else run_rows<DT, false>(T, x, n, w, seg_per_block, out, xbytes, staged, stream);
 }
 
 inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
@@ -436,6 +455,16 @@ bool gemv_q_supported(const float* x, const WeightView& w) {
     case DType::NVFP4: return w.cols % 32 == 0 && aligned(w.group_scale, 2);
     default: return false;
   }
+}
+
+int gemv_tile_rows(const WeightView& w) {
+  if (w.dtype != DType::FP8_E4M3 && w.dtype != DType::I8 && w.dtype != DType::NVFP4) return 0;
+  int tile = 8 * gemv_rows_per_warp(w.rows);
+  if (const char* v = std::getenv("PYENGINE_GEMV_TILE")) tile = std::atoi(v);  // 0: row-major (A/B)
+  if (tile != 8 && tile != 16 && tile != 32) return 0;
+  const int64_t row_bytes = w.dtype == DType::NVFP4 ? w.cols / 2 : w.cols;
+  const bool scales_ok = w.dtype != DType::FP8_E4M3 || w.block % 128 == 0;
+  return w.rows > 0 && row_bytes > 0 && row_bytes % (4096 / tile) == 0 && scales_ok ? tile : 0;
 }
 
 void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }

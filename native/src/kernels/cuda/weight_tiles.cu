@@ -1,0 +1,48 @@
+// tile_weight (cuda_ops.h): a row-major quantized weight rewritten in the GEMV tile layout
+// (linear_common.cuh, tiled_offset), once at load time. One thread per 16-byte chunk: each reads
+// its chunk of a row and writes it to its place in the row block's tiles. A last row block of
+// fewer than R rows keeps the rest of its tiles as dst held them (zeros from Buffer): the GEMV
+// computes those rows and writes none of them.
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/linear_common.cuh"
+
+namespace pe {
+namespace cuda {
+namespace {
+
+__global__ void tile_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t rows, int64_t row_bytes,
+                            int tile) {
+  const int64_t chunks_per_row = row_bytes / 16;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * chunks_per_row) return;
+  const int64_t row = i / chunks_per_row, b = (i % chunks_per_row) * 16;
+  dst[tiled_offset(row, b, row_bytes, tile) / 16] = src[i];
+}
+
+}  // namespace
+
+size_t tiled_weight_bytes(const WeightView& w, int tile) {
+  const int64_t row_bytes = w.dtype == DType::NVFP4 ? w.cols / 2 : w.cols;
+  return static_cast<size_t>((w.rows + tile - 1) / tile * tile * row_bytes);
+}
+
+WeightView tile_weight(const WeightView& src, void* dst, int tile, cudaStream_t stream) {
+  const bool quantized = src.dtype == DType::FP8_E4M3 || src.dtype == DType::I8 || src.dtype == DType::NVFP4;
+  const int64_t row_bytes = src.dtype == DType::NVFP4 ? src.cols / 2 : src.cols;
+  if (!quantized || !src.data || src.tile != 0 || (tile != 8 && tile != 16 && tile != 32) || src.rows <= 0 ||
+      row_bytes <= 0 || row_bytes % (4096 / tile) != 0)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::tile_weight: needs a row-major FP8 / I8 / NVFP4 weight whose row bytes are a ",
+         "multiple of ", 4096 / (tile > 0 ? tile : 1), " (tile ", tile, " of 8, 16, 32); got ", dtype_name(src.dtype),
+         " ", src.rows, "x", src.cols, " (tile ", src.tile, ")");
+  const int64_t chunks = src.rows * row_bytes / 16;
+  tile_kernel<<<grid_1d(chunks, 256), 256, 0, stream>>>(static_cast<const uint4*>(src.data), static_cast<uint4*>(dst),
+                                                         src.rows, row_bytes, tile);
+  PE_CUDA_LAUNCH_CHECK();
+  WeightView v = src;
+  v.data = dst;
+  v.tile = tile;
+  return v;
+}
+
+}  // namespace cuda
+}  // namespace pe
