@@ -15,7 +15,8 @@
 // builds the matching x pairs of token g. Chunks of a row are interleaved over the 4 lanes t, so
 // 4 lanes read 64 contiguous bytes per step.
 // Tiling: a warp owns T groups of 8 rows (T = 4, 2, 1 as the matrix gets shorter, so that the
-// grid still fills the GPU), 8 chunks (128 bytes) per lane in flight per step; the 8 warps of a
+// grid still fills the GPU; R / 8 for a weight in the GEMV tile layout of R rows, which stores
+// each step's chunks contiguously), 8 chunks (128 bytes) per lane in flight per step; the 8 warps of a
 // block split the columns and sum through shared memory. Where the row blocks are fewer than the
 // GPU's block slots and the rows are long (mlp down: 160 blocks for 264 slots, 136 steps a row),
 // stream-K: every slot gets a block and an equal share of the row blocks x column steps (see
@@ -68,6 +69,11 @@
 // 75.1 / 59.9 / 55.6, out_proj 55.8 / 52.3 / 52.5) and the 27B decode step (10.84 -> 13.03 / 13.53
 // ms); removed. More steps in flight per warp did not make the loop faster, so bytes in flight
 // are not what bounds it; out_proj / o_proj (55 %, one wave of 160 blocks) and n = 8 stay open.
+// Session 10: the order of the loads was (bench_kernels --only pattern: this kernel's loads
+// alone, row-major, 58-64 % of copy on gate|up; the same steps over 4 KB tiles, 95 %). Weights in
+// the tile layout (kTiled, WeightView::tile = 8T; linear_common.cuh) read each step's 4 KB in one
+// run: the 27B decode step 10.19 -> 9.64 ms. The layout fixes T: R = 8 / 16 tiles on every shape
+// were slower (14.23 / 10.94 ms: at T = 1 a lane splits 8 chunks of x per step).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
