@@ -113,11 +113,12 @@ __device__ __forceinline__ float e4m3_to_f32(uint32_t byte) {
 // bytes, so a step reads 4 KB in one run instead of R row segments (bench_kernels --only pattern,
 // H200, the loads alone at the gemv's grid: gate|up 58 -> 95 % of copy at R = 32). Needs
 // row bytes % S == 0; the last row block is padded to R rows (tile_weight). Byte b of row `row`:
+// (R is a power of two: shifts, not the 64-bit divisions a GEMM load could not afford.)
 __host__ __device__ __forceinline__ int64_t tiled_offset(int64_t row, int64_t b, int64_t row_bytes, int tile) {
-  const int64_t S = 4096 / tile, C = 64 / tile;
-  const int64_t rr = row % tile, bb = b % S;
-  const int64_t chunk = ((rr >> 3) * C + (bb >> 6)) * 32 + (rr & 7) * 4 + ((bb >> 4) & 3);
-  return ((row / tile) * (row_bytes / S) + b / S) * 4096 + chunk * 16 + (bb & 15);
+  const int lr = tile == 32 ? 5 : tile == 16 ? 4 : 3, ls = 12 - lr;  // log2 R, log2 S
+  const int rr = static_cast<int>(row & (tile - 1)), bb = static_cast<int>(b & ((1 << ls) - 1));
+  const int chunk = (((rr >> 3) << (6 - lr)) + (bb >> 6)) * 32 + (rr & 7) * 4 + ((bb >> 4) & 3);
+  return (((row >> lr) * (row_bytes >> ls) + (b >> ls)) << 12) + chunk * 16 + (bb & 15);
 }
 
 // Byte index of the quantized weight (row, col) in w.data (NVFP4: the byte holding its nibble).
