@@ -268,16 +268,22 @@ int main(int argc, char** argv) {
           with(" nosk", [](cuda::GemvTuning& t) { t.stream_k = false; });
           with(" sk1", [](cuda::GemvTuning& t) { t.stream_k_min_steps = 1; });
         }
-        // " tileR": the default tuning on the weight in the GEMV tile layout of R rows (the
-        // model's layout since session 10; cuda_ops.h, gemv_tile_rows): random bytes either way.
+        // " tileR": each tuning again on the weight in the GEMV tile layout of R rows, the R the
+        // model gives this shape (cuda_ops.h, gemv_tile_rows; the model's layout since session 10;
+        // random bytes either way). T2 is left out there: a tiled weight's R fixes T.
         std::vector<int> tiles(tunings.size(), 0);
-        if (ab) {
-          const int64_t row_bytes = dt == DType::NVFP4 ? s.cols / 2 : s.cols;
-          for (int tile : {8, 16, 32})
-            if (s.rows % tile == 0 && row_bytes % (4096 / tile) == 0) {
-              tunings.emplace_back(" tile" + std::to_string(tile), dflt);
-              tiles.push_back(tile);
-            }
+        WeightView shape_only;
+        shape_only.dtype = dt;
+        shape_only.rows = s.rows;
+        shape_only.cols = s.cols;
+        const int tile = ab ? cuda::gemv_tile_rows(shape_only) : 0;
+        if (tile != 0 && s.rows % tile == 0) {  // whole tiles: the pool copies hold rows x cols
+          const size_t plain = tunings.size();
+          for (size_t i = 0; i < plain; ++i) {
+            if (tunings[i].first == " T2") continue;
+            tunings.emplace_back(tunings[i].first + " tile" + std::to_string(tile), tunings[i].second);
+            tiles.push_back(tile);
+          }
         }
         for (size_t ti = 0; ti < tunings.size(); ++ti) {
           const auto& tuning = tunings[ti];
