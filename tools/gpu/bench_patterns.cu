@@ -76,6 +76,15 @@ size_t residency_smem(K kernel, int blocks_per_sm) {
   return bytes;
 }
 
+// Kinds 0, 1, 3, 4: one block per 8T rows.
+template <int T, bool kTiled>
+bool launch_rows(const uint8_t* p, int64_t rows, int64_t cols, int blocks_per_sm, uint32_t* sink, cudaStream_t stream) {
+  const size_t smem = residency_smem(gemv_pattern_kernel<T, kTiled>, blocks_per_sm);
+  gemv_pattern_kernel<T, kTiled><<<static_cast<unsigned>((rows + 8 * T - 1) / (8 * T)), 256, smem, stream>>>(
+      p, rows, cols, sink);
+  return true;
+}
+
 }  // namespace
 
 // One pass of pattern `kind` over w (rows x cols bytes, cols % 512 == 0); sink: 256 words per block
@@ -86,20 +95,10 @@ bool launch_weight_pattern(int kind, const void* w, int64_t rows, int64_t cols, 
   if (cols % 512 != 0 || (rows * cols) % 16 != 0) return false;  // whole steps: the loads need no guard
   if ((kind == 3 && rows % 32 != 0) || (kind == 4 && rows % 8 != 0)) return false;  // whole tiles
   switch (kind) {
-    case 3:
-    case 0: {
-      auto* k = kind == 3 ? gemv_pattern_kernel<4, true> : gemv_pattern_kernel<4, false>;
-      const size_t smem = residency_smem(k, blocks_per_sm);
-      k<<<static_cast<unsigned>((rows + 31) / 32), 256, smem, stream>>>(p, rows, cols, sink);
-      return true;
-    }
-    case 4:
-    case 1: {
-      auto* k = kind == 4 ? gemv_pattern_kernel<1, true> : gemv_pattern_kernel<1, false>;
-      const size_t smem = residency_smem(k, blocks_per_sm);
-      k<<<static_cast<unsigned>((rows + 7) / 8), 256, smem, stream>>>(p, rows, cols, sink);
-      return true;
-    }
+    case 0: return launch_rows<4, false>(p, rows, cols, blocks_per_sm, sink, stream);
+    case 1: return launch_rows<1, false>(p, rows, cols, blocks_per_sm, sink, stream);
+    case 3: return launch_rows<4, true>(p, rows, cols, blocks_per_sm, sink, stream);
+    case 4: return launch_rows<1, true>(p, rows, cols, blocks_per_sm, sink, stream);
     case 2: {
       const size_t smem = residency_smem(contiguous_pattern_kernel, blocks_per_sm);
       int dev = 0, sms = 0;

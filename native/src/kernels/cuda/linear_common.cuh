@@ -121,6 +121,15 @@ __host__ __device__ __forceinline__ int64_t tiled_offset(int64_t row, int64_t b,
   return (((row >> lr) * (row_bytes >> ls) + (b >> ls)) << 12) + chunk * 16 + (bb & 15);
 }
 
+// Whether w can take the tile layout of `tile` rows (tile_weight, gemv_tile_rows): a quantized
+// format and row bytes a multiple of 4096 / tile (the last row block is padded).
+inline bool tile_fits(const WeightView& w, int tile) {
+  const bool quantized = w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
+  const int64_t row_bytes = static_cast<int64_t>(dtype_bytes_for(w.dtype, w.cols));
+  return quantized && (tile == 8 || tile == 16 || tile == 32) && w.rows > 0 && row_bytes > 0 &&
+         row_bytes % (4096 / tile) == 0;
+}
+
 // Byte index of the quantized weight (row, col) in w.data (NVFP4: the byte holding its nibble).
 __device__ __forceinline__ int64_t quant_byte(const WeightView& w, int64_t row, int64_t col) {
   const int64_t row_bytes = w.dtype == DType::NVFP4 ? w.cols / 2 : w.cols;

@@ -464,13 +464,10 @@ bool gemv_q_supported(const float* x, const WeightView& w) {
 }
 
 int gemv_tile_rows(const WeightView& w) {
-  if (w.dtype != DType::FP8_E4M3 && w.dtype != DType::I8 && w.dtype != DType::NVFP4) return 0;
   int tile = 8 * gemv_rows_per_warp(w.rows);
   if (const char* v = std::getenv("PYENGINE_GEMV_TILE")) tile = std::atoi(v);  // 0: row-major (A/B)
-  if (tile != 8 && tile != 16 && tile != 32) return 0;
-  const int64_t row_bytes = w.dtype == DType::NVFP4 ? w.cols / 2 : w.cols;
-  const bool scales_ok = w.dtype != DType::FP8_E4M3 || w.block % 128 == 0;
-  return w.rows > 0 && row_bytes > 0 && row_bytes % (4096 / tile) == 0 && scales_ok ? tile : 0;
+  const bool scales_ok = w.dtype != DType::FP8_E4M3 || w.block % 128 == 0;  // the GEMV's FP8 rule
+  return tile_fits(w, tile) && scales_ok ? tile : 0;
 }
 
 void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }

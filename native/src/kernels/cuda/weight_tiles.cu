@@ -22,18 +22,15 @@ __global__ void tile_kernel(const uint4* __restrict__ src, uint4* __restrict__ d
 }  // namespace
 
 size_t tiled_weight_bytes(const WeightView& w, int tile) {
-  const int64_t row_bytes = w.dtype == DType::NVFP4 ? w.cols / 2 : w.cols;
-  return static_cast<size_t>((w.rows + tile - 1) / tile * tile * row_bytes);
+  return dtype_bytes_for(w.dtype, (w.rows + tile - 1) / tile * tile * w.cols);
 }
 
 WeightView tile_weight(const WeightView& src, void* dst, int tile, cudaStream_t stream) {
-  const bool quantized = src.dtype == DType::FP8_E4M3 || src.dtype == DType::I8 || src.dtype == DType::NVFP4;
-  const int64_t row_bytes = src.dtype == DType::NVFP4 ? src.cols / 2 : src.cols;
-  if (!quantized || !src.data || src.tile != 0 || (tile != 8 && tile != 16 && tile != 32) || src.rows <= 0 ||
-      row_bytes <= 0 || row_bytes % (4096 / tile) != 0)
+  if (!src.data || src.tile != 0 || !tile_fits(src, tile))
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::tile_weight: needs a row-major FP8 / I8 / NVFP4 weight whose row bytes are a ",
-         "multiple of ", 4096 / (tile > 0 ? tile : 1), " (tile ", tile, " of 8, 16, 32); got ", dtype_name(src.dtype),
-         " ", src.rows, "x", src.cols, " (tile ", src.tile, ")");
+         "multiple of 4096 / tile (tile 8, 16 or 32); got ", dtype_name(src.dtype), " ", src.rows, "x", src.cols,
+         " (tile ", src.tile, "), tile ", tile);
+  const int64_t row_bytes = static_cast<int64_t>(dtype_bytes_for(src.dtype, src.cols));
   const int64_t chunks = src.rows * row_bytes / 16;
   tile_kernel<<<grid_1d(chunks, 256), 256, 0, stream>>>(static_cast<const uint4*>(src.data), static_cast<uint4*>(dst),
                                                          src.rows, row_bytes, tile);
