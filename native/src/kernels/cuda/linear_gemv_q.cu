@@ -181,6 +181,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     if constexpr (kFp8) srow = w.block_scale + (min(row0, rows - 1) / w.block) * ncb;
   };
   // The lane's chunk (r, c) of step it (column col): in its row, or in the step's tile.
+  // Tiled weights have whole steps only (cols % KI == 0, gemv_tile_rows): no column checks.
+  constexpr bool kWhole = kTiled && PE_GEMV_LEAN;
   const auto chunk = [&](int r, int c, int it, int64_t col) -> const uint8_t* {
     if constexpr (kTiled) return tile_base + static_cast<int64_t>(it) * 4096 + (r * C + c) * 512;
     else return rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
@@ -236,7 +238,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         const int64_t col = kb + (c * 4 + t) * VPC;
-        const bool valid = col < cols;  // cols % VPC == 0: a chunk is all in or all out
+        const bool valid = kWhole || col < cols;  // cols % VPC == 0: a chunk is all in or all out
 #pragma unroll
         for (int r = 0; r < T; ++r) {
           raw[r][c] = make_uint4(0, 0, 0, 0);
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
         for (int s = 0; s < C / 2; ++s) {
           const int seg = it * (KI / 128) + s;  // 128-column segment index
-          const bool valid = static_cast<int64_t>(seg) * 128 < cols;
+          const bool valid = kWhole || static_cast<int64_t>(seg) * 128 < cols;
           const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
           bsc[s] = valid ? __ldg(srow + cb) * fp8_decode_unit<kCvt>() : 0.0f;
         }
@@ -266,11 +268,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           const uint4* src = reinterpret_cast<const uint4*>(xsrow + (col / VPC) * SX::kChunkPitch);
 #pragma unroll
           for (int q = 0; q < NP / 2; ++q) {
-            const uint4 v = has_x && col < cols ? src[q] : make_uint4(0, 0, 0, 0);
+            const uint4 v = has_x && (kWhole || col < cols) ? src[q] : make_uint4(0, 0, 0, 0);
             xh[2 * q] = v.x; xl[2 * q] = v.y; xh[2 * q + 1] = v.z; xl[2 * q + 1] = v.w;
           }
         } else {
-          x_pairs<DT>(xrow + col, has_x && col < cols, xh, xl);
+          x_pairs<DT>(xrow + col, has_x && (kWhole || col < cols), xh, xl);
         }
 #pragma unroll
         for (int r = 0; r < T; ++r) {

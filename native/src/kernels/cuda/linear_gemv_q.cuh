@@ -11,14 +11,30 @@ namespace gemv_q {
 template <DType DT>
 __host__ __device__ constexpr int values_per_chunk() { return DT == DType::NVFP4 ? 32 : 16; }
 
-// x_hi + x_lo == x (to ~2^-22 relative), both fp16x2.
+// x_hi + x_lo == x (to ~2^-22 relative), both fp16x2. sm_80+ code: the saturating conversion
+// (cvt.rn.satfinite.f16x2.f32) does the range clamp itself, 4 instructions a pair fewer (64 of
+// the 468 in a 32-row FP8 step): the same bits for |x| <= 65504; beyond it hi + lo keeps x up to
+// ~131008 (the clamp below gives 65504) and NaN stays NaN (the clamp made it -65504).
+// PE_GEMV_LEAN=0 (build option for the A/B: -DCMAKE_CUDA_FLAGS=-DPE_GEMV_LEAN=0) keeps the clamp
+// on every arch and the per-chunk column checks of tiled weights (linear_gemv_q.cu).
+#ifndef PE_GEMV_LEAN
+#define PE_GEMV_LEAN 1
+#endif
 __device__ __forceinline__ void split_x(float a, float b, uint32_t& hi, uint32_t& lo) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_GEMV_LEAN
+  uint32_t h;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %2, %1;" : "=r"(h) : "f"(a), "f"(b));  // a: low half, as __floats2half2_rn
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  hi = h;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %2, %1;" : "=r"(lo) : "f"(a - f.x), "f"(b - f.y));
+#else
   a = fminf(fmaxf(a, -65504.0f), 65504.0f);
   b = fminf(fmaxf(b, -65504.0f), 65504.0f);
   const __half2 h = __floats2half2_rn(a, b);
   const float2 f = __half22float2(h);
   hi = as_u32(h);
   lo = as_u32(__floats2half2_rn(a - f.x, b - f.y));
+#endif
 }
 
 // FP8 values come out of decode_chunk divided by this (the integer decode keeps the e4m3 bits as
