@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   };
   // The lane's chunk (r, c) of step it (column col): in its row, or in the step's tile.
   // Tiled weights have whole steps only (cols % KI == 0, gemv_tile_rows): no column checks.
-  constexpr bool kWhole = kTiled && PE_GEMV_LEAN;
+  constexpr bool kWhole = kTiled;
   const auto chunk = [&](int r, int c, int it, int64_t col) -> const uint8_t* {
     if constexpr (kTiled) return tile_base + static_cast<int64_t>(it) * 4096 + (r * C + c) * 512;
     else return rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);

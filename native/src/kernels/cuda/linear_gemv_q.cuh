@@ -15,13 +15,9 @@ __host__ __device__ constexpr int values_per_chunk() { return DT == DType::NVFP4
 // (cvt.rn.satfinite.f16x2.f32) does the range clamp itself, 4 instructions a pair fewer (64 of
 // the 468 in a 32-row FP8 step): the same bits for |x| <= 65504; beyond it hi + lo keeps x up to
 // ~131008 (the clamp below gives 65504) and NaN stays NaN (the clamp made it -65504).
-// PE_GEMV_LEAN=0 (build option for the A/B: -DCMAKE_CUDA_FLAGS=-DPE_GEMV_LEAN=0) keeps the clamp
-// on every arch and the per-chunk column checks of tiled weights (linear_gemv_q.cu).
-#ifndef PE_GEMV_LEAN
-#define PE_GEMV_LEAN 1
-#endif
+// Measured in session 11 (with kWhole, linear_gemv_q.cu): 27B decode batch 1 9.64 -> 9.26 ms.
 __device__ __forceinline__ void split_x(float a, float b, uint32_t& hi, uint32_t& lo) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_GEMV_LEAN
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t h;
   asm("cvt.rn.satfinite.f16x2.f32 %0, %2, %1;" : "=r"(h) : "f"(a), "f"(b));  // a: low half, as __floats2half2_rn
   const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
