@@ -8,6 +8,7 @@
 // decode and chunked prefill after contexts of 1, 63, 65, 1000 (split-K + combine), the
 // speculative-verify block (n_q 8 at depth), gate on/off, and an odd head_dim (tiled fallback).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -98,8 +99,25 @@ void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool
   DevBuf<uint8_t> scratch(sb);
   // Decode on the tensor-core caches: every attention_decode_set_variant (-1: the per-dtype default).
   const bool tc_decode = n_q <= 16 && kvt != DType::F32 && kvt != DType::BF16;
+  // The new tokens' rows (and scales) poisoned, then written by kv_write right before the
+  // attention, as in the model's step: the decode kernel reads older keys before its pdl_wait
+  // (DecodeParams::early), and any read of a new key there would see the poison.
+  std::vector<uint8_t> pk = hk, pv = hv;
+  std::vector<float> pks = hks, pvs = hvs;
+  for (int64_t tpos = start; tpos < total; ++tpos)
+    for (int64_t h = 0; h < s.hkv; ++h) {
+      const int64_t r = (pt[tpos / page] * page + tpos % page) * s.hkv + h;
+      std::fill_n(pk.begin() + r * fmt.bytes, fmt.bytes, uint8_t{0xff});
+      std::fill_n(pv.begin() + r * fmt.bytes, fmt.bytes, uint8_t{0xff});
+      for (int64_t i = 0; i < fmt.scales; ++i) pks[r * fmt.scales + i] = pvs[r * fmt.scales + i] = NAN;
+    }
   for (int variant = -1; variant < (tc_decode ? cuda::kAttentionDecodeVariants : 0); ++variant) {
     cuda::attention_decode_set_variant(variant);
+    dk.upload(pk);
+    dv.upload(pv);
+    dks.upload(pks);
+    dvs.upload(pvs);
+    cuda::kv_write(gkv, dpt.p, start, n_q, gk.p + start * row, gv.p + start * row, nullptr);
     cuda::attention_paged(dq.p, n_q, start, s.hq, gkv, dpt.p, scale, gated ? dgate.p : nullptr, dout.p,
                           scratch.p, sb, nullptr);
     // Long chunks take the tensor-core kernel inside attention_paged (cuda_ops.h).
@@ -107,6 +125,8 @@ void check_attention(const Shape& s, DType kvt, int64_t start, int64_t n_q, bool
     EXPECT_CLOSE("attention", tc_decode ? cfg + cfgs(" v%d", variant) : cfg, dout.download(), ref,
                  mma ? kMmaTol : tol_of(kvt));
   }
+  CHECK(dk.download() == hk);  // kv_write restored the poisoned rows
+  CHECK(dks.download() == hks);
   cuda::attention_decode_set_variant(-1);
 }
 

@@ -34,6 +34,10 @@ struct DecodeParams {
   float q_mul;   // scale * log2(e) * unit of the K chunks
   float v_unit;  // unit of the V chunks
   int pf_rounds;  // tensor-core kernel: L2 prefetch distance in rounds (0..kMaxPrefetchRounds)
+  // Tensor-core kernel: the page table and the cache rows of keys < q_start_pos are read before
+  // pdl_wait (attention_decode_mma.cu says why that is safe). Needs every K / V row on whole
+  // 32-byte sectors (a sector shared with a key the preceding kv_write writes could be cached stale).
+  bool early;
 };
 
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,

@@ -16,9 +16,13 @@
 // the Q setup; v2 / v3 v1 + an L2 prefetch one / two rounds ahead; v4 (NVFP4) whole-chunk loads
 // one step ahead exchanged through shared memory (Fp4Stage); v5 v0 + v1's merge layout. Why each
 // exists and what it measured: tools/gpu/NOTES.md ("Decode attention variants").
-// NOT YET MET: quantized <= fp16 at every depth: at 1K FP8 / I8 / NVFP4 take 12.2 / 12.5 / 11.7 us
-// against F16's 11.0 (session 7; 8K and deeper: every quantized dtype is faster).
+// NOT YET MET: quantized <= fp16 at every depth. Session 11 timeline of the 8-layer depth model
+// at 1K (exclusive us per step): F16 74.2, FP8 96.6, I8 100.5 (from 81.7 / 105.2 / 109.5 before
+// the early K/V loads, DecodeParams::early); ncu: the same instruction count (1.11 M), FP8 at 8.1
+// cycles per issued instruction against 7.1 at one warp per scheduler, i.e. the K/V conversions
+// lengthen a latency-bound chain (8K and deeper: every quantized dtype is faster).
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/attention_decode_mma.cuh"
 
@@ -38,8 +42,6 @@ namespace tc {
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>
 __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     attention_decode_mma_kernel(DecodeParams p) {
-  pdl_wait();  // launched as a programmatic dependent (launch_decode)
-  pdl_trigger();
   constexpr bool kFast = kFastBlocks > 0, kSwz = kTuned || kSwzOnly;
   static_assert(!(kTuned && kSwzOnly), "kSwzOnly: the untuned kernel's rows");
   static_assert(!kFast || (KV == DType::NVFP4 && kTuned), "kFast: the NVFP4 path of the tuned kernel");
@@ -101,6 +103,74 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     }
   }
 
+  // Launched as a programmatic dependent (launch_decode) of kv_write, which triggers only after
+  // its own pdl_wait: every kernel before it has completed, and it writes only the keys from
+  // q_start_pos on. So before pdl_wait this block may read the page table (copied by the host
+  // before the step) and the cache rows of older keys (p.early: rows on whole sectors, so no
+  // cached sector holds a key being written): the untuned kernel resolves its first window's
+  // rows and each warp loads its first step's K and V there, overlapping kv_write.
+  const int wn0 = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(kWindow), ke - kb)));
+  const int64_t rb = kv_row_bytes(KV, D);
+  const uint8_t* kbase = static_cast<const uint8_t*>(p.kv.k);
+  const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v);
+  uint32_t kw[2][KW], vw[4][VW];
+  // Step jw's K rows of keys jw + g, jw + g + 8 (this lane's quarter) and V rows of keys 2t, 2t+1,
+  // 2t+8, 2t+9 (the dims of rows g, g+8 of every m-tile). Keys past the window read a valid row;
+  // their scores are masked, so they add 0 * finite.
+  const auto load_k = [&](int jw, int wn) {
+#pragma unroll
+    for (int r = 0; r < 2 && !kFast; ++r) {
+      const uint8_t* src = kbase + rows[min(jw + g + 8 * r, wn - 1)] * rb;
+      if constexpr (kFp4) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) kw[r][ks] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * ks + (t >> 1));
+      } else {
+#pragma unroll
+        for (int i = 0; i < KW / 4; ++i) {
+          const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + t + 4 * i);
+          kw[r][4 * i] = x.x; kw[r][4 * i + 1] = x.y; kw[r][4 * i + 2] = x.z; kw[r][4 * i + 3] = x.w;
+        }
+      }
+    }
+  };
+  const auto load_v = [&](int jw, int wn) {
+#pragma unroll
+    for (int r = 0; r < 4 && !kFast; ++r) {
+      const int key = jw + 2 * t + (r & 1) + 8 * (r >> 1);
+      const uint8_t* src = vbase + rows[min(key, wn - 1)] * rb;
+      if constexpr (kFp4) {
+#pragma unroll
+        for (int j = 0; j < MT; ++j) vw[r][j] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * j + (g >> 2));
+      } else if constexpr (L::PW == 4) {
+#pragma unroll
+        for (int i = 0; i < VW / 4; ++i) {
+          const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + g + 8 * i);
+          vw[r][4 * i] = x.x; vw[r][4 * i + 1] = x.y; vw[r][4 * i + 2] = x.z; vw[r][4 * i + 3] = x.w;
+        }
+      } else {  // 8-byte pieces (FP8 / I8 at head_dim 64)
+        const uint2 x = __ldg(reinterpret_cast<const uint2*>(src) + g);
+        vw[r][0] = x.x; vw[r][1] = x.y;
+      }
+    }
+  };
+  // V too for the 8-bit caches, F16 K only (its K and V words held over the Q setup spill on
+  // sm_75 at head_dim 256); not for NVFP4 (the untuned NVFP4 kernel is at 255 registers already,
+  // and its default, variant 4, is tuned).
+  constexpr bool kEarly = !kFp4, kEarlyV = !kF16 && !kFp4;
+  bool preloaded = false;  // this warp's first step is in kw (and vw)
+  if constexpr (!kTuned) {
+    resolve_rows(rows, p, kb, wn0, kvh, tid);
+    __syncthreads();
+    const int j0 = warp * kStep;
+    preloaded = kEarly && p.early && j0 < wn0 && kb + min(j0 + kStep - 1, wn0 - 1) < p.q_start_pos;
+    if (preloaded) {
+      load_k(j0, wn0);
+      if constexpr (kEarlyV) load_v(j0, wn0);
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+
   // Q fragments of vector g: scaled by a power of two so max |q| lands in [2^14, 2^15) (the fp16
   // high + low parts keep ~22 bits whatever the magnitude), split, stored per k-step and lane.
   {
@@ -147,9 +217,6 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 #pragma unroll
   for (int j = 0; j < MT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  const int64_t rb = kv_row_bytes(KV, D);
-  const uint8_t* kbase = static_cast<const uint8_t*>(p.kv.k);
-  const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v);
   const uint32_t fp4_ksel = (t & 1) ? 0x4342u : 0x4140u;           // halfword t & 1 -> bytes 0, 2
   const uint32_t fp4_vsel = (g & 3) | ((4u + (g & 3)) << 8);       // byte g & 3 of two rows
   // kFast: this warp's staging tiles (Fp4Stage): K words, V words, K scales, V scales.
@@ -182,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     // Rows resolved: this window's, plus (tuned) `ahead` keys past it, which the next window
     // hands to the same warp (kWindow is a multiple of a round).
     const int wn_ext = kTuned ? static_cast<int>(min(static_cast<int64_t>(kWindow + ahead), ke - w0)) : wn;
-    if (!kTuned || w0 != kb) {  // tuned: the first window's rows were stored with the Q fragments
+    if (w0 != kb) {  // the first window's rows: before pdl_wait (untuned), with the Q fragments (tuned)
       __syncthreads();  // the previous window's rows are no longer read
       resolve_rows(rows, p, w0, wn_ext, kvh, tid);
       __syncthreads();
@@ -196,43 +263,10 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
           for (int i = 0; i < L::PF / 2; ++i) prefetch_item<KV, D>(p, row, (lane >> 4) + 2 * i);
         }
       }
-      // Loads: K rows of keys g, g+8 (this lane's quarter), V rows of keys 2t, 2t+1, 2t+8, 2t+9
-      // (the dims of rows g, g+8 of every m-tile). Keys past the window read a valid row; their
-      // scores are masked, so they add 0 * finite.
       const int64_t rk[2] = {rows[min(jw + g, wn - 1)], rows[min(jw + g + 8, wn - 1)]};
-      uint32_t kw[2][KW], vw[4][VW];
-#pragma unroll
-      for (int r = 0; r < 2 && !kFast; ++r) {
-        const uint8_t* src = kbase + rk[r] * rb;
-        if constexpr (kFp4) {
-#pragma unroll
-          for (int ks = 0; ks < KS; ++ks) kw[r][ks] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * ks + (t >> 1));
-        } else {
-#pragma unroll
-          for (int i = 0; i < KW / 4; ++i) {
-            const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + t + 4 * i);
-            kw[r][4 * i] = x.x; kw[r][4 * i + 1] = x.y; kw[r][4 * i + 2] = x.z; kw[r][4 * i + 3] = x.w;
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 4 && !kFast; ++r) {
-        const int key = jw + 2 * t + (r & 1) + 8 * (r >> 1);
-        const uint8_t* src = vbase + rows[min(key, wn - 1)] * rb;
-        if constexpr (kFp4) {
-#pragma unroll
-          for (int j = 0; j < MT; ++j) vw[r][j] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * j + (g >> 2));
-        } else if constexpr (L::PW == 4) {
-#pragma unroll
-          for (int i = 0; i < VW / 4; ++i) {
-            const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + g + 8 * i);
-            vw[r][4 * i] = x.x; vw[r][4 * i + 1] = x.y; vw[r][4 * i + 2] = x.z; vw[r][4 * i + 3] = x.w;
-          }
-        } else {  // 8-byte pieces (FP8 / I8 at head_dim 64)
-          const uint2 x = __ldg(reinterpret_cast<const uint2*>(src) + g);
-          vw[r][0] = x.x; vw[r][1] = x.y;
-        }
-      }
+      if (!preloaded) load_k(jw, wn);
+      if (!kEarlyV || !preloaded) load_v(jw, wn);
+      preloaded = false;
       float ksc[2][kFp4 ? KS : 1], vsc[2][kFp4 ? MT : 1];
       if constexpr (kI8) {
 #pragma unroll
@@ -531,6 +565,12 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 
 // attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all.
 int g_variant = -1;
+// The first step's K / V loaded before pdl_wait where safe (DecodeParams::early);
+// PYENGINE_ATTN_EARLY=0 turns it off for the A/B.
+const bool g_early = [] {
+  const char* v = std::getenv("PYENGINE_ATTN_EARLY");
+  return !v || std::atoi(v) != 0;
+}();
 
 // Per-dtype default by the call's longest context n_keys: the fastest in session 7's graph-timed
 // H200 rows (tools/gpu/NOTES.md, "Session 7"). Same bits in every variant.
@@ -555,6 +595,8 @@ void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, s
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
   p.pf_rounds = variant == 2 || variant == 3 ? variant - 1 : 0;
+  const auto on_sectors = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 32 == 0; };
+  p.early = g_early && kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v);
   launch_decode(kernel, resident, p, n_keys, scratch, scratch_bytes, stream);
 }
 
