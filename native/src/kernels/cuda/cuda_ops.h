@@ -105,7 +105,8 @@ struct GemvTuning {
                                        // block to finish them. Session 6: mlp down 35.7 -> 32.8
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
 };
-// The initial tuning takes PYENGINE_GEMV_PDL and PYENGINE_GEMV_STREAM_K (0/1) from the
+// The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K and
+// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1) from the
 // environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py). (Measured
 // in session 5 and removed: K split over thread-block clusters, summed in distributed shared
 // memory: slower on every 27B shape.)

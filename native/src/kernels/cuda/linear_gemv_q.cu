@@ -368,6 +368,7 @@ GemvTuning g_tuning = [] {
   GemvTuning t;
   if (const char* v = std::getenv("PYENGINE_GEMV_PDL")) t.pdl = std::atoi(v) != 0;
   if (const char* v = std::getenv("PYENGINE_GEMV_STREAM_K")) t.stream_k = std::atoi(v) != 0;
+  if (const char* v = std::getenv("PYENGINE_GEMV_STAGE_ONE_WAVE")) t.fp8_stage_one_wave = std::atoi(v) != 0;
   return t;
 }();
 
