@@ -16,11 +16,8 @@
 // the Q setup; v2 / v3 v1 + an L2 prefetch one / two rounds ahead; v4 (NVFP4) whole-chunk loads
 // one step ahead exchanged through shared memory (Fp4Stage); v5 v0 + v1's merge layout. Why each
 // exists and what it measured: tools/gpu/NOTES.md ("Decode attention variants").
-// NOT YET MET: quantized <= fp16 at every depth. Session 11 timeline of the 8-layer depth model
-// at 1K (exclusive us per step): F16 74.2, FP8 96.6, I8 100.5 (from 81.7 / 105.2 / 109.5 before
-// the early K/V loads, DecodeParams::early); ncu: the same instruction count (1.11 M), FP8 at 8.1
-// cycles per issued instruction against 7.1 at one warp per scheduler, i.e. the K/V conversions
-// lengthen a latency-bound chain (8K and deeper: every quantized dtype is faster).
+// NOT YET MET: quantized <= fp16 at 1K (from 8K every quantized dtype is faster): the K/V
+// conversions lengthen a latency-bound chain (session 11 profile: tools/gpu/NOTES.md, Known gaps).
 #include <algorithm>
 #include <cstdlib>
 
@@ -114,45 +111,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   const uint8_t* kbase = static_cast<const uint8_t*>(p.kv.k);
   const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v);
   uint32_t kw[2][KW], vw[4][VW];
-  // Step jw's K rows of keys jw + g, jw + g + 8 (this lane's quarter) and V rows of keys 2t, 2t+1,
-  // 2t+8, 2t+9 (the dims of rows g, g+8 of every m-tile). Keys past the window read a valid row;
-  // their scores are masked, so they add 0 * finite.
-  const auto load_k = [&](int jw, int wn) {
-#pragma unroll
-    for (int r = 0; r < 2 && !kFast; ++r) {
-      const uint8_t* src = kbase + rows[min(jw + g + 8 * r, wn - 1)] * rb;
-      if constexpr (kFp4) {
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) kw[r][ks] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * ks + (t >> 1));
-      } else {
-#pragma unroll
-        for (int i = 0; i < KW / 4; ++i) {
-          const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + t + 4 * i);
-          kw[r][4 * i] = x.x; kw[r][4 * i + 1] = x.y; kw[r][4 * i + 2] = x.z; kw[r][4 * i + 3] = x.w;
-        }
-      }
-    }
-  };
-  const auto load_v = [&](int jw, int wn) {
-#pragma unroll
-    for (int r = 0; r < 4 && !kFast; ++r) {
-      const int key = jw + 2 * t + (r & 1) + 8 * (r >> 1);
-      const uint8_t* src = vbase + rows[min(key, wn - 1)] * rb;
-      if constexpr (kFp4) {
-#pragma unroll
-        for (int j = 0; j < MT; ++j) vw[r][j] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * j + (g >> 2));
-      } else if constexpr (L::PW == 4) {
-#pragma unroll
-        for (int i = 0; i < VW / 4; ++i) {
-          const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + g + 8 * i);
-          vw[r][4 * i] = x.x; vw[r][4 * i + 1] = x.y; vw[r][4 * i + 2] = x.z; vw[r][4 * i + 3] = x.w;
-        }
-      } else {  // 8-byte pieces (FP8 / I8 at head_dim 64)
-        const uint2 x = __ldg(reinterpret_cast<const uint2*>(src) + g);
-        vw[r][0] = x.x; vw[r][1] = x.y;
-      }
-    }
-  };
+  const auto load_k = [&](int jw, int wn) { L::load_k(kbase, rows, rb, jw, wn, g, t, kw); };
+  const auto load_v = [&](int jw, int wn) { L::load_v(vbase, rows, rb, jw, wn, g, t, vw); };
   // V too for the 8-bit caches, F16 K only (its K and V words held over the Q setup spill on
   // sm_75 at head_dim 256); not for NVFP4 (the untuned NVFP4 kernel is at 255 registers already,
   // and its default, variant 4, is tuned).
@@ -264,8 +224,10 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
         }
       }
       const int64_t rk[2] = {rows[min(jw + g, wn - 1)], rows[min(jw + g + 8, wn - 1)]};
-      if (!preloaded) load_k(jw, wn);
-      if (!kEarlyV || !preloaded) load_v(jw, wn);
+      if constexpr (!kFast) {
+        if (!preloaded) load_k(jw, wn);
+        if (!kEarlyV || !preloaded) load_v(jw, wn);
+      }
       preloaded = false;
       float ksc[2][kFp4 ? KS : 1], vsc[2][kFp4 ? MT : 1];
       if constexpr (kI8) {

@@ -85,6 +85,48 @@ template <DType KV, int D> struct Layout {
     const int v = kF16 || kPairedBytes ? 4 * ks + 2 * half + e : 4 * ks + half + 2 * e;
     return C * (t + 4 * (v / C)) + v % C;
   }
+  // Step jw's K words of keys jw + g, jw + g + 8 (this lane's quarter of each row; rows: the
+  // window's cache rows, rb bytes each) and V words of keys jw + 2t, 2t+1, 2t+8, 2t+9 (the dims
+  // of rows g, g+8 of every m-tile). Keys past the window (wn) read its last row; their scores are
+  // masked, so they add 0 * finite.
+  __device__ static void load_k(const uint8_t* kbase, const int64_t* rows, int64_t rb, int jw, int wn, int g, int t,
+                                uint32_t (&kw)[2][KW]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* src = kbase + rows[min(jw + g + 8 * r, wn - 1)] * rb;
+      if constexpr (kFp4) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) kw[r][ks] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * ks + (t >> 1));
+      } else {
+#pragma unroll
+        for (int i = 0; i < KW / 4; ++i) {
+          const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + t + 4 * i);
+          kw[r][4 * i] = x.x; kw[r][4 * i + 1] = x.y; kw[r][4 * i + 2] = x.z; kw[r][4 * i + 3] = x.w;
+        }
+      }
+    }
+  }
+  __device__ static void load_v(const uint8_t* vbase, const int64_t* rows, int64_t rb, int jw, int wn, int g, int t,
+                                uint32_t (&vw)[4][VW]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int key = jw + 2 * t + (r & 1) + 8 * (r >> 1);
+      const uint8_t* src = vbase + rows[min(key, wn - 1)] * rb;
+      if constexpr (kFp4) {
+#pragma unroll
+        for (int j = 0; j < MT; ++j) vw[r][j] = __ldg(reinterpret_cast<const uint32_t*>(src) + 2 * j + (g >> 2));
+      } else if constexpr (PW == 4) {
+#pragma unroll
+        for (int i = 0; i < VW / 4; ++i) {
+          const uint4 x = __ldg(reinterpret_cast<const uint4*>(src) + g + 8 * i);
+          vw[r][4 * i] = x.x; vw[r][4 * i + 1] = x.y; vw[r][4 * i + 2] = x.z; vw[r][4 * i + 3] = x.w;
+        }
+      } else {  // 8-byte pieces (FP8 / I8 at head_dim 64)
+        const uint2 x = __ldg(reinterpret_cast<const uint2*>(src) + g);
+        vw[r][0] = x.x; vw[r][1] = x.y;
+      }
+    }
+  }
   // Physical dim of O^T row g + 8h of m-tile j.
   __device__ static int out_dim(int j, int h, int g) {
     if constexpr (kFp4) return 16 * j + 2 * g + h;
@@ -189,8 +231,6 @@ __device__ __forceinline__ void transpose8x8_f32(float x, float y, float& u, flo
   u = __uint_as_float(__byte_perm(lo, hi, 0x5410));
   v = __uint_as_float(__byte_perm(lo, hi, 0x7632));
 }
-
-__device__ __forceinline__ void prefetch_l2(const void* a) { asm volatile("prefetch.global.L2 [%0];" ::"l"(a)); }
 
 // L2 prefetch of item u (< Layout::PF) of cache row `row`: a 128-byte line of its K or V values,
 // or the line holding its K or V scales. Fire and forget: no register waits on it.

@@ -31,6 +31,9 @@ namespace cuda {
 // visible; a kernel launched with the attribute reads their outputs, and writes anything, only
 // after it. pdl_trigger: the next kernel, if launched with the attribute, may start its blocks
 // now (else it starts when every block of this one has exited).
+// Asks L2 for the line holding p (no registers, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

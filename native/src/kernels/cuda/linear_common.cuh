@@ -45,8 +45,6 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return r;
 }
 
-// Asks L2 for the line holding p (no registers, no wait).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // Bytes 0,1 (HI = false) or 2,3 (HI = true) of u, e4m3 -> fp16x2 of value / 256. prmt with the
 // sign-replicate selector makes each 16-bit lane the sign-extended byte; << 7 moves exponent and
