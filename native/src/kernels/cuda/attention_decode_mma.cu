@@ -135,12 +135,19 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   // high + low parts keep ~22 bits whatever the magnitude), split, stored per k-step and lane.
   {
     const float* qrow = g < nv ? p.q + ((i0 + g / nh) * p.n_heads + h0 + g % nh) * D : nullptr;
+    // Value i of k-step ks: dim q_dim(ks, i & 1, i >> 1, t), component q_sub(i & 1, i >> 1) of
+    // the k-step's float4 (16 loads a lane instead of 64 scalar ones).
+    const auto q_at = [&](int ks, int i) {
+      const float4 v = *reinterpret_cast<const float4*>(qrow + L::q_dim(ks, 0, 0, t));
+      const int c = L::q_sub(i & 1, i >> 1);
+      return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
+    };
     float qmax = 0.0f;
     if (qrow)
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, fabsf(qrow[L::q_dim(ks, i & 1, i >> 1, t)]));
+        for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, fabsf(q_at(ks, i)));
     qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 1));
     qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 2));
     qmax *= fabsf(p.q_mul);
@@ -151,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     for (int ks = 0; ks < KS; ++ks) {
       float x[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) x[i] = qrow ? qrow[L::q_dim(ks, i & 1, i >> 1, t)] * qm : 0.0f;
+      for (int i = 0; i < 4; ++i) x[i] = qrow ? q_at(ks, i) * qm : 0.0f;
       uint4 f;  // {high k-half 0, high k-half 1, low k-half 0, low k-half 1}
       split_f16(x[0], x[2], f.x, f.z);
       split_f16(x[1], x[3], f.y, f.w);

@@ -85,6 +85,11 @@ template <DType KV, int D> struct Layout {
     const int v = kF16 || kPairedBytes ? 4 * ks + 2 * half + e : 4 * ks + half + 2 * e;
     return C * (t + 4 * (v / C)) + v % C;
   }
+  // q_dim(ks, half, e, t) = q_dim(ks, 0, 0, t) + q_sub(half, e): a k-step's 4 values are 4
+  // consecutive dims (4 | C), 16-byte aligned in a row of D % 8 == 0 floats: one float4.
+  __host__ __device__ static constexpr int q_sub(int half, int e) {
+    return kFp4 || !(kF16 || kPairedBytes) ? half + 2 * e : 2 * half + e;
+  }
   // Step jw's K words of keys jw + g, jw + g + 8 (this lane's quarter of each row; rows: the
   // window's cache rows, rb bytes each) and V words of keys jw + 2t, 2t+1, 2t+8, 2t+9 (the dims
   // of rows g, g+8 of every m-tile). Keys past the window (wn) read its last row; their scores are
