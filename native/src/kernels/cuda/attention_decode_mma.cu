@@ -136,18 +136,20 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   {
     const float* qrow = g < nv ? p.q + ((i0 + g / nh) * p.n_heads + h0 + g % nh) * D : nullptr;
     // Value i of k-step ks: dim q_dim(ks, i & 1, i >> 1, t), component q_sub(i & 1, i >> 1) of
-    // the k-step's float4 (16 loads a lane instead of 64 scalar ones).
+    // the k-step's float4: 16 loads a lane, held for both passes (zeros for padding vectors).
+    float4 qv[KS];
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+      qv[ks] = qrow ? *reinterpret_cast<const float4*>(qrow + L::q_dim(ks, 0, 0, t)) : make_float4(0.f, 0.f, 0.f, 0.f);
     const auto q_at = [&](int ks, int i) {
-      const float4 v = *reinterpret_cast<const float4*>(qrow + L::q_dim(ks, 0, 0, t));
       const int c = L::q_sub(i & 1, i >> 1);
-      return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
+      return c == 0 ? qv[ks].x : c == 1 ? qv[ks].y : c == 2 ? qv[ks].z : qv[ks].w;
     };
     float qmax = 0.0f;
-    if (qrow)
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
+    for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, fabsf(q_at(ks, i)));
+      for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, fabsf(q_at(ks, i)));
     qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 1));
     qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 2));
     qmax *= fabsf(p.q_mul);
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     for (int ks = 0; ks < KS; ++ks) {
       float x[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) x[i] = qrow ? q_at(ks, i) * qm : 0.0f;
+      for (int i = 0; i < 4; ++i) x[i] = q_at(ks, i) * qm;
       uint4 f;  // {high k-half 0, high k-half 1, low k-half 0, low k-half 1}
       split_f16(x[0], x[2], f.x, f.z);
       split_f16(x[1], x[3], f.y, f.w);
@@ -322,17 +324,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
           if constexpr (kF16) {
             a[r][0] = kw[r][2 * ks];
             a[r][1] = kw[r][2 * ks + 1];
-          } else if constexpr (KV == DType::FP8_E4M3) {
-            if constexpr (kFp8ByCvt) {  // bytes 0, 1 and 2, 3: one cvt each (Layout::kPairedBytes)
-              e4m3x4_cvt(kw[r][ks], a[r][0], a[r][1]);
-            } else {
-              a[r][0] = kv_fp8_pair_even(kw[r][ks]);
-              a[r][1] = kv_fp8_pair_odd(kw[r][ks]);
-            }
-          } else if constexpr (kI8) {
-            const uint32_t x = kw[r][ks] ^ 0x80808080u;
-            a[r][0] = kv_i8_pair_even(x);
-            a[r][1] = kv_i8_pair_odd(x);
+          } else if constexpr (KV == DType::FP8_E4M3 || kI8) {
+            L::decode_k(kw[r][ks], a[r][0], a[r][1]);
           } else {
             const uint32_t z = __byte_perm(kw[r][ks], 0u, fp4_ksel);
             a[r][0] = kv_fp4_pair_lo(z);

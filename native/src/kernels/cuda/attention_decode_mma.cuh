@@ -132,6 +132,18 @@ template <DType KV, int D> struct Layout {
       }
     }
   }
+  // An 8-bit K word (one k-step of a key row) as its two fp16 pairs (k halves 0 and 1).
+  __device__ static void decode_k(uint32_t w, uint32_t& lo, uint32_t& hi) {
+    if constexpr (KV == DType::FP8_E4M3 && kPairedBytes) {  // bytes 0, 1 and 2, 3: one cvt each
+      e4m3x4_cvt(w, lo, hi);
+    } else if constexpr (KV == DType::FP8_E4M3) {
+      lo = kv_fp8_pair_even(w);
+      hi = kv_fp8_pair_odd(w);
+    } else if constexpr (KV == DType::I8) {
+      lo = kv_i8_pair_even(w ^ 0x80808080u);
+      hi = kv_i8_pair_odd(w ^ 0x80808080u);
+    }
+  }
   // Physical dim of O^T row g + 8h of m-tile j.
   __device__ static int out_dim(int j, int h, int g) {
     if constexpr (kFp4) return 16 * j + 2 * g + h;
