@@ -234,8 +234,14 @@ __global__ void conv_state_step_kernel(GdnDecodeArgs a, int64_t C) {
   if (c >= C) return;
   const int64_t seq = blockIdx.y;
   float* cs = a.conv_state + static_cast<int64_t>(a.slots[seq]) * a.conv_slot_stride;
-  for (int64_t r = 0; r + 2 < a.K; ++r) cs[r * C + c] = cs[(r + 1) * C + c];
-  cs[(a.K - 2) * C + c] = a.qkv[seq * C + c];
+  // Every row loaded before the first store (one memory round trip, not one per row: the
+  // compiler cannot move a load of row r + 1 above the store to row r).
+  float x[kMaxK];
+#pragma unroll
+  for (int r = 0; r < kMaxK; ++r) x[r] = r + 1 < a.K - 1 ? cs[(r + 1) * C + c] : r + 2 == a.K ? a.qkv[seq * C + c] : 0.0f;
+#pragma unroll
+  for (int r = 0; r < kMaxK; ++r)
+    if (r + 1 < a.K) cs[r * C + c] = x[r];
 }
 
 template <int DK>

@@ -41,7 +41,11 @@ struct HalfInvFreq {
 // One warp per (token t, head slot h): slots < Hq are query heads (q normed + rotated, gate copied),
 // the rest kv heads (k normed + rotated, v copied). The normed row is staged in shared memory
 // (RoPE pairs d with d + half across lanes; in-place k is read whole before it is written). The
-// norm and the rotation repeat rms_norm's and rope_neox's arithmetic.
+// norm and the rotation repeat rms_norm's and rope_neox's arithmetic. Each lane loads its whole
+// share of the row, the norm weight and the copied row (kInputRegs values each) before the first
+// use, so the warp waits for one memory round trip instead of one per value (as the norms in
+// rms_norm.cu; a load-use loop over a runtime length ran them one at a time).
+constexpr int kInputRegs = kMaxInputDim / 32;
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half) {
   pdl_wait();  // launched as a programmatic dependent (launch_pdl)
   pdl_trigger();
@@ -59,21 +63,27 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
   const float* src2 = is_q ? src + D : a.v_in + t * a.v_stride + hh * D;
   float* dst2 = is_q ? a.gate + (t * a.Hq + hh) * D : a.v + (t * a.Hkv + hh) * D;
   float* row = rows[warp];
-  float ss = 0.0f;
-  for (int64_t d = lane; d < D; d += 32) {
-    const float x = src[d];
-    row[d] = x;
-    ss = fmaf(x, x, ss);
+  const float p = static_cast<float>(a.pos[t]);
+  float x[kInputRegs], wv[kInputRegs], c2[kInputRegs];
+#pragma unroll
+  for (int i = 0; i < kInputRegs; ++i) {
+    const int d = lane + 32 * i;
+    const bool in = d < D;
+    x[i] = in ? src[d] : 0.0f;
+    wv[i] = in ? w[d] : 0.0f;
+    c2[i] = in ? src2[d] : 0.0f;
   }
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kInputRegs; ++i) ss = fmaf(x[i], x[i], ss);  // padding adds 0: same bits
   ss = warp_sum(ss);
   const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(D) + a.eps);
-  for (int64_t d = lane; d < D; d += 32) {
-    float y = row[d] * inv_rms;
-    y *= 1.0f + w[d];
-    row[d] = y;
+#pragma unroll
+  for (int i = 0; i < kInputRegs; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) row[d] = x[i] * inv_rms * (1.0f + wv[i]);
   }
   __syncwarp();
-  const float p = static_cast<float>(a.pos[t]);
   for (int d = lane; d < half; d += 32) {
     double sd, cd;
     sincos(static_cast<double>(p * inv.v[d]), &sd, &cd);
@@ -82,8 +92,12 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
     dst[d] = x0 * c - x1 * s;
     dst[d + half] = x1 * c + x0 * s;
   }
-  for (int64_t d = 2 * half + lane; d < D; d += 32) dst[d] = row[d];
-  for (int64_t d = lane; d < D; d += 32) dst2[d] = src2[d];
+#pragma unroll
+  for (int i = 0; i < kInputRegs; ++i) {
+    const int d = lane + 32 * i;
+    if (d >= 2 * half && d < D) dst[d] = row[d];
+    if (d < D) dst2[d] = c2[i];
+  }
 }
 
 __global__ void penalties_kernel(float* logits, const int32_t* ids, const int32_t* counts, int32_t n, float rep,
