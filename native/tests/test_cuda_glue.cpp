@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "kernels/cpu/kv_codec.h"
 #include "kernels/cuda/model_glue.h"
 #include "kernels/ops.h"
 #include "kernels/sampling.h"
@@ -125,4 +126,66 @@ TEST(cuda_attention_inputs) {
       EXPECT_CLOSE("attention_inputs k in place", cfg, dkd.download(), k, 1e-5);
       EXPECT_CLOSE("attention_inputs v in place", cfg, dvd.download(), v, 0.0);
     }
+}
+
+namespace {
+// A paged cache in device memory (poisoned, so rows nobody writes compare equal too).
+struct TestCache {
+  DevBuf<uint8_t> k, v;
+  DevBuf<float> ks, vs;
+  cpu::PagedKV view;
+  TestCache(DType t, int64_t rows, const cpu::KvRowFormat& f, int64_t page, int64_t hkv, int64_t d)
+      : k(rows * f.bytes), v(rows * f.bytes), ks(std::max<int64_t>(rows * f.scales, 1)),
+        vs(std::max<int64_t>(rows * f.scales, 1)),
+        view{t, k.p, v.p, f.scales ? ks.p : nullptr, f.scales ? vs.p : nullptr, page, hkv, d} {}
+};
+}  // namespace
+
+// attention_inputs writing k and v into the paged cache: the same bytes and scales as its dense
+// k / v put there by cuda::kv_write (tested against cpu::kv_write in test_cuda_attention), and
+// the same q and gate, for every cache dtype; tokens on shuffled pages of 7 rows.
+TEST(cuda_attention_inputs_to_cache) {
+  pe_test::Rng rng(5);
+  struct Case { int64_t Hq, Hkv, D, rot; };
+  const DType kinds[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::I8, DType::NVFP4};
+  for (const Case& c : {Case{4, 2, 64, 16}, Case{6, 3, 16, 16}, Case{24, 4, 256, 64}, Case{3, 1, 512, 0}})
+    for (DType kvt : kinds)
+      for (int64_t T : {1, 3, 17}) {
+        const int64_t page = 7, start = static_cast<int64_t>(rng.below(40)), n_pages = (start + T) / page + 2;
+        std::vector<int32_t> pt(n_pages);
+        for (int64_t i = 0; i < n_pages; ++i) pt[i] = static_cast<int32_t>(n_pages - 1 - i);
+        std::vector<int32_t> pos(T), rows(T);
+        for (int64_t t = 0; t < T; ++t) {
+          pos[t] = static_cast<int32_t>(start + t);
+          rows[t] = static_cast<int32_t>(pt[(start + t) / page] * page + (start + t) % page);
+        }
+        const int64_t q_stride = c.Hq * 2 * c.D, kv_stride = c.Hkv * c.D;
+        const auto qg = rng.normals(T * q_stride, 2.0f), k_in = rng.normals(T * kv_stride, 2.0f),
+                   v_in = rng.normals(T * kv_stride), qw = rng.normals(c.D, 0.3f), kw = rng.normals(c.D, 0.3f);
+        DevBuf<float> dqg(qg), dk_in(k_in), dv_in(v_in), dqw(qw), dkw(kw), dk(T * kv_stride), dv(T * kv_stride);
+        DevBuf<int32_t> dpos(pos), drows(rows), dpt(pt);
+        const cpu::KvRowFormat fmt = cpu::kv_row_format(kvt, c.D);
+        const int64_t n_rows = n_pages * page * c.Hkv;
+        TestCache dense(kvt, n_rows, fmt, page, c.Hkv, c.D), fused(kvt, n_rows, fmt, page, c.Hkv, c.D);
+        DevBuf<float> dq(T * c.Hq * c.D), dgate(T * c.Hq * c.D), fq(T * c.Hq * c.D), fgate(T * c.Hq * c.D);
+        cpu::AttnInputArgs a{dqg.p, q_stride, dk_in.p, kv_stride, dv_in.p, kv_stride, dqw.p, dkw.p, dpos.p, T, c.Hq,
+                             c.Hkv, c.D, c.rot, 1e-6f, 1e7f, dq.p, dgate.p, dk.p, dv.p};
+        cuda::attention_inputs(a, nullptr);
+        cuda::kv_write(dense.view, dpt.p, start, T, dk.p, dv.p, nullptr);
+        a.q = fq.p;
+        a.gate = fgate.p;
+        a.k = a.v = nullptr;  // unused with a cache
+        cuda::attention_inputs(a, nullptr, &fused.view, drows.p);
+        const std::string cfg = cfgs("%s Hq=%lld Hkv=%lld D=%lld T=%lld start=%lld", dtype_name(kvt), (long long)c.Hq,
+                                     (long long)c.Hkv, (long long)c.D, (long long)T, (long long)start);
+        auto same = [&](const char* what, bool eq) {
+          if (!eq) pe_test::fail(__FILE__, __LINE__, std::string("attention_inputs to cache: ") + what + " differ, " + cfg);
+        };
+        same("K bytes", fused.k.download() == dense.k.download());
+        same("V bytes", fused.v.download() == dense.v.download());
+        same("K scales", fused.ks.download() == dense.ks.download());
+        same("V scales", fused.vs.download() == dense.vs.download());
+        same("q", fq.download() == dq.download());
+        same("gate", fgate.download() == dgate.download());
+      }
 }

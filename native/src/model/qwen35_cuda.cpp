@@ -3,6 +3,7 @@
 #ifdef PE_WITH_CUDA  // the CUDA model exists only in builds with the CUDA backend
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -236,18 +237,23 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
   float* vb = w.take(T * Hkv * D);
   linear(x, T, L.in, proj);
   const Projection::Part qp = L.in.part(0, proj, T), kp = L.in.part(1, proj, T), vp = L.in.part(2, proj, T);
-  // q_proj rows per head: D query rows then D gate rows. One launch splits them, makes k and v
-  // dense and applies the q/k norms and RoPE.
+  // q_proj rows per head: D query rows then D gate rows. One launch splits them, applies the q/k norms
+  // and RoPE, and writes k and v into their cache rows (PYENGINE_KV_FUSED=0: dense k and v, then
+  // one kv_write per sequence, for A/B runs).
+  static const bool fused = [] {
+    const char* e = std::getenv("PYENGINE_KV_FUSED");
+    return !e || std::atoi(e) != 0;
+  }();
+  const cpu::PagedKV layer = kv.layer(ai);
   cuda::attention_inputs({qp.ptr, qp.stride, kp.ptr, kp.stride, vp.ptr, vp.stride, L.q_norm, L.k_norm, d_pos_, T, Hq,
                           Hkv, D, c.rot_dim, c.eps, c.rope_theta, q, gate, kb, vb},
-                         st);
-  cpu::PagedKV layer = kv.layer(ai);
+                         st, fused ? &layer : nullptr, d_cache_rows_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int64_t r0 = 0;
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     const SeqChunk& s = b.seqs[i];
     const int32_t* pt = d_pages_ + page_table_off_[i];
-    cuda::kv_write(layer, pt, s.n_past, s.n_new, kb + r0 * Hkv * D, vb + r0 * Hkv * D, st);
+    if (!fused) cuda::kv_write(layer, pt, s.n_past, s.n_new, kb + r0 * Hkv * D, vb + r0 * Hkv * D, st);
     cuda::attention_paged(q + r0 * Hq * D, s.n_new, s.n_past, Hq, layer, pt, scale, gate + r0 * Hq * D,
                           o + r0 * Hq * D, attn_scratch_.data(), attn_scratch_.size(), st);
     r0 += s.n_new;
@@ -302,6 +308,11 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   }
   const int64_t slots_off = static_cast<int64_t>(host_ints_.size());
   for (const SeqChunk& s : b.seqs) host_ints_.push_back(s.gdn_slot);
+  // Each new token's KV cache row (page * page_size + offset), where attention_inputs writes it.
+  const int64_t rows_off = static_cast<int64_t>(host_ints_.size()), ps = kv.page_size();
+  for (const SeqChunk& s : b.seqs)
+    for (int64_t t = s.n_past; t < s.n_past + s.n_new; ++t)
+      host_ints_.push_back(static_cast<int32_t>(static_cast<int64_t>(s.page_table[t / ps]) * ps + t % ps));
   size_t scratch = 0;
   for (const SeqChunk& s : b.seqs)
     scratch = std::max(scratch, cuda::attention_paged_scratch_bytes(s.n_new, s.n_past, c.n_heads, c.n_kv_heads,
@@ -314,6 +325,7 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   d_pos_ = d_ints + T;
   d_pages_ = d_ints + 2 * T;
   d_slots_ = d_ints + slots_off;
+  d_cache_rows_ = d_ints + rows_off;
 
   // Engine steps keep their logits for sample(); a host-output forward (prompt logits on another
   // thread) writes elsewhere so it cannot overwrite them between an engine forward and sample.

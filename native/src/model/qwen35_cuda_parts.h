@@ -100,6 +100,7 @@ class CudaQwen35Model : public Model {
   std::vector<int64_t> page_table_off_;
   const int32_t* d_pos_ = nullptr;
   const int32_t* d_pages_ = nullptr;
+  const int32_t* d_cache_rows_ = nullptr;  // per new token: its KV cache row (page * page_size + offset)
   const int32_t* d_slots_ = nullptr;  // GDN slot of each sequence
   cuda::StepGraphs graphs_;
   std::mutex forward_mu_;

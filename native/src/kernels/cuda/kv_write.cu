@@ -1,94 +1,14 @@
 // Paged KV cache write: k, v [n, n_kv_heads, head_dim] fp32 -> the cache rows of positions
 // start_pos + i (row (page_table[t / page_size] * page_size + t % page_size) * n_kv_heads + head),
 // encoded with kv_codec.cuh so the bytes and scales equal the CPU kv_write's.
-// One warp per (token, kv head, K or V) row: the I8 row max is a warp reduction and an NVFP4
-// group of 16 values is 8 consecutive lanes (one byte each), reduced with 3 shuffles.
-#include "kernels/cuda/kv_codec.cuh"
+// One warp per (token, kv head, K or V) row (kv_encode_row.cuh).
+#include "kernels/cuda/kv_encode_row.cuh"
 
 namespace pe {
 namespace cuda {
 namespace {
 
 constexpr int kWarps = 4;
-
-constexpr int kPass = 8;  // values (NVFP4: bytes) per lane per pass: 256 (512) per warp
-
-// A lane's values base + 32 i + lane, i < kPass, of a row of D (0 past the end): all loads of a
-// pass go out before the first use (session 7: the FP8 encode's branches kept the compiler from
-// batching them, 8 dependent loads per row: kv_write took 6.4 us against F16's 3.1 under ncu).
-__device__ __forceinline__ void load_pass(const float* __restrict__ src, int D, int base, int lane, float (&x)[kPass]) {
-#pragma unroll
-  for (int i = 0; i < kPass; ++i) {
-    const int e = base + 32 * i + lane;
-    x[i] = e < D ? src[e] : 0.0f;
-  }
-}
-
-template <DType KV>
-__device__ void encode_row(const float* __restrict__ src, int D, uint8_t* __restrict__ dst,
-                           float* __restrict__ scales, int lane) {
-  if constexpr (KV == DType::NVFP4) {  // lane owns byte b (values 2b, 2b+1); uniform loop bound for shuffles
-    const int n_bytes = D / 2;
-    for (int b0 = 0; b0 < n_bytes; b0 += 32 * kPass) {
-      float2 x[kPass];
-#pragma unroll
-      for (int i = 0; i < kPass; ++i) {
-        const int b = b0 + 32 * i + lane;
-        x[i] = b < n_bytes ? make_float2(src[2 * b], src[2 * b + 1]) : make_float2(0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int i = 0; i < kPass; ++i) {
-        if (b0 + 32 * i >= n_bytes) break;  // warp-uniform
-        const int b = b0 + 32 * i + lane;
-        float m = fmaxf(fabsf(x[i].x), fabsf(x[i].y));
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float s = __fdiv_rn(m, 6.0f);
-        const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
-        if (b < n_bytes) {
-          dst[b] = static_cast<uint8_t>(kv_enc_fp4(__fmul_rn(x[i].x, inv)) | (kv_enc_fp4(__fmul_rn(x[i].y, inv)) << 4));
-          if ((b & 7) == 0) scales[b / 8] = s;
-        }
-      }
-    }
-    return;
-  }
-  float inv = 1.0f;
-  if constexpr (KV == DType::I8) {  // the row's max first (a second pass over a row of > 256)
-    float m = 0.0f;
-    for (int base = 0; base < D; base += 32 * kPass) {
-      float x[kPass];
-      load_pass(src, D, base, lane, x);
-#pragma unroll
-      for (int i = 0; i < kPass; ++i) m = fmaxf(m, fabsf(x[i]));
-    }
-    m = warp_max(m);
-    const float s = __fdiv_rn(m, 127.0f);
-    inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
-    if (lane == 0) scales[0] = s;
-  }
-  for (int base = 0; base < D; base += 32 * kPass) {
-    float x[kPass];
-    load_pass(src, D, base, lane, x);
-#pragma unroll
-    for (int i = 0; i < kPass; ++i) {
-      const int e = base + 32 * i + lane;
-      if (e >= D) break;
-      if constexpr (KV == DType::F32) {
-        reinterpret_cast<float*>(dst)[e] = x[i];
-      } else if constexpr (KV == DType::F16) {
-        reinterpret_cast<uint16_t*>(dst)[e] = __half_as_ushort(__float2half_rn(x[i]));
-      } else if constexpr (KV == DType::BF16) {
-        reinterpret_cast<uint16_t*>(dst)[e] = kv_enc_bf16(x[i]);
-      } else if constexpr (KV == DType::FP8_E4M3) {
-        dst[e] = kv_enc_fp8(x[i]);
-      } else {  // I8
-        const float q = fminf(fmaxf(__fmul_rn(x[i], inv), -127.0f), 127.0f);
-        dst[e] = static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(q)));
-      }
-    }
-  }
-}
 
 template <DType KV>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -106,9 +26,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t row = (static_cast<int64_t>(pt[t / kv.page_size]) * kv.page_size + t % kv.page_size) * H + h;
   const int64_t rb = kv_row_bytes(KV, D), rs = kv_row_scales(KV, D);
   float* scales = is_v ? kv.v_scale : kv.k_scale;
-  encode_row<KV>((is_v ? v : k) + (i * H + h) * D, D,
-                 static_cast<uint8_t*>(is_v ? kv.v : kv.k) + row * rb,
-                 rs ? scales + row * rs : nullptr, threadIdx.x & 31);
+  kv_row::encode_row<KV>((is_v ? v : k) + (i * H + h) * D, D, static_cast<uint8_t*>(is_v ? kv.v : kv.k) + row * rb,
+                         rs ? scales + row * rs : nullptr, threadIdx.x & 31);
 }
 
 template <DType KV>

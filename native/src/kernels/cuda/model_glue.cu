@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/kv_encode_row.cuh"
 
 namespace pe {
 namespace cuda {
@@ -39,14 +39,18 @@ struct HalfInvFreq {
 };
 
 // One warp per (token t, head slot h): slots < Hq are query heads (q normed + rotated, gate copied),
-// the rest kv heads (k normed + rotated, v copied). The normed row is staged in shared memory
-// (RoPE pairs d with d + half across lanes; in-place k is read whole before it is written). The
-// norm and the rotation repeat rms_norm's and rope_neox's arithmetic. Each lane loads its whole
-// share of the row, the norm weight and the copied row (kInputRegs values each) before the first
-// use, so the warp waits for one memory round trip instead of one per value (as the norms in
-// rms_norm.cu; a load-use loop over a runtime length ran them one at a time).
+// the rest kv heads (k normed + rotated, v copied). The normed row is staged in shared memory and
+// rotated there (RoPE pairs d with d + half across lanes; in-place k is read whole before it is
+// written), then stored from it. The norm and the rotation repeat rms_norm's and rope_neox's
+// arithmetic. Each lane loads its whole share of the row, the norm weight and the copied row
+// (kInputRegs values each) before the first use, so the warp waits for one memory round trip
+// instead of one per value (as the norms in rms_norm.cu; a load-use loop over a runtime length
+// ran them one at a time). kCache: a kv head's warp encodes k and v straight into their cache
+// rows (kv_encode_row.cuh, the bytes kv_write writes from the same values) instead of dense rows.
 constexpr int kInputRegs = kMaxInputDim / 32;
-__global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half) {
+template <DType KV, bool kCache>
+__global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half, PagedKV kv,
+                                        const int32_t* __restrict__ cache_rows) {
   pdl_wait();  // launched as a programmatic dependent (launch_pdl)
   pdl_trigger();
   __shared__ float rows[kInputWarps][kMaxInputDim];
@@ -59,9 +63,7 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
   const int64_t hh = is_q ? h : h - a.Hq;
   const float* src = is_q ? a.qg + t * a.qg_stride + hh * 2 * D : a.k_in + t * a.k_stride + hh * D;
   const float* w = is_q ? a.q_norm : a.k_norm;
-  float* dst = is_q ? a.q + (t * a.Hq + hh) * D : a.k + (t * a.Hkv + hh) * D;
   const float* src2 = is_q ? src + D : a.v_in + t * a.v_stride + hh * D;
-  float* dst2 = is_q ? a.gate + (t * a.Hq + hh) * D : a.v + (t * a.Hkv + hh) * D;
   float* row = rows[warp];
   const float p = static_cast<float>(a.pos[t]);
   float x[kInputRegs], wv[kInputRegs], c2[kInputRegs];
@@ -84,19 +86,42 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
     if (d < D) row[d] = x[i] * inv_rms * (1.0f + wv[i]);
   }
   __syncwarp();
-  for (int d = lane; d < half; d += 32) {
+  for (int d = lane; d < half; d += 32) {  // each lane rotates its own pairs in place
     double sd, cd;
     sincos(static_cast<double>(p * inv.v[d]), &sd, &cd);
     const float c = static_cast<float>(cd), s = static_cast<float>(sd);
     const float x0 = row[d], x1 = row[d + half];
-    dst[d] = x0 * c - x1 * s;
-    dst[d + half] = x1 * c + x0 * s;
+    row[d] = x0 * c - x1 * s;
+    row[d + half] = x1 * c + x0 * s;
   }
+  __syncwarp();
+  if constexpr (kCache) {
+    if (!is_q) {  // k from the staged row, then v staged in its place
+      const int64_t H = kv.n_kv_heads, r = static_cast<int64_t>(cache_rows[t]) * H + hh;
+      const int64_t rb = kv_row_bytes(KV, D), rs = kv_row_scales(KV, D);
+      kv_row::encode_row<KV>(row, static_cast<int>(D), static_cast<uint8_t*>(kv.k) + r * rb,
+                             rs ? kv.k_scale + r * rs : nullptr, lane);
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < kInputRegs; ++i) {
+        const int d = lane + 32 * i;
+        if (d < D) row[d] = c2[i];
+      }
+      __syncwarp();
+      kv_row::encode_row<KV>(row, static_cast<int>(D), static_cast<uint8_t*>(kv.v) + r * rb,
+                             rs ? kv.v_scale + r * rs : nullptr, lane);
+      return;
+    }
+  }
+  float* dst = is_q ? a.q + (t * a.Hq + hh) * D : a.k + (t * a.Hkv + hh) * D;
+  float* dst2 = is_q ? a.gate + (t * a.Hq + hh) * D : a.v + (t * a.Hkv + hh) * D;
 #pragma unroll
   for (int i = 0; i < kInputRegs; ++i) {
     const int d = lane + 32 * i;
-    if (d >= 2 * half && d < D) dst[d] = row[d];
-    if (d < D) dst2[d] = c2[i];
+    if (d < D) {
+      dst[d] = row[d];
+      dst2[d] = c2[i];
+    }
   }
 }
 
@@ -130,20 +155,50 @@ void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_h
   PE_CUDA_LAUNCH_CHECK();
 }
 
-void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream) {
+void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const PagedKV* kv,
+                      const int32_t* cache_rows) {
   const int64_t tasks = a.n_tokens * (a.Hq + a.Hkv);
   if (tasks <= 0 || a.D <= 0) return;
   if (a.D > kMaxInputDim || a.rot_dim < 0 || a.rot_dim > a.D || a.rot_dim % 2 != 0 || a.rot_dim / 2 > kMaxHalfRot)
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_inputs: head_dim ", a.D, " (<= ", kMaxInputDim, ") and rot_dim ",
          a.rot_dim, " (even, <= head_dim, <= ", 2 * kMaxHalfRot, ") out of range");
+  if (kv) {
+    if (!cache_rows || kv->n_kv_heads != a.Hkv || kv->head_dim != a.D)
+      fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_inputs: the cache (", kv->n_kv_heads, " kv heads of ",
+           kv->head_dim, ") does not match ", a.Hkv, " heads of ", a.D, ", or no cache rows");
+    if (kv->dtype == DType::NVFP4 && a.D % kKvFp4Group != 0)
+      fail(PE_ERR_UNSUPPORTED, "cuda::attention_inputs: nvfp4 cache needs head_dim % 16 == 0");
+    if (kv_row_scales(kv->dtype, a.D) && (!kv->k_scale || !kv->v_scale))
+      fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_inputs: cache dtype ", static_cast<int>(kv->dtype),
+           " without scales");
+  }
   const int half = static_cast<int>(a.rot_dim / 2);
   HalfInvFreq inv{};  // as rope_neox: fp32 of the double power
   for (int i = 0; i < half; ++i) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(a.rot_dim);
     inv.v[i] = 1.0f / static_cast<float>(std::pow(static_cast<double>(a.theta), static_cast<double>(e)));
   }
-  launch_pdl(attention_inputs_kernel, dim3(grid_1d(tasks, kInputWarps)), dim3(kInputWarps * 32), 0, stream, a, inv,
-             half);
+  const dim3 grid(grid_1d(tasks, kInputWarps)), block(kInputWarps * 32);
+  const PagedKV none{};
+  if (!kv) {
+    launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows);
+  } else {
+    switch (kv->dtype) {
+#define PE_INPUTS_CASE(T)                                                                                        \
+  case DType::T:                                                                                                 \
+    launch_pdl(attention_inputs_kernel<DType::T, true>, grid, block, 0, stream, a, inv, half, *kv, cache_rows); \
+    break;
+      PE_INPUTS_CASE(F32)
+      PE_INPUTS_CASE(F16)
+      PE_INPUTS_CASE(BF16)
+      PE_INPUTS_CASE(FP8_E4M3)
+      PE_INPUTS_CASE(I8)
+      PE_INPUTS_CASE(NVFP4)
+#undef PE_INPUTS_CASE
+      default:
+        fail(PE_ERR_UNSUPPORTED, "cuda::attention_inputs: unsupported cache dtype ", static_cast<int>(kv->dtype));
+    }
+  }
   PE_CUDA_LAUNCH_CHECK();
 }
 

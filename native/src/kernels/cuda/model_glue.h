@@ -29,7 +29,12 @@ void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_h
 // and partial RoPE, k and v made dense (cpu::attention_inputs in ops.h: same math, aliasing rules
 // and layouts; pos is a device array). One warp per (token, q head) or (token, kv head); D <= 512,
 // rot_dim even, <= D and <= 256. Tolerance vs the CPU twin: normalized error 1e-5 (rms_norm, rope).
-void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream);
+// With kv, k and v go straight into the paged cache instead of a.k / a.v (unused then): token t's
+// rows are cache row cache_rows[t] (page * page_size + offset, device array), encoded with the
+// bytes and scales cuda::kv_write gives the dense k and v of the same call (its CPU twin:
+// cpu::attention_inputs, then cpu::kv_write). Saves kv_write's launch in every attention layer.
+void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const cpu::PagedKV* kv = nullptr,
+                      const int32_t* cache_rows = nullptr);
 
 // Penalties on one logits row, given the distinct ids of prompt + output (n entries) and how
 // often each occurs in the output (0 for prompt-only ids): the repetition penalty on every id,

@@ -1,0 +1,106 @@
+// One warp encodes one fp32 (token, kv head) row of D values into its paged-KV bytes and scales,
+// as kv_codec.cuh's encoders define them (the same bytes as the CPU kv_write): shared by
+// kv_write.cu and the attention inputs that write the cache directly (model_glue.cu). src may
+// be global or shared memory; the I8 row max is a warp reduction and an NVFP4 group of 16 values
+// is 8 consecutive lanes (one byte each), reduced with 3 shuffles. All 32 lanes must call it.
+#pragma once
+#include "kernels/cuda/kv_codec.cuh"
+
+namespace pe {
+namespace cuda {
+namespace kv_row {
+
+constexpr int kPass = 8;  // values (NVFP4: bytes) per lane per pass: 256 (512) per warp
+
+// A lane's values base + 32 i + lane, i < kPass, of a row of D (0 past the end): all loads of a
+// pass go out before the first use (session 7: the FP8 encode's branches kept the compiler from
+// batching them, 8 dependent loads per row: kv_write took 6.4 us against F16's 3.1 under ncu).
+__device__ __forceinline__ void load_pass(const float* __restrict__ src, int D, int base, int lane, float (&x)[kPass]) {
+#pragma unroll
+  for (int i = 0; i < kPass; ++i) {
+    const int e = base + 32 * i + lane;
+    x[i] = e < D ? src[e] : 0.0f;
+  }
+}
+
+// Encodes a pass loaded by load_pass (I8: inv = 1 / scale).
+template <DType KV>
+__device__ __forceinline__ void store_pass(const float (&x)[kPass], int base, int D, int lane,
+                                           uint8_t* __restrict__ dst, float inv) {
+#pragma unroll
+  for (int i = 0; i < kPass; ++i) {
+    const int e = base + 32 * i + lane;
+    if (e >= D) break;
+    if constexpr (KV == DType::F32) {
+      reinterpret_cast<float*>(dst)[e] = x[i];
+    } else if constexpr (KV == DType::F16) {
+      reinterpret_cast<uint16_t*>(dst)[e] = __half_as_ushort(__float2half_rn(x[i]));
+    } else if constexpr (KV == DType::BF16) {
+      reinterpret_cast<uint16_t*>(dst)[e] = kv_enc_bf16(x[i]);
+    } else if constexpr (KV == DType::FP8_E4M3) {
+      dst[e] = kv_enc_fp8(x[i]);
+    } else {  // I8
+      const float q = fminf(fmaxf(__fmul_rn(x[i], inv), -127.0f), 127.0f);
+      dst[e] = static_cast<uint8_t>(static_cast<int8_t>(__float2int_rn(q)));
+    }
+  }
+}
+
+template <DType KV>
+__device__ __forceinline__ void encode_row(const float* __restrict__ src, int D, uint8_t* __restrict__ dst,
+                                           float* __restrict__ scales, int lane) {
+  if constexpr (KV == DType::NVFP4) {  // lane owns byte b (values 2b, 2b+1); uniform loop bound for shuffles
+    const int n_bytes = D / 2;
+    for (int b0 = 0; b0 < n_bytes; b0 += 32 * kPass) {
+      float2 x[kPass];
+#pragma unroll
+      for (int i = 0; i < kPass; ++i) {
+        const int b = b0 + 32 * i + lane;
+        x[i] = b < n_bytes ? make_float2(src[2 * b], src[2 * b + 1]) : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int i = 0; i < kPass; ++i) {
+        if (b0 + 32 * i >= n_bytes) break;  // warp-uniform
+        const int b = b0 + 32 * i + lane;
+        float m = fmaxf(fabsf(x[i].x), fabsf(x[i].y));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float s = __fdiv_rn(m, 6.0f);
+        const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+        if (b < n_bytes) {
+          dst[b] = static_cast<uint8_t>(kv_enc_fp4(__fmul_rn(x[i].x, inv)) | (kv_enc_fp4(__fmul_rn(x[i].y, inv)) << 4));
+          if ((b & 7) == 0) scales[b / 8] = s;
+        }
+      }
+    }
+    return;
+  }
+  float inv = 1.0f;
+  float x0[kPass];  // the first pass stays in registers: I8 reads its max and encodes from it
+  load_pass(src, D, 0, lane, x0);
+  if constexpr (KV == DType::I8) {  // the row's max first (a second load only past 256 values)
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPass; ++i) m = fmaxf(m, fabsf(x0[i]));
+    for (int base = 32 * kPass; base < D; base += 32 * kPass) {
+      float x[kPass];
+      load_pass(src, D, base, lane, x);
+#pragma unroll
+      for (int i = 0; i < kPass; ++i) m = fmaxf(m, fabsf(x[i]));
+    }
+    m = warp_max(m);
+    const float s = __fdiv_rn(m, 127.0f);
+    inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+    if (lane == 0) scales[0] = s;
+  }
+  store_pass<KV>(x0, 0, D, lane, dst, inv);
+  for (int base = 32 * kPass; base < D; base += 32 * kPass) {
+    float x[kPass];
+    load_pass(src, D, base, lane, x);
+    store_pass<KV>(x, base, D, lane, dst, inv);
+  }
+}
+
+}  // namespace kv_row
+}  // namespace cuda
+}  // namespace pe
