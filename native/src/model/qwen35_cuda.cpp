@@ -3,9 +3,9 @@
 #ifdef PE_WITH_CUDA  // the CUDA model exists only in builds with the CUDA backend
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
@@ -240,10 +240,7 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
   // q_proj rows per head: D query rows then D gate rows. One launch splits them, applies the q/k norms
   // and RoPE, and writes k and v into their cache rows (PYENGINE_KV_FUSED=0: dense k and v, then
   // one kv_write per sequence, for A/B runs).
-  static const bool fused = [] {
-    const char* e = std::getenv("PYENGINE_KV_FUSED");
-    return !e || std::atoi(e) != 0;
-  }();
+  static const bool fused = env_int("PYENGINE_KV_FUSED", 1) != 0;
   const cpu::PagedKV layer = kv.layer(ai);
   cuda::attention_inputs({qp.ptr, qp.stride, kp.ptr, kp.stride, vp.ptr, vp.stride, L.q_norm, L.k_norm, d_pos_, T, Hq,
                           Hkv, D, c.rot_dim, c.eps, c.rope_theta, q, gate, kb, vb},

@@ -19,8 +19,8 @@
 // NOT YET MET: quantized <= fp16 at 1K (from 8K every quantized dtype is faster): the K/V
 // conversions lengthen a latency-bound chain (session 11 profile: tools/gpu/NOTES.md, Known gaps).
 #include <algorithm>
-#include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_decode_mma.cuh"
 
 namespace pe {
@@ -525,14 +525,12 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 
 }  // namespace tc
 
-// attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all.
-int g_variant = -1;
+// attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all;
+// PYENGINE_ATTN_VARIANT sets it for whole-step A/B runs.
+int g_variant = std::clamp(env_int("PYENGINE_ATTN_VARIANT", -1), -1, kAttentionDecodeVariants - 1);
 // The first step's K / V loaded before pdl_wait where safe (DecodeParams::early);
 // PYENGINE_ATTN_EARLY=0 turns it off for the A/B.
-const bool g_early = [] {
-  const char* v = std::getenv("PYENGINE_ATTN_EARLY");
-  return !v || std::atoi(v) != 0;
-}();
+const bool g_early = env_int("PYENGINE_ATTN_EARLY", 1) != 0;
 
 // Per-dtype default by the call's longest context n_keys: the fastest in session 7's graph-timed
 // H200 rows (tools/gpu/NOTES.md, "Session 7"). Same bits in every variant.
