@@ -22,6 +22,11 @@ using namespace pe;
 using cpu::PagedKV;
 using pe_test::DevBuf;
 
+namespace pe::cuda::attn {  // attention_decode.cu: the split-K merge (internal, not in cuda_ops.h)
+void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
+                       float* out, cudaStream_t stream);
+}  // namespace pe::cuda::attn
+
 namespace {
 
 struct Shape {
@@ -354,4 +359,51 @@ TEST(cuda_attention_decode_variants) {
       }
       cuda::attention_decode_set_min_split_keys(0);
     }
+}
+
+// The split-K merge alone, on partial states made up here: split counts below, at and above the
+// kernel's prefetched chunk (8 warps x 16 = 128 splits) up to the 256 cap, whatever the GPU's SM
+// count (attention_paged picks its splits from it). Some splits saw no key (m = -inf, l = 0);
+// head_dim 40 leaves a partial 32-dim block; gate on and off. Reference in double.
+TEST(cuda_attention_combine_splits) {
+  const int64_t n_rows = 3;
+  for (int splits : {2, 9, 127, 128, 129, 200, 256})
+    for (int D : {40, 256})
+      for (bool gated : {false, true}) {
+        pe_test::Rng rng(5000 + splits * 7 + D + gated);
+        std::vector<float> part = rng.normals(splits * n_rows * (D + 2));
+        float* acc = part.data() + splits * n_rows * 2;
+        for (int64_t s = 0; s < splits; ++s)
+          for (int64_t r = 0; r < n_rows; ++r) {
+            float* ml = part.data() + (s * n_rows + r) * 2;
+            ml[0] *= 6.0f;  // log2-domain maxima a few units apart
+            ml[1] = rng.uniform(0.5f, 40.0f);
+            if ((s + r) % 5 == 3) {  // a split without keys for this row
+              ml[0] = -INFINITY;
+              ml[1] = 0.0f;
+              std::fill_n(acc + (s * n_rows + r) * D, D, 0.0f);
+            }
+          }
+        const std::vector<float> gate = rng.normals(n_rows * D, 2.0f);
+        std::vector<float> want(n_rows * D);
+        for (int64_t r = 0; r < n_rows; ++r) {
+          double mx = -INFINITY;
+          for (int64_t s = 0; s < splits; ++s) mx = std::max(mx, static_cast<double>(part[(s * n_rows + r) * 2]));
+          for (int64_t d = 0; d < D; ++d) {
+            double o = 0.0, l = 0.0;
+            for (int64_t s = 0; s < splits; ++s) {
+              const double w = std::exp2(part[(s * n_rows + r) * 2] - mx);
+              l += w * part[(s * n_rows + r) * 2 + 1];
+              o += w * acc[(s * n_rows + r) * D + d];
+            }
+            o /= l;
+            if (gated) o /= 1.0 + std::exp(-static_cast<double>(gate[r * D + d]));
+            want[r * D + d] = static_cast<float>(o);
+          }
+        }
+        DevBuf<float> dpart(part), dgate(gate), dout(n_rows * D);
+        cuda::attn::attention_combine(dpart.p, splits, n_rows, D, gated ? dgate.p : nullptr, dout.p, nullptr);
+        EXPECT_CLOSE("combine", cfgs("splits %d D%d%s", splits, D, gated ? " gate" : ""), dout.download(), want,
+                     1e-5);
+      }
 }

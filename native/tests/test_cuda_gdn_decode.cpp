@@ -1,8 +1,8 @@
 // cuda::gdn_decode against its CPU twin cpu::gdn_decode (itself checked against the per-sequence
 // ops in test_ops_gdn_decode): n_seqs 1, 3, 17, permuted non-contiguous slots in a pool of two
 // layers per slot (slot stride != layer size), several steps with both states carried, the test
-// checkpoints' head shapes, awkward ones (dk != dv, dv not a multiple of 4 or above 128, dk > 128)
-// and the 27B shape.
+// checkpoints' head shapes, awkward ones (dk != dv, dv not a multiple of 4 or above 128, dk > 128,
+// conv widths 1 to 6) and the 27B shape.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -79,9 +79,11 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fuse
 
 TEST(cuda_gdn_decode) {
   // Test checkpoints' shapes; dk != dv; dv not a multiple of 4 (scalar path) or above 128 (two
-  // column blocks); dk > 128; K 1, 2, 3.
+  // column blocks); dk > 128; K 1, 2, 3, and 6 (past the taps the conv loads at once: its loop;
+  // dk 128 as the 27B kernel).
   const Shape shapes[] = {{2, 4, 32, 32, 4}, {2, 2, 64, 64, 4}, {1, 3, 24, 40, 2}, {2, 6, 20, 8, 4},
-                          {2, 4, 32, 30, 4}, {1, 2, 64, 160, 4}, {1, 2, 200, 48, 3}, {2, 4, 32, 32, 1}};
+                          {2, 4, 32, 30, 4}, {1, 2, 64, 160, 4}, {1, 2, 200, 48, 3}, {2, 4, 32, 32, 1},
+                          {1, 2, 128, 64, 6}};
   for (const Shape& s : shapes)
     for (int64_t n : {1, 3, 17}) check_decode(s, n, 3, 200 + n);
 }

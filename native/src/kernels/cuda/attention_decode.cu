@@ -220,8 +220,15 @@ __global__ void __launch_bounds__(kThreads, NV <= 6 ? 3 : 2) attention_decode_ke
 }
 
 constexpr int kCombineWarps = 8;
+constexpr int kCombineMl = kMaxSplits / 32;  // warp 0's (m, l) pairs per lane: every split
+static_assert(kMaxSplits % 32 == 0, "warp 0 holds every split's (m, l)");
+// acc partials a thread loads at once (splits warp, warp + 8, ...): the first chunk goes out before
+// the weights, so splits <= 8 x 16 = 128 wait one memory round trip; each further chunk one more.
+constexpr int kCombineChunk = 16;
 
 // Block (row, 32 dims): warp 0 turns the splits' maxima into weights, the warps sum the splits.
+// Every load that does not need the weights (warp 0's m and l, each thread's first chunk of acc
+// partials, the gate) is issued first: one round trip before the merge, not one per loop step.
 __global__ void __launch_bounds__(kCombineWarps * 32)
     attention_combine_kernel(const float* __restrict__ part, int splits, int64_t n_rows, int D,
                              const float* __restrict__ gate, float* __restrict__ out) {
@@ -232,28 +239,57 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   __shared__ float inv_l;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t row = blockIdx.x;
+  const int d = blockIdx.y * 32 + lane;
+  const float* a = part + n_rows * 2 * splits + row * D + d;  // read only where d < D
+  float acc[kCombineChunk];
+  const auto load_chunk = [&](int s0) {  // splits s0 + 8 i of this warp's column d
+#pragma unroll
+    for (int i = 0; i < kCombineChunk; ++i) {
+      const int s = s0 + kCombineWarps * i;
+      acc[i] = d < D && s < splits ? a[s * n_rows * D] : 0.0f;
+    }
+  };
+  float ml[kCombineMl][2];
+  if (warp == 0)
+#pragma unroll
+    for (int i = 0; i < kCombineMl; ++i) {
+      const int s = lane + 32 * i;
+      ml[i][0] = s < splits ? part[(s * n_rows + row) * 2] : 0.0f;
+      ml[i][1] = s < splits ? part[(s * n_rows + row) * 2 + 1] : 0.0f;
+    }
+  load_chunk(warp);
+  const float g = warp == 0 && d < D && gate ? gate[row * D + d] : 0.0f;
   if (warp == 0) {
     float mx = -INFINITY;
-    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, part[(s * n_rows + row) * 2]);
+#pragma unroll
+    for (int i = 0; i < kCombineMl; ++i)
+      if (lane + 32 * i < splits) mx = fmaxf(mx, ml[i][0]);
     mx = warp_max(mx);
     const float base = mx == -INFINITY ? 0.0f : mx;
     float sum = 0.0f;
-    for (int s = lane; s < splits; s += 32) {
-      const float w = exp2f(part[(s * n_rows + row) * 2] - base);
-      wts[s] = w;
-      sum += part[(s * n_rows + row) * 2 + 1] * w;
+#pragma unroll
+    for (int i = 0; i < kCombineMl; ++i) {
+      const int s = lane + 32 * i;
+      if (s < splits) {
+        const float w = exp2f(ml[i][0] - base);
+        wts[s] = w;
+        sum += ml[i][1] * w;
+      }
     }
     sum = warp_sum(sum);
     if (lane == 0) inv_l = 1.0f / sum;
   }
   __syncthreads();
-  const int d = blockIdx.y * 32 + lane;
   float o = 0.0f;
-  if (d < D) {
-    const float* a = part + n_rows * 2 * splits + row * D + d;
-#pragma unroll 4
-    for (int s = warp; s < splits; s += kCombineWarps) o = fmaf(wts[s], a[s * n_rows * D], o);
-  }
+  if (d < D)
+    for (int s0 = warp; s0 < splits; s0 += kCombineWarps * kCombineChunk) {
+      if (s0 != warp) load_chunk(s0);  // splits past the first chunk: one round trip per chunk
+#pragma unroll
+      for (int i = 0; i < kCombineChunk; ++i) {
+        const int s = s0 + kCombineWarps * i;
+        if (s < splits) o = fmaf(wts[s], acc[i], o);
+      }
+    }
   red[warp][lane] = o;
   __syncthreads();
   if (warp == 0 && d < D) {
@@ -261,7 +297,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 #pragma unroll
     for (int w = 0; w < kCombineWarps; ++w) o += red[w][lane];
     o *= inv_l;
-    if (gate) o *= sigmoid_f(gate[row * D + d]);
+    if (gate) o *= sigmoid_f(g);
     out[row * D + d] = o;
   }
 }

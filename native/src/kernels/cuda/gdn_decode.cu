@@ -35,6 +35,7 @@ namespace {
 constexpr int kBlockCols = 128;  // 32 lanes x 4 columns
 static_assert(kBlockCols == kGdnDecodeFusedNormMaxDv, "a head's row in one block for the fused norm");
 constexpr int kMaxK = 16;
+constexpr int kConvTaps = 4;  // conv_silu loads this many taps at once (K above: a loop)
 
 template <int DK>
 struct Tile {
@@ -43,13 +44,27 @@ struct Tile {
   static constexpr int kRows = DK / kWarps;  // float4 registers of state per thread
 };
 
-// silu(sum_j w[c, j] x[j, c]) over x = [conv state rows (old); the new raw row].
+// silu(sum_j w[c, j] x[j, c]) over x = [conv state rows (old); the new raw row], j in order.
+// The new row's tap and the first kConvTaps - 1 old rows' are loaded before the first FMA: one
+// memory round trip for K <= kConvTaps (Qwen3.5: K = 4; a runtime-K loop waited one per tap).
+// Wider kernels continue over their further rows in a loop.
 __device__ __forceinline__ float conv_silu(const float* cs, const float* u, const float* w,
-                                           int64_t C, int K, int64_t c) {
+                                           int C, int K, int c) {
+  const float wl = w[c * K + K - 1], ul = u[c];
+  float wj[kConvTaps - 1], xj[kConvTaps - 1];
+#pragma unroll
+  for (int j = 0; j < kConvTaps - 1; ++j)
+    if (j < K - 1) {
+      wj[j] = w[c * K + j];
+      xj[j] = cs[j * C + c];
+    }
   float acc = 0.0f;
-  for (int j = 0; j < K - 1; ++j) acc = fmaf(w[c * K + j], cs[j * C + c], acc);
-  acc = fmaf(w[c * K + K - 1], u[c], acc);
-  return silu_f(acc);
+#pragma unroll
+  for (int j = 0; j < kConvTaps - 1; ++j)
+    if (j < K - 1) acc = fmaf(wj[j], xj[j], acc);
+#pragma unroll 1
+  for (int j = kConvTaps - 1; j < K - 1; ++j) acc = fmaf(w[c * K + j], cs[j * C + c], acc);
+  return silu_f(fmaf(wl, ul, acc));
 }
 
 // 4 consecutive floats of which the first n are in range (VEC: 16-byte aligned, n >= 4 or <= 0).
@@ -116,7 +131,8 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
 
   // The gate inputs and (warp 0, fused norm) the z row and norm weights go out with the state:
   // their round trips overlap the conv's instead of following the delta rule step. (Unrolling
-  // the conv loop below to issue its two rounds' loads together spills at dk = 128: not done.)
+  // the conv loop below to issue its two rounds' loads together spills at dk = 128: 16 bytes on
+  // sm_75 with the taps loaded at once, none on sm_90; not done.)
   const float a_in = a.a[static_cast<int64_t>(seq) * a.Hv + h], dt_b = a.dt_bias[h], a_log = a.A_log[h];
   const float b_in = a.b[static_cast<int64_t>(seq) * a.Hv + h];
   float zv[4] = {0.f, 0.f, 0.f, 0.f}, nwv[4] = {0.f, 0.f, 0.f, 0.f};
@@ -134,6 +150,9 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
   const float* cs = a.conv_state + slot * a.conv_slot_stride;
   const float* u = a.qkv + seq * C;
   float* vsf = reinterpret_cast<float*>(vs);
+  // 32-bit conv indices (C * K < 2^31, checked): with the taps loaded at once, the 64-bit index
+  // math hoisted out of this loop spilled the state at dk = 128.
+  const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
   float ssq_q = 0.0f, ssq_k = 0.0f;
   for (int t = threadIdx.x; t < 2 * DK + kBlockCols; t += T) {
     if (t < 2 * DK) {
@@ -141,7 +160,7 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
       const int i = is_k ? t - DK : t;
       float y = 0.0f;
       if (i < dk)
-        y = conv_silu(cs, u, a.conv_w, C, K, (is_k ? a.Hk * a.dk : 0) + static_cast<int64_t>(kh) * dk + i);
+        y = conv_silu(cs, u, a.conv_w, Ci, K, (is_k ? Hk * dk : 0) + kh * dk + i);
       if (is_k) {
         ks[i] = y;
         ssq_k = fmaf(y, y, ssq_k);
@@ -151,7 +170,7 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
       }
     } else {
       const int j = col0 + t - 2 * DK;
-      vsf[t - 2 * DK] = j < dv ? conv_silu(cs, u, a.conv_w, C, K, 2 * a.Hk * a.dk + static_cast<int64_t>(h) * dv + j) : 0.0f;
+      vsf[t - 2 * DK] = j < dv ? conv_silu(cs, u, a.conv_w, Ci, K, 2 * Hk * dk + h * dv + j) : 0.0f;
     }
   }
   ssq_q = warp_sum(ssq_q);
@@ -262,6 +281,8 @@ void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::gdn_decode: kernel width must be 1..16");
   if (a.dk <= 0 || a.dk > 256 || a.dv <= 0 || a.Hv > 65535 || a.n_seqs > 65535)
     fail(PE_ERR_UNSUPPORTED, "cuda::gdn_decode: needs dk 1..256, Hv and n_seqs <= 65535");
+  if ((2 * a.Hk * a.dk + a.Hv * a.dv) * a.K > INT32_MAX)  // the conv indexes in 32 bits
+    fail(PE_ERR_UNSUPPORTED, "cuda::gdn_decode: needs conv channels x kernel width < 2^31");
   if (a.norm_w && a.dv > kGdnDecodeFusedNormMaxDv)
     fail(PE_ERR_UNSUPPORTED, "cuda::gdn_decode: the fused gated norm needs dv <= ", kGdnDecodeFusedNormMaxDv);
   // float4 state / output access when every row start is 16-byte aligned.
