@@ -11,6 +11,19 @@ namespace cuda {
 
 namespace {
 __global__ void pdl_probe_kernel() {}
+
+// An attribute of the current device, at least 1, read once per device (known: one slot per
+// device): launchers ask at every launch.
+int device_attr(std::atomic<int>* known, cudaDeviceAttr attr) {
+  int dev = 0, v = 0;
+  PE_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < 64;
+  if (cached && (v = known[dev].load(std::memory_order_relaxed)) > 0) return v;
+  PE_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, dev));
+  v = v > 1 ? v : 1;
+  if (cached) known[dev].store(v, std::memory_order_relaxed);
+  return v;
+}
 }  // namespace
 
 // PDL needs the library's sm_90 code compiled from compute_90+ PTX: a compute_75 build JIT-compiled
@@ -36,16 +49,14 @@ bool pdl_enabled() {
   return on;
 }
 
-int sm_count() {  // read once per device: launchers ask at every launch
+int sm_count() {
   static std::atomic<int> known[64] = {};
-  int dev = 0, sms = 0;
-  PE_CUDA_CHECK(cudaGetDevice(&dev));
-  const bool cached = dev >= 0 && dev < 64;
-  if (cached && (sms = known[dev].load(std::memory_order_relaxed)) > 0) return sms;
-  PE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  sms = sms > 1 ? sms : 1;
-  if (cached) known[dev].store(sms, std::memory_order_relaxed);
-  return sms;
+  return device_attr(known, cudaDevAttrMultiProcessorCount);
+}
+
+int smem_optin() {
+  static std::atomic<int> known[64] = {};
+  return device_attr(known, cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
 
 bool device_available() {
