@@ -125,12 +125,12 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   }
 }
 
-// linear_swiglu on gate | up rows [n, 2I] against cpu swiglu then linear, at the default tuning
-// (whatever PYENGINE_GEMV_SWIGLU says). act_scratch starts poisoned: where the call fuses
+// linear_swiglu on gate | up rows [n, 2I] against cpu swiglu then linear, with the fusion on
+// (glu_staged_x_max_bytes 128 KB, what PYENGINE_GEMV_SWIGLU=1 sets). act_scratch starts poisoned: where the call fuses
 // (linear_swiglu_fused; `expect` 1 / 0 says it must / must not, -1 either) it must stay
 // untouched and out must be the bits of swiglu + linear with x staged by the same kernel; else
 // act_scratch must hold swiglu's output. The fused cases also run with the fusion off
-// (glu_staged_x_max_bytes = 0, what PYENGINE_GEMV_SWIGLU=0 sets). gu_offset: floats gate_up
+// (glu_staged_x_max_bytes = 0, the default). gu_offset: floats gate_up
 // starts after a 16-byte boundary (not 0: never fused).
 void check_linear_swiglu(DType t, int64_t n, int64_t rows, int64_t I, uint64_t seed, int expect, int tile = 0,
                          int64_t gu_offset = 0) {
@@ -148,14 +148,15 @@ void check_linear_swiglu(DType t, int64_t n, int64_t rows, int64_t I, uint64_t s
                                tile ? cfgs(" tile %d", tile).c_str() : "", gu_offset ? " [gate_up unaligned]" : "");
   const double tol = n <= 8 ? 1e-5 : 3e-3;
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning off, same;
+  cuda::GemvTuning on, off, same;
+  on.glu_staged_x_max_bytes = 128 * 1024;
   off.glu_staged_x_max_bytes = 0;
-  same.staged_x_max_bytes = dflt.glu_staged_x_max_bytes;  // the plain path stages x as the fused one
-  const cuda::GemvTuning* const tunings[] = {&dflt, &off};
+  same.staged_x_max_bytes = on.glu_staged_x_max_bytes;  // the plain path stages x as the fused one
+  const cuda::GemvTuning* const tunings[] = {&on, &off};
   for (const cuda::GemvTuning* tuning : tunings) {
     cuda::linear_gemv_set_tuning(*tuning);
     const bool fused = cuda::linear_swiglu_fused(n, I, dw.view) && gu_offset == 0;
-    if (tuning == &dflt && expect >= 0 && fused != (expect == 1))
+    if (tuning == &on && expect >= 0 && fused != (expect == 1))
       pe_test::fail(__FILE__, __LINE__, cfg + (fused ? ": fused, expected swiglu + linear" : ": not fused"));
     if (tuning == &off) CHECK(!fused);
     dact.poison();

@@ -197,8 +197,9 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   if (all_decode) {
     // One token per sequence: the batched decode op (conv step, norms, gates and the delta rule
     // for every sequence in one launch) on dense rows; y holds the dense qkv rows here.
-    // PYENGINE_GDN_CONV_FUSED=0: no counters, the conv state step as a second launch (A/B runs).
-    static const bool conv_fused = env_int("PYENGINE_GDN_CONV_FUSED", 1) != 0;
+    // PYENGINE_GDN_CONV_FUSED=1: the conv state step in the same launch (counters; measured
+    // slower on the H200 in session 13, so off by default: a second launch shifts the state).
+    static const bool conv_fused = env_int("PYENGINE_GDN_CONV_FUSED", 0) != 0;
     const float* qkv = u.ptr;
     if (u.stride != C && !one_row) {
       dense_rows(y, u.ptr, u.stride, C, T);

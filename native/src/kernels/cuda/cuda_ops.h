@@ -98,9 +98,10 @@ struct GemvTuning {
   int rows_per_warp = 0;               // 1, 2 or 4 groups of 8 rows per warp; 0: by the row count
   int64_t staged_x_max_bytes = 32768;  // x split once per block into shared memory up to this
                                        // size (<= 128 KB), else per warp in registers; 0: never
-  int64_t glu_staged_x_max_bytes = 131072;  // linear_swiglu fused up to this staged x (<= 128
-                                            // KB; the 27B mlp down's is 87 KB at n = 1), else
-                                            // swiglu + linear; 0: never
+  int64_t glu_staged_x_max_bytes = 0;  // linear_swiglu fused up to this staged x (<= 128 KB; the
+                                       // 27B mlp down's is 87 KB at n = 1), else swiglu + linear;
+                                       // 0: never (default: the fused down measured slower on the
+                                       // H200, session 13: every block recomputes silu * up)
   bool fp8_cvt = true;                 // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
   bool fp8_stage_one_wave = true;      // FP8 by cvt, 32 rows per warp: x staged only where the row
                                        // blocks fit in one wave (session 7, % of copy at n = 1,
@@ -119,8 +120,8 @@ struct GemvTuning {
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K and
-// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1) from the environment when set, and PYENGINE_GEMV_SWIGLU=0
-// sets glu_staged_x_max_bytes to 0: the A/B switches for whole decode steps
+// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1) from the environment when set, and PYENGINE_GEMV_SWIGLU=1
+// sets glu_staged_x_max_bytes to 128 KB: the A/B switches for whole decode steps
 // (tools/bench_gpu.py). (Measured in session 5 and removed: K split over thread-block clusters,
 // summed in distributed shared memory: slower on every 27B shape.)
 void linear_gemv_set_tuning(const GemvTuning& t);

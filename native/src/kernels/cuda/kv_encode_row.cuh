@@ -66,7 +66,7 @@ __device__ __forceinline__ void encode_row(const float* __restrict__ src, int D,
 #pragma unroll
         for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         const float s = __fdiv_rn(m, 6.0f);
-        const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+        const float inv = s > 0.0f ? __frcp_rn(s) : 0.0f;  // = 1 / s rounded (IEEE), no divergent call
         if (b < n_bytes) {
           dst[b] = static_cast<uint8_t>(kv_enc_fp4(__fmul_rn(x[i].x, inv)) | (kv_enc_fp4(__fmul_rn(x[i].y, inv)) << 4));
           if ((b & 7) == 0) scales[b / 8] = s;
@@ -90,7 +90,7 @@ __device__ __forceinline__ void encode_row(const float* __restrict__ src, int D,
     }
     m = warp_max(m);
     const float s = __fdiv_rn(m, 127.0f);
-    inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+    inv = s > 0.0f ? __frcp_rn(s) : 0.0f;
     if (lane == 0) scales[0] = s;
   }
   store_pass<KV>(x0, 0, D, lane, dst, inv);

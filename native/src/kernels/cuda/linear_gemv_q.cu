@@ -382,7 +382,7 @@ GemvTuning g_tuning = [] {
   if (const char* v = std::getenv("PYENGINE_GEMV_PDL")) t.pdl = std::atoi(v) != 0;
   if (const char* v = std::getenv("PYENGINE_GEMV_STREAM_K")) t.stream_k = std::atoi(v) != 0;
   if (const char* v = std::getenv("PYENGINE_GEMV_STAGE_ONE_WAVE")) t.fp8_stage_one_wave = std::atoi(v) != 0;
-  if (const char* v = std::getenv("PYENGINE_GEMV_SWIGLU"); v && std::atoi(v) == 0) t.glu_staged_x_max_bytes = 0;
+  if (const char* v = std::getenv("PYENGINE_GEMV_SWIGLU"); v && std::atoi(v) != 0) t.glu_staged_x_max_bytes = kStagedXLimit;
   return t;
 }();
 

@@ -39,14 +39,15 @@ struct HalfInvFreq {
 };
 
 // One warp per (token t, head slot h): slots < Hq are query heads (q normed + rotated, gate copied),
-// the rest kv heads (k normed + rotated, v copied). The normed row is staged in shared memory and
-// rotated there (RoPE pairs d with d + half across lanes; in-place k is read whole before it is
-// written), then stored from it. The norm and the rotation repeat rms_norm's and rope_neox's
-// arithmetic. Each lane loads its whole share of the row, the norm weight and the copied row
-// (kInputRegs values each) before the first use, so the warp waits for one memory round trip
-// instead of one per value (as the norms in rms_norm.cu; a load-use loop over a runtime length
-// ran them one at a time). kCache: a kv head's warp encodes k and v straight into their cache
-// rows (kv_encode_row.cuh, the bytes kv_write writes from the same values) instead of dense rows.
+// the next Hkv key heads (k normed + rotated), the last Hkv value heads (v copied). The normed row
+// is staged in shared memory and rotated there (RoPE pairs d with d + half across lanes; in-place
+// k is read whole before it is written), then stored from it. The norm and the rotation repeat
+// rms_norm's and rope_neox's arithmetic. Each lane loads its whole share of the row, the norm
+// weight and the gate row (kInputRegs values each) before the first use, so the warp waits for
+// one memory round trip instead of one per value (as the norms in rms_norm.cu; a load-use loop
+// over a runtime length ran them one at a time). kCache: the k and v warps encode their rows
+// straight into the cache (kv_encode_row.cuh, the bytes kv_write writes from the same values)
+// instead of dense rows; k and v in separate warps keep the two encodes' latencies apart.
 constexpr int kInputRegs = kMaxInputDim / 32;
 template <DType KV, bool kCache>
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half, PagedKV kv,
@@ -55,15 +56,33 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
   pdl_trigger();
   __shared__ float rows[kInputWarps][kMaxInputDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t slots = a.Hq + a.Hkv, D = a.D;
+  const int64_t slots = a.Hq + 2 * a.Hkv, D = a.D;
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kInputWarps + warp;
   if (task >= a.n_tokens * slots) return;
   const int64_t t = task / slots, h = task % slots;
+  const int64_t r = kCache ? static_cast<int64_t>(cache_rows[t]) * kv.n_kv_heads : 0;  // the token's first cache row
+  const int64_t rb = kv_row_bytes(KV, D), rs = kv_row_scales(KV, D);
+  if (h >= a.Hq + a.Hkv) {  // a value head: copied, or encoded into the cache
+    const int64_t hh = h - a.Hq - a.Hkv;
+    const float* src = a.v_in + t * a.v_stride + hh * D;
+    if constexpr (kCache) {
+      kv_row::encode_row<KV>(src, static_cast<int>(D), static_cast<uint8_t*>(kv.v) + (r + hh) * rb,
+                             rs ? kv.v_scale + (r + hh) * rs : nullptr, lane);
+    } else {
+      float c[kInputRegs];
+#pragma unroll
+      for (int i = 0; i < kInputRegs; ++i) c[i] = lane + 32 * i < D ? src[lane + 32 * i] : 0.0f;
+      float* dst = a.v + (t * a.Hkv + hh) * D;
+#pragma unroll
+      for (int i = 0; i < kInputRegs; ++i)
+        if (lane + 32 * i < D) dst[lane + 32 * i] = c[i];
+    }
+    return;
+  }
   const bool is_q = h < a.Hq;
   const int64_t hh = is_q ? h : h - a.Hq;
   const float* src = is_q ? a.qg + t * a.qg_stride + hh * 2 * D : a.k_in + t * a.k_stride + hh * D;
   const float* w = is_q ? a.q_norm : a.k_norm;
-  const float* src2 = is_q ? src + D : a.v_in + t * a.v_stride + hh * D;
   float* row = rows[warp];
   const float p = static_cast<float>(a.pos[t]);
   float x[kInputRegs], wv[kInputRegs], c2[kInputRegs];
@@ -73,7 +92,7 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
     const bool in = d < D;
     x[i] = in ? src[d] : 0.0f;
     wv[i] = in ? w[d] : 0.0f;
-    c2[i] = in ? src2[d] : 0.0f;
+    c2[i] = is_q && in ? src[D + d] : 0.0f;  // the gate row follows the query row
   }
   float ss = 0.0f;
 #pragma unroll
@@ -96,31 +115,20 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
   }
   __syncwarp();
   if constexpr (kCache) {
-    if (!is_q) {  // k from the staged row, then v staged in its place
-      const int64_t H = kv.n_kv_heads, r = static_cast<int64_t>(cache_rows[t]) * H + hh;
-      const int64_t rb = kv_row_bytes(KV, D), rs = kv_row_scales(KV, D);
-      kv_row::encode_row<KV>(row, static_cast<int>(D), static_cast<uint8_t*>(kv.k) + r * rb,
-                             rs ? kv.k_scale + r * rs : nullptr, lane);
-      __syncwarp();
-#pragma unroll
-      for (int i = 0; i < kInputRegs; ++i) {
-        const int d = lane + 32 * i;
-        if (d < D) row[d] = c2[i];
-      }
-      __syncwarp();
-      kv_row::encode_row<KV>(row, static_cast<int>(D), static_cast<uint8_t*>(kv.v) + r * rb,
-                             rs ? kv.v_scale + r * rs : nullptr, lane);
+    if (!is_q) {
+      kv_row::encode_row<KV>(row, static_cast<int>(D), static_cast<uint8_t*>(kv.k) + (r + hh) * rb,
+                             rs ? kv.k_scale + (r + hh) * rs : nullptr, lane);
       return;
     }
   }
   float* dst = is_q ? a.q + (t * a.Hq + hh) * D : a.k + (t * a.Hkv + hh) * D;
-  float* dst2 = is_q ? a.gate + (t * a.Hq + hh) * D : a.v + (t * a.Hkv + hh) * D;
+  float* gate = a.gate + (t * a.Hq + hh) * D;
 #pragma unroll
   for (int i = 0; i < kInputRegs; ++i) {
     const int d = lane + 32 * i;
     if (d < D) {
       dst[d] = row[d];
-      dst2[d] = c2[i];
+      if (is_q) gate[d] = c2[i];
     }
   }
 }
@@ -157,7 +165,7 @@ void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_h
 
 void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const PagedKV* kv,
                       const int32_t* cache_rows) {
-  const int64_t tasks = a.n_tokens * (a.Hq + a.Hkv);
+  const int64_t tasks = a.n_tokens * (a.Hq + 2 * a.Hkv);
   if (tasks <= 0 || a.D <= 0) return;
   if (a.D > kMaxInputDim || a.rot_dim < 0 || a.rot_dim > a.D || a.rot_dim % 2 != 0 || a.rot_dim / 2 > kMaxHalfRot)
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_inputs: head_dim ", a.D, " (<= ", kMaxInputDim, ") and rot_dim ",
