@@ -16,8 +16,7 @@
 // the Q setup; v2 / v3 v1 + an L2 prefetch one / two rounds ahead; v4 (NVFP4) whole-chunk loads
 // one step ahead exchanged through shared memory (Fp4Stage); v5 v0 + v1's merge layout. Why each
 // exists and what it measured: tools/gpu/NOTES.md ("Decode attention variants").
-// NOT YET MET: quantized <= fp16 at 1K (from 8K every quantized dtype is faster): the K/V
-// conversions lengthen a latency-bound chain (session 11 profile: tools/gpu/NOTES.md, Known gaps).
+// At 1K depth fp8 / int8 steps beat fp16 since session 13, NVFP4 not yet (tools/gpu/NOTES.md).
 #include <algorithm>
 
 #include "core/env.h"
