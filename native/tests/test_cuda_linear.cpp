@@ -5,8 +5,7 @@
 // the row tilings of the quantized GEMV (T = 1, 2, 4), and the 27B shapes for decode (the fused
 // projections too). Every quantized GEMV case runs with the default tuning, with x split in
 // registers, with every tuning candidate on (cuda::GemvTuning) and without programmatic dependent
-// launch, against one CPU reference. linear_swiglu (the mlp's swiglu fused into its down GEMV)
-// against cpu swiglu + linear, fused and not.
+// launch, against one CPU reference.
 #include <vector>
 
 #include "core/dtype.h"
@@ -123,62 +122,6 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
                                 (long long)cols, (long long)block, tile ? cfgs(" tile %d", tile).c_str() : "", path.name),
                  dout.download(), ref, tol);
   }
-}
-
-// linear_swiglu on gate | up rows [n, 2I] against cpu swiglu then linear, with the fusion on
-// (glu_staged_x_max_bytes 128 KB, what PYENGINE_GEMV_SWIGLU=1 sets). act_scratch starts poisoned: where the call fuses
-// (linear_swiglu_fused; `expect` 1 / 0 says it must / must not, -1 either) it must stay
-// untouched and out must be the bits of swiglu + linear with x staged by the same kernel; else
-// act_scratch must hold swiglu's output. The fused cases also run with the fusion off
-// (glu_staged_x_max_bytes = 0, the default). gu_offset: floats gate_up
-// starts after a 16-byte boundary (not 0: never fused).
-void check_linear_swiglu(DType t, int64_t n, int64_t rows, int64_t I, uint64_t seed, int expect, int tile = 0,
-                         int64_t gu_offset = 0) {
-  pe_test::Rng rng(seed);
-  const HostWeight hw = make_weight(t, rows, I, seed + 1);
-  DevWeight dw(hw);
-  DevBuf<uint8_t> tiled(tile ? cuda::tiled_weight_bytes(dw.view, tile) : 0);
-  if (tile) dw.view = cuda::tile_weight(dw.view, tiled.p, tile, nullptr);
-  const std::vector<float> gu = rng.normals(gu_offset + n * 2 * I);
-  std::vector<float> act_ref(n * I), ref(n * rows);
-  cpu::swiglu(gu.data() + gu_offset, n, I, act_ref.data());
-  cpu::linear(act_ref.data(), n, hw.view, ref.data());
-  DevBuf<float> dgu(gu), dact(n * I), dout(n * rows);
-  const std::string cfg = cfgs("%s n=%lld %lldx%lld%s%s", dtype_name(t), (long long)n, (long long)rows, (long long)I,
-                               tile ? cfgs(" tile %d", tile).c_str() : "", gu_offset ? " [gate_up unaligned]" : "");
-  const double tol = n <= 8 ? 1e-5 : 3e-3;
-  const cuda::GemvTuning dflt;
-  cuda::GemvTuning on, off, same;
-  on.glu_staged_x_max_bytes = 128 * 1024;
-  off.glu_staged_x_max_bytes = 0;
-  same.staged_x_max_bytes = on.glu_staged_x_max_bytes;  // the plain path stages x as the fused one
-  const cuda::GemvTuning* const tunings[] = {&on, &off};
-  for (const cuda::GemvTuning* tuning : tunings) {
-    cuda::linear_gemv_set_tuning(*tuning);
-    const bool fused = cuda::linear_swiglu_fused(n, I, dw.view) && gu_offset == 0;
-    if (tuning == &on && expect >= 0 && fused != (expect == 1))
-      pe_test::fail(__FILE__, __LINE__, cfg + (fused ? ": fused, expected swiglu + linear" : ": not fused"));
-    if (tuning == &off) CHECK(!fused);
-    dact.poison();
-    dout.poison();
-    cuda::linear_swiglu(dgu.p + gu_offset, n, I, dw.view, dact.p, dout.p, nullptr);
-    const std::string name = cfg + (tuning == &off ? " [fusion off]" : fused ? " [fused]" : "");
-    EXPECT_CLOSE("linear_swiglu", name, dout.download(), ref, tol);
-    const std::vector<float> act = dact.download();
-    if (!fused) {
-      EXPECT_CLOSE("swiglu scratch", name, act, act_ref, 1e-5);
-    } else {
-      CHECK(pe_test::count_nan(act) == n * I);  // still the poison
-      const std::vector<float> got = dout.download();
-      cuda::linear_gemv_set_tuning(same);
-      cuda::swiglu(dgu.p, n, I, dact.p, nullptr);
-      cuda::linear(dact.p, n, dw.view, dout.p, nullptr);
-      if (std::memcmp(got.data(), dout.download().data(), got.size() * sizeof(float)) != 0)
-        pe_test::fail(__FILE__, __LINE__, name + ": not the bits of swiglu + linear with x staged");
-    }
-    if (!fused) break;  // the fusion off changes nothing here
-  }
-  cuda::linear_gemv_set_tuning(dflt);
 }
 
 }  // namespace
@@ -345,36 +288,4 @@ TEST(cuda_embedding_all_dtypes) {
       cuda::embedding(dw.view, dids.p, n, dout.p, nullptr);
       EXPECT_CLOSE("embedding", cfgs("%s H=%lld", dtype_name(t), (long long)H), dout.download(), ref, 1e-6);
     }
-}
-
-TEST(cuda_linear_swiglu) {
-  // Every weight format at rows per warp 8 / 16 / 32 (FP8 at 32 stages x only where its row
-  // blocks fit in one wave: either), a partial last step (1056 columns), GEMM token counts (17);
-  // the quantized GEMV tile layouts; gate_up off 16-byte alignment.
-  for (DType t : kDtypes)
-    for (int64_t n : {1, 2, 3, 8, 17})
-      for (auto rc : {std::pair<int64_t, int64_t>{300, 1024}, {2100, 1056}, {4500, 512}}) {
-        const bool q = t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4;
-        const int expect = !q || n > 8 ? 0 : t == DType::FP8_E4M3 && rc.first >= 4224 ? -1 : 1;
-        check_linear_swiglu(t, n, rc.first, rc.second, 1300 + n, expect);
-      }
-  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
-    for (int tile : {8, 16, 32})
-      for (int64_t n : {1, 3, 8, 17}) check_linear_swiglu(t, n, 300, 1024, 1400 + n + tile, n <= 8 ? 1 : 0, tile);
-  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4}) check_linear_swiglu(t, 3, 300, 1024, 1450, 0, 0, 1);
-  // The 27B down's intermediate (17408, x 87 KB at n = 1): fused at n = 1 where the device opts in
-  // to 128 KB of shared memory a block (sm_80+ data center GPUs); over the 128 KB limit at n = 2.
-  int dev = 0, optin = 0, sms = 0;
-  pe_test::cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
-  pe_test::cuda_ok(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "attribute");
-  pe_test::cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attribute");
-  const int big = optin >= 128 * 1024 ? 1 : -1;
-  for (DType t : {DType::FP8_E4M3, DType::NVFP4}) {
-    check_linear_swiglu(t, 1, 64, 17408, 1460, big);
-    check_linear_swiglu(t, 2, 64, 17408, 1461, 0);
-  }
-  if (small_only()) return;
-  // The 27B layer as the model tiles it (160 row blocks of 32: one wave from 80 SMs).
-  for (int64_t n : {1, 2})
-    check_linear_swiglu(DType::FP8_E4M3, n, 5120, 17408, 1470 + n, n == 1 && sms >= 80 ? big : 0, 32);
 }

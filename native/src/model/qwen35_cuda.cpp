@@ -282,10 +282,6 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
     strided_rows(gu + I, 2 * I, up.ptr, up.stride, I, n);
     gu_ptr = gu;
   }
-  if (L.down.runs.size() == 1) {  // swiglu in the down GEMV where it can be (cuda_ops.h); act: the fallback's
-    cuda::linear_swiglu(gu_ptr, n, I, L.down.runs[0].view, act, out + n * L.down.run_offset[0], st);
-    return;
-  }
   cuda::swiglu(gu_ptr, n, I, act, st);
   linear(act, n, L.down, out);
 }

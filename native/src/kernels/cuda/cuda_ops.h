@@ -65,16 +65,6 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch. x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
-// The mlp's swiglu and down projection: out[n, down.rows] = (silu(gate) * up) * down^T, gate_up
-// rows [n, 2I] (gate columns 0..I-1, up I..2I-1; I == down.cols), act_scratch [n, I]. Where
-// linear_swiglu_fused (a quantized down at n <= 8 whose x the GEMV stages in shared memory, up
-// to GemvTuning::glu_staged_x_max_bytes) and gate_up is 16-byte aligned, one launch: the GEMV
-// computes silu(gate) * up as it stages x, from the same float ops as swiglu (the same x bits,
-// the same out as swiglu + linear at that staging) and act_scratch is not written. Otherwise
-// swiglu into act_scratch, then linear: any n and weight format. Tolerance: linear's.
-bool linear_swiglu_fused(int64_t n, int64_t I, const WeightView& down);
-void linear_swiglu(const float* gate_up, int64_t n, int64_t I, const WeightView& down, float* act_scratch, float* out,
-                   cudaStream_t stream);
 // The GEMV tile layout of quantized device weights (ops.h WeightView::tile, linear_common.cuh
 // tiled_offset): every linear path reads it; the quantized GEMV streams each step's 4 KB in one run.
 // gemv_tile_rows: the tile rows R for w (the quantized GEMV's rows per warp for its height: 32, 16
@@ -98,10 +88,6 @@ struct GemvTuning {
   int rows_per_warp = 0;               // 1, 2 or 4 groups of 8 rows per warp; 0: by the row count
   int64_t staged_x_max_bytes = 32768;  // x split once per block into shared memory up to this
                                        // size (<= 128 KB), else per warp in registers; 0: never
-  int64_t glu_staged_x_max_bytes = 0;  // linear_swiglu fused up to this staged x (<= 128 KB; the
-                                       // 27B mlp down's is 87 KB at n = 1), else swiglu + linear;
-                                       // 0: never (default: the fused down measured slower on the
-                                       // H200, session 13: every block recomputes silu * up)
   bool fp8_cvt = true;                 // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
   bool fp8_stage_one_wave = true;      // FP8 by cvt, 32 rows per warp: x staged only where the row
                                        // blocks fit in one wave (session 7, % of copy at n = 1,
@@ -120,10 +106,11 @@ struct GemvTuning {
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K and
-// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1) from the environment when set, and PYENGINE_GEMV_SWIGLU=1
-// sets glu_staged_x_max_bytes to 128 KB: the A/B switches for whole decode steps
-// (tools/bench_gpu.py). (Measured in session 5 and removed: K split over thread-block clusters,
-// summed in distributed shared memory: slower on every 27B shape.)
+// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1) from the environment when set: the A/B switches for whole
+// decode steps (tools/bench_gpu.py). (Measured and removed: K split over thread-block clusters,
+// summed in distributed shared memory, session 5: slower on every 27B shape; the mlp's swiglu
+// computed while the down GEMV stages x, session 13: 0.28 ms a step slower, every block
+// recomputing silu * up over the whole row.)
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();
 

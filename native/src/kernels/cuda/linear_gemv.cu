@@ -11,8 +11,6 @@
 // FP8 / I8 / NVFP4 weights take the tensor-core GEMV (linear_gemv_q.cu: the decode, not the
 // bytes, limits a SIMT kernel there). Shapes whose rows are not 16-byte aligned take a scalar
 // warp-per-row kernel (every format).
-// linear_swiglu: the down projection of the mlp, fused with its swiglu where the quantized GEMV
-// stages x (linear_gemv_q.cu, XMode::kGlu), else swiglu + linear.
 #include "kernels/cuda/linear_common.cuh"
 
 namespace pe {
@@ -21,8 +19,6 @@ namespace cuda {
 void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
 bool gemv_q_supported(const float* x, const WeightView& w);
 void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
-bool gemv_q_glu_supported(int64_t n, const WeightView& w);
-void linear_gemv_q_glu(const float* gate_up, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
 
 namespace {
 
@@ -193,21 +189,6 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
   } else {
     gemv_scalar_kernel<<<grid_1d(w.rows, kWarps), kWarps * 32, 0, stream>>>(x, nn, w, out);
   }
-  PE_CUDA_LAUNCH_CHECK();
-}
-
-bool linear_swiglu_fused(int64_t n, int64_t I, const WeightView& down) {
-  return I > 0 && down.cols == I && gemv_q_glu_supported(n, down);
-}
-
-void linear_swiglu(const float* gate_up, int64_t n, int64_t I, const WeightView& down, float* act_scratch, float* out,
-                   cudaStream_t stream) {
-  if (!aligned16(gate_up) || !linear_swiglu_fused(n, I, down)) {
-    swiglu(gate_up, n, I, act_scratch, stream);
-    return linear(act_scratch, n, down, out, stream);
-  }
-  check_weight(down, "cuda::linear");
-  linear_gemv_q_glu(gate_up, n, down, out, stream);
   PE_CUDA_LAUNCH_CHECK();
 }
 

@@ -25,8 +25,7 @@
 // global scale apply at the end; NVFP4 group scales multiply the decoded fp16 pairs (exact,
 // linear_common.cuh).
 // x: with n * cols small enough, the block splits x once into shared memory (StagedX); else each
-// warp splits its columns' x in registers at every step. linear_swiglu's down projection stages
-// x = silu(gate) * up from the [n, 2I] gate | up rows instead (XMode::kGlu): no swiglu launch.
+// warp splits its columns' x in registers at every step.
 // Status (H200, bench_kernels section 2, device time from CUDA-graph replays, % of the copy
 // bandwidth, session 4): FP8 at n = 1, x in registers -> staged: qkv|z|a|b 59 -> 69, q|k|v 53 -> 62,
 // z 44 -> 49, out 38 -> 45, gate|up 61 -> 70; down (registers) 41-43; n = 8 42-58 (registers);
@@ -77,8 +76,8 @@
 // were slower (14.23 / 10.94 ms: at T = 1 a lane splits 8 chunks of x per step).
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/linear_gemv_q.cuh"
 
 namespace pe {
@@ -104,11 +103,6 @@ struct StagedX {
   }
   __host__ __device__ static int64_t bytes(int64_t n, int64_t cols) { return n * token_pitch(cols); }
 };
-
-// What the staged kernel's x holds: x itself (kPlain) or, for linear_swiglu, silu(gate) * up of
-// the [n, 2 cols] gate | up rows at x (kGlu; glu_pairs), computed while it is staged. Only the
-// staging differs: the weights loop and the sums are the same code.
-enum class XMode { kPlain, kGlu };
 
 // The staged kernel's static shared memory besides x: the warps' sums (red) and the stream-K flag.
 __host__ __device__ constexpr int64_t red_bytes(int T) { return int64_t(kWarps) * T * 32 * 16 + 16; }
@@ -142,15 +136,13 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
 // kCvt: FP8 decoded by cvt.rn.f16x2.e4m3x2 on sm_89+ (decode_chunk). kMinBlocks: blocks per SM
 // the registers are budgeted for.
-// XM: what x holds (XMode; kGlu only staged).
 // pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
 // step is prefetched into L2 while that kernel still runs; x is read and out written after
 // pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
-template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, XMode XM>
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl,
                   float* __restrict__ out) {
-  static_assert(XM == XMode::kPlain || kStagedX, "silu(gate) * up is computed where x is staged");
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
@@ -220,8 +212,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     for (int64_t j = threadIdx.x; j < n * n_chunks; j += kWarps * 32) {
       const int64_t token = j / n_chunks, ci = j % n_chunks;
       uint32_t xh[NP], xl[NP];
-      if constexpr (XM == XMode::kGlu) glu_pairs<DT>(x + token * 2 * cols + ci * VPC, cols, xh, xl);
-      else x_pairs<DT>(x + token * cols + ci * VPC, true, xh, xl);
+      x_pairs<DT>(x + token * cols + ci * VPC, true, xh, xl);
       uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(xs) + token * x_pitch +
                                             ci * SX::kChunkPitch);
 #pragma unroll
@@ -379,17 +370,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 GemvTuning g_tuning = [] {
   // A/B switch for tools/bench_gpu.py (whole decode steps): PYENGINE_GEMV_PDL=0/1.
   GemvTuning t;
-  if (const char* v = std::getenv("PYENGINE_GEMV_PDL")) t.pdl = std::atoi(v) != 0;
-  if (const char* v = std::getenv("PYENGINE_GEMV_STREAM_K")) t.stream_k = std::atoi(v) != 0;
-  if (const char* v = std::getenv("PYENGINE_GEMV_STAGE_ONE_WAVE")) t.fp8_stage_one_wave = std::atoi(v) != 0;
-  if (const char* v = std::getenv("PYENGINE_GEMV_SWIGLU"); v && std::atoi(v) != 0) t.glu_staged_x_max_bytes = kStagedXLimit;
+  t.pdl = env_int("PYENGINE_GEMV_PDL", t.pdl) != 0;
+  t.stream_k = env_int("PYENGINE_GEMV_STREAM_K", t.stream_k) != 0;
+  t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave) != 0;
   return t;
 }();
 
-template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, XMode XM>
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled>
 void run(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
          cudaStream_t stream) {
-  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks, kTiled, XM>;
+  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks, kTiled>;
   if constexpr (kStagedX) {
     static std::atomic<uint64_t> attr_set{0};  // per device: the dynamic shared-memory limit raised
     int dev = 0;
@@ -417,40 +407,31 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
-// the FP8 decode (kCvt only for FP8). kGlu (always staged) keeps the 2-block budget: half the
-// kernels (the 3-block ones spill), and the x it is for, the 27B mlp intermediate row (87 KB at
-// n = 1), leaves room for 2 blocks per SM at most.
-template <DType DT, int T, bool kTiled, XMode XM>
+// the FP8 decode (kCvt only for FP8).
+template <DType DT, int T, bool kTiled>
 void run_t(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes, bool staged,
            cudaStream_t stream) {
   const bool cvt = DT == DType::FP8_E4M3 && g_tuning.fp8_cvt;
-  (void)cvt;
-  if constexpr (XM == XMode::kGlu) {
-    if constexpr (DT == DType::FP8_E4M3) {
-      if (cvt) return run<DT, T, true, true, 2, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, stream);
+  const bool mb3 = staged && g_tuning.min_blocks >= 3;
+  if constexpr (DT == DType::FP8_E4M3) {
+    if (cvt) {
+      if (!staged) return run<DT, T, false, true, 2, kTiled>(x, n, w, seg_per_block, out, 0, stream);
+      if (mb3) return run<DT, T, true, true, 3, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
+      return run<DT, T, true, true, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
     }
-    run<DT, T, true, false, 2, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, stream);
-  } else {
-    const bool mb3 = staged && g_tuning.min_blocks >= 3;
-    if constexpr (DT == DType::FP8_E4M3) {
-      if (cvt) {
-        if (!staged) return run<DT, T, false, true, 2, kTiled, XM>(x, n, w, seg_per_block, out, 0, stream);
-        if (mb3) return run<DT, T, true, true, 3, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, stream);
-        return run<DT, T, true, true, 2, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, stream);
-      }
-    }
-    if (!staged) return run<DT, T, false, false, 2, kTiled, XM>(x, n, w, seg_per_block, out, 0, stream);
-    if (mb3) return run<DT, T, true, false, 3, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, stream);
-    run<DT, T, true, false, 2, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, stream);
   }
+  (void)cvt;
+  if (!staged) return run<DT, T, false, false, 2, kTiled>(x, n, w, seg_per_block, out, 0, stream);
+  if (mb3) return run<DT, T, true, false, 3, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
+  run<DT, T, true, false, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
 }
 
-template <DType DT, bool kTiled, XMode XM>
+template <DType DT, bool kTiled>
 void run_rows(int T, const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
               bool staged, cudaStream_t stream) {
-  if (T >= 4) run_t<DT, 4, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, staged, stream);
-  else if (T >= 2) run_t<DT, 2, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, staged, stream);
-  else run_t<DT, 1, kTiled, XM>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  if (T >= 4) run_t<DT, 4, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else if (T >= 2) run_t<DT, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else run_t<DT, 1, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
 }
 
 // Row groups per warp for a row-major weight, and the tile a weight gets (gemv_tile_rows).
@@ -458,58 +439,32 @@ int gemv_rows_per_warp(int64_t rows) {
   return g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : rows >= 4224 ? 4 : rows >= 2048 ? 2 : 1;
 }
 
-// How launch runs n tokens against w: T row groups per warp, and x staged (xbytes of shared
-// memory) or split in registers.
-struct Plan {
-  int T;
-  int64_t xbytes;
-  bool staged;
-};
-
 template <DType DT>
-Plan plan(int n, const WeightView& w, XMode xm) {
+void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
   // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers),
   // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
+  const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
+  const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
   // A tiled weight's layout fixes T (its tiles are the steps of T row groups).
-  Plan p;
-  p.T = w.tile ? w.tile / 8 : gemv_rows_per_warp(w.rows);
-  p.xbytes = StagedX<DT>::bytes(n, w.cols);
-  // Staged up to the tuning's size (kGlu's own), kStagedXLimit and what the device holds (every
-  // GPU the library runs on opts in to 64 KB a block; asked only beyond that).
-  const int64_t limit = xm == XMode::kGlu ? g_tuning.glu_staged_x_max_bytes : g_tuning.staged_x_max_bytes;
-  const int64_t smem = p.xbytes + red_bytes(p.T);
-  p.staged = p.xbytes <= std::min<int64_t>(limit, kStagedXLimit) && (smem <= 65536 || smem <= smem_optin());
+  const int T = w.tile ? w.tile / 8 : gemv_rows_per_warp(w.rows);
+  // Staged up to the tuning's size, kStagedXLimit and what a block of the device may hold (sm_75: 64 KB).
+  bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit) &&
+                xbytes + red_bytes(T) <= smem_optin();
   // FP8 by cvt at 32 rows per warp: x in registers where the row blocks take more than one wave
   // of the staged kernel's block slots (GemvTuning::fp8_stage_one_wave; run_t's register budget).
-  const int min_blocks = xm == XMode::kGlu ? 2 : g_tuning.min_blocks;
-  if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && p.T >= 4 && p.staged)
-    p.staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * (min_blocks >= 3 ? 3 : 2);
-  return p;
-}
-
-template <DType DT, XMode XM>
-void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
-  const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
-  const Plan p = plan<DT>(n, w, XM);
-  if (w.tile) run_rows<DT, true, XM>(p.T, x, n, w, seg_per_block, out, p.xbytes, p.staged, stream);
-  else run_rows<DT, false, XM>(p.T, x, n, w, seg_per_block, out, p.xbytes, p.staged, stream);
-}
-
-template <XMode XM>
-void launch_dtype(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
-  const int nn = static_cast<int>(n);
-  switch (w.dtype) {
-    case DType::FP8_E4M3: launch<DType::FP8_E4M3, XM>(x, nn, w, out, stream); break;
-    case DType::I8: launch<DType::I8, XM>(x, nn, w, out, stream); break;
-    default: launch<DType::NVFP4, XM>(x, nn, w, out, stream); break;
-  }
+  if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
+    staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * (g_tuning.min_blocks >= 3 ? 3 : 2);
+  if (w.tile) run_rows<DT, true>(T, x, n, w, seg_per_block, out, xbytes, staged, stream);
+  else run_rows<DT, false>(T, x, n, w, seg_per_block, out, xbytes, staged, stream);
 }
 
 inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
 
-bool weight_supported(const WeightView& w) {
-  if (!aligned(w.data, 16)) return false;
+}  // namespace
+
+bool gemv_q_supported(const float* x, const WeightView& w) {
+  if (!aligned(x, 16) || !aligned(w.data, 16)) return false;
   switch (w.dtype) {
     case DType::FP8_E4M3: return w.cols % 16 == 0 && w.block % 128 == 0;
     case DType::I8: return w.cols % 16 == 0;
@@ -518,13 +473,9 @@ bool weight_supported(const WeightView& w) {
   }
 }
 
-}  // namespace
-
-bool gemv_q_supported(const float* x, const WeightView& w) { return aligned(x, 16) && weight_supported(w); }
-
 int gemv_tile_rows(const WeightView& w) {
   int tile = 8 * gemv_rows_per_warp(w.rows);
-  if (const char* v = std::getenv("PYENGINE_GEMV_TILE")) tile = std::atoi(v);  // 0: row-major (A/B)
+  tile = env_int("PYENGINE_GEMV_TILE", tile);  // 0: row-major (A/B)
   const bool scales_ok = w.dtype != DType::FP8_E4M3 || w.block % 128 == 0;  // the GEMV's FP8 rule
   return tile_fits(w, tile) && scales_ok ? tile : 0;
 }
@@ -533,22 +484,12 @@ void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }
 GemvTuning linear_gemv_tuning() { return g_tuning; }
 
 void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
-  launch_dtype<XMode::kPlain>(x, n, w, out, stream);
-}
-
-// linear_swiglu's fused path (linear_gemv.cu): the staged kernel at kGlu, where plan stages x.
-bool gemv_q_glu_supported(int64_t n, const WeightView& w) {
-  if (n < 1 || n > 8 || w.rows <= 0 || !weight_supported(w)) return false;
   const int nn = static_cast<int>(n);
   switch (w.dtype) {
-    case DType::FP8_E4M3: return plan<DType::FP8_E4M3>(nn, w, XMode::kGlu).staged;
-    case DType::I8: return plan<DType::I8>(nn, w, XMode::kGlu).staged;
-    default: return plan<DType::NVFP4>(nn, w, XMode::kGlu).staged;
+    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(x, nn, w, out, stream); break;
+    case DType::I8: launch<DType::I8>(x, nn, w, out, stream); break;
+    default: launch<DType::NVFP4>(x, nn, w, out, stream); break;
   }
-}
-
-void linear_gemv_q_glu(const float* gate_up, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
-  launch_dtype<XMode::kGlu>(gate_up, n, w, out, stream);
 }
 
 }  // namespace cuda

@@ -84,50 +84,24 @@ __device__ __forceinline__ void decode_chunk(const uint4& raw, uint32_t gsc, uin
   }
 }
 
-// VPC floats at p (16-byte aligned), or zeros.
+// The x values of one chunk (VPC floats at xp, or zeros) as hi/lo pairs matching decode_chunk:
+// fp8/int8 pair p = columns (2p, 2p+1); e2m1 pair 4q + i = columns (8q + i, 8q + i + 4).
 template <DType DT>
-__device__ __forceinline__ void load_chunk(const float* p, bool valid, float* f) {
+__device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* xh, uint32_t* xl) {
+  constexpr int VPC = values_per_chunk<DT>();
+  float f[VPC];
 #pragma unroll
-  for (int e = 0; e < values_per_chunk<DT>(); e += 4) {
+  for (int e = 0; e < VPC; e += 4) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (valid) v = __ldg(reinterpret_cast<const float4*>(p + e));
+    if (valid) v = __ldg(reinterpret_cast<const float4*>(xp + e));
     f[e] = v.x; f[e + 1] = v.y; f[e + 2] = v.z; f[e + 3] = v.w;
   }
-}
-
-// One chunk's x values as hi/lo pairs matching decode_chunk: fp8/int8 pair p = columns (2p,
-// 2p+1); e2m1 pair 4q + i = columns (8q + i, 8q + i + 4).
-template <DType DT>
-__device__ __forceinline__ void split_pairs(const float* f, uint32_t* xh, uint32_t* xl) {
 #pragma unroll
-  for (int p = 0; p < values_per_chunk<DT>() / 2; ++p) {
+  for (int p = 0; p < VPC / 2; ++p) {
     const int c0 = DT == DType::NVFP4 ? 8 * (p / 4) + p % 4 : 2 * p;
     const int c1 = DT == DType::NVFP4 ? c0 + 4 : c0 + 1;
     split_x(f[c0], f[c1], xh[p], xl[p]);
   }
-}
-
-// The x values of one chunk (VPC floats at xp, or zeros) as hi/lo pairs.
-template <DType DT>
-__device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* xh, uint32_t* xl) {
-  float f[values_per_chunk<DT>()];
-  load_chunk<DT>(xp, valid, f);
-  split_pairs<DT>(f, xh, xl);
-}
-
-// The pairs of one chunk of x = silu(gate) * up (linear_swiglu): gate at gp, up I floats after
-// it. The float ops of cuda::swiglu (elementwise.cu: silu_f, then the product), so the pairs are
-// x_pairs' of swiglu's output bit for bit; __fmul_rn (= its mul.ftz under --use_fast_math) keeps
-// the product from being contracted into split_x's x - x_hi, which would skip its rounding.
-template <DType DT>
-__device__ __forceinline__ void glu_pairs(const float* gp, int64_t I, uint32_t* xh, uint32_t* xl) {
-  constexpr int VPC = values_per_chunk<DT>();
-  float g[VPC], u[VPC];
-  load_chunk<DT>(gp, true, g);
-  load_chunk<DT>(gp + I, true, u);
-#pragma unroll
-  for (int e = 0; e < VPC; ++e) g[e] = __fmul_rn(silu_f(g[e]), u[e]);
-  split_pairs<DT>(g, xh, xl);
 }
 
 }  // namespace gemv_q
