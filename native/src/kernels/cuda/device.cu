@@ -1,9 +1,9 @@
 // Host helpers of the CUDA backend: device probe and argument checks shared by the launchers.
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -42,10 +42,7 @@ bool pdl_supported() {
 }
 
 bool pdl_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("PYENGINE_PDL");
-    return !(v && std::atoi(v) == 0) && pdl_supported();
-  }();
+  static const bool on = env_int("PYENGINE_PDL", 1) != 0 && pdl_supported();
   return on;
 }
 

@@ -4,6 +4,8 @@
 // be global or shared memory; the I8 row max is a warp reduction and an NVFP4 group of 16 values
 // is 8 consecutive lanes (one byte each), reduced with 3 shuffles. All 32 lanes must call it.
 #pragma once
+#include <type_traits>
+
 #include "kernels/cuda/kv_codec.cuh"
 
 namespace pe {
@@ -98,6 +100,26 @@ __device__ __forceinline__ void encode_row(const float* __restrict__ src, int D,
     float x[kPass];
     load_pass(src, D, base, lane, x);
     store_pass<KV>(x, base, D, lane, dst, inv);
+  }
+}
+
+// Host side of an op that writes cache rows (kv_write, attention_inputs with a cache): checks the
+// layer (failing with `op` in the message) and calls f(std::integral_constant<DType, KV>{}) with
+// its dtype, for which the op instantiates its kernel.
+template <class F>
+void with_cache_dtype(const PagedKV& kv, const char* op, F&& f) {
+  if (kv.dtype == DType::NVFP4 && kv.head_dim % kKvFp4Group != 0)
+    fail(PE_ERR_UNSUPPORTED, op, ": nvfp4 cache needs head_dim % 16 == 0");
+  if (kv_row_scales(kv.dtype, kv.head_dim) && (!kv.k_scale || !kv.v_scale))
+    fail(PE_ERR_INVALID_ARGUMENT, op, ": ", dtype_name(kv.dtype), " cache without scales");
+  switch (kv.dtype) {
+    case DType::F32: return f(std::integral_constant<DType, DType::F32>{});
+    case DType::F16: return f(std::integral_constant<DType, DType::F16>{});
+    case DType::BF16: return f(std::integral_constant<DType, DType::BF16>{});
+    case DType::FP8_E4M3: return f(std::integral_constant<DType, DType::FP8_E4M3>{});
+    case DType::I8: return f(std::integral_constant<DType, DType::I8>{});
+    case DType::NVFP4: return f(std::integral_constant<DType, DType::NVFP4>{});
+    default: fail(PE_ERR_UNSUPPORTED, op, ": unsupported cache dtype ", dtype_name(kv.dtype));
   }
 }
 

@@ -42,20 +42,10 @@ void launch(const PagedKV& kv, const int32_t* pt, int64_t start_pos, int64_t n, 
 
 void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, int64_t n,
               const float* k, const float* v, cudaStream_t stream) {
-  if (kv.dtype == DType::NVFP4 && kv.head_dim % kKvFp4Group != 0)
-    fail(PE_ERR_UNSUPPORTED, "cuda::kv_write: nvfp4 cache needs head_dim % 16 == 0");
-  if (kv_row_scales(kv.dtype, kv.head_dim) && (!kv.k_scale || !kv.v_scale))
-    fail(PE_ERR_INVALID_ARGUMENT, "cuda::kv_write: ", dtype_name(kv.dtype), " cache without scales");
-  if (n <= 0 || kv.n_kv_heads <= 0 || kv.head_dim <= 0) return;
-  switch (kv.dtype) {
-    case DType::F32: launch<DType::F32>(kv, page_table, start_pos, n, k, v, stream); break;
-    case DType::F16: launch<DType::F16>(kv, page_table, start_pos, n, k, v, stream); break;
-    case DType::BF16: launch<DType::BF16>(kv, page_table, start_pos, n, k, v, stream); break;
-    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(kv, page_table, start_pos, n, k, v, stream); break;
-    case DType::I8: launch<DType::I8>(kv, page_table, start_pos, n, k, v, stream); break;
-    case DType::NVFP4: launch<DType::NVFP4>(kv, page_table, start_pos, n, k, v, stream); break;
-    default: fail(PE_ERR_UNSUPPORTED, "cuda::kv_write: unsupported cache dtype ", dtype_name(kv.dtype));
-  }
+  kv_row::with_cache_dtype(kv, "cuda::kv_write", [&](auto t) {
+    if (n <= 0 || kv.n_kv_heads <= 0 || kv.head_dim <= 0) return;
+    launch<decltype(t)::value>(kv, page_table, start_pos, n, k, v, stream);
+  });
   PE_CUDA_LAUNCH_CHECK();
 }
 

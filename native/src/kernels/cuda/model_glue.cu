@@ -174,11 +174,6 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const Pa
     if (!cache_rows || kv->n_kv_heads != a.Hkv || kv->head_dim != a.D)
       fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_inputs: the cache (", kv->n_kv_heads, " kv heads of ",
            kv->head_dim, ") does not match ", a.Hkv, " heads of ", a.D, ", or no cache rows");
-    if (kv->dtype == DType::NVFP4 && a.D % kKvFp4Group != 0)
-      fail(PE_ERR_UNSUPPORTED, "cuda::attention_inputs: nvfp4 cache needs head_dim % 16 == 0");
-    if (kv_row_scales(kv->dtype, a.D) && (!kv->k_scale || !kv->v_scale))
-      fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_inputs: cache dtype ", static_cast<int>(kv->dtype),
-           " without scales");
   }
   const int half = static_cast<int>(a.rot_dim / 2);
   HalfInvFreq inv{};  // as rope_neox: fp32 of the double power
@@ -191,21 +186,10 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const Pa
   if (!kv) {
     launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows);
   } else {
-    switch (kv->dtype) {
-#define PE_INPUTS_CASE(T)                                                                                        \
-  case DType::T:                                                                                                 \
-    launch_pdl(attention_inputs_kernel<DType::T, true>, grid, block, 0, stream, a, inv, half, *kv, cache_rows); \
-    break;
-      PE_INPUTS_CASE(F32)
-      PE_INPUTS_CASE(F16)
-      PE_INPUTS_CASE(BF16)
-      PE_INPUTS_CASE(FP8_E4M3)
-      PE_INPUTS_CASE(I8)
-      PE_INPUTS_CASE(NVFP4)
-#undef PE_INPUTS_CASE
-      default:
-        fail(PE_ERR_UNSUPPORTED, "cuda::attention_inputs: unsupported cache dtype ", static_cast<int>(kv->dtype));
-    }
+    kv_row::with_cache_dtype(*kv, "cuda::attention_inputs", [&](auto t) {
+      launch_pdl(attention_inputs_kernel<decltype(t)::value, true>, grid, block, 0, stream, a, inv, half, *kv,
+                 cache_rows);
+    });
   }
   PE_CUDA_LAUNCH_CHECK();
 }

@@ -27,8 +27,8 @@ void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_h
 
 // The inputs of gated attention in one launch: q and gate out of the q_proj rows, q/k head norms
 // and partial RoPE, k and v made dense (cpu::attention_inputs in ops.h: same math, aliasing rules
-// and layouts; pos is a device array). One warp per (token, q head), (token, k head) and (token, v head); D <= 512,
-// rot_dim even, <= D and <= 256. Tolerance vs the CPU twin: normalized error 1e-5 (rms_norm, rope).
+// and layouts; pos is a device array). One warp per (token, q head), (token, k head) and (token,
+// v head); D <= 512, rot_dim even, <= D and <= 256. Tolerance vs the CPU twin: normalized error 1e-5 (rms_norm, rope).
 // With kv, k and v go straight into the paged cache instead of a.k / a.v (unused then): token t's
 // rows are cache row cache_rows[t] (page * page_size + offset, device array), encoded with the
 // bytes and scales cuda::kv_write gives the dense k and v of the same call (its CPU twin:
