@@ -67,7 +67,7 @@ __device__ __forceinline__ void encode_row(const float* __restrict__ src, int D,
         float m = fmaxf(fabsf(x[i].x), fabsf(x[i].y));
 #pragma unroll
         for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float s = __fdiv_rn(m, 6.0f);
+        const float s = div_rn_by<6>(m);
         const float inv = s > 0.0f ? __frcp_rn(s) : 0.0f;  // = 1 / s rounded (IEEE), no divergent call
         if (b < n_bytes) {
           dst[b] = static_cast<uint8_t>(kv_enc_fp4(__fmul_rn(x[i].x, inv)) | (kv_enc_fp4(__fmul_rn(x[i].y, inv)) << 4));
@@ -91,7 +91,7 @@ __device__ __forceinline__ void encode_row(const float* __restrict__ src, int D,
       for (int i = 0; i < kPass; ++i) m = fmaxf(m, fabsf(x[i]));
     }
     m = warp_max(m);
-    const float s = __fdiv_rn(m, 127.0f);
+    const float s = div_rn_by<127>(m);
     inv = s > 0.0f ? __frcp_rn(s) : 0.0f;
     if (lane == 0) scales[0] = s;
   }
