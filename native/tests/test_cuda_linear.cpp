@@ -6,6 +6,8 @@
 // projections too). Every quantized GEMV case runs with the default tuning, with x split in
 // registers, with every tuning candidate on (cuda::GemvTuning) and without programmatic dependent
 // launch, against one CPU reference.
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/dtype.h"
@@ -244,6 +246,99 @@ TEST(cuda_linear_tiled_weights) {
     check_linear(DType::FP8_E4M3, n, 5120, 17408, 1210 + n, 128, 32);
     check_linear(DType::NVFP4, n, 5120, 6144, 1220 + n, 128, 32);
   }
+}
+
+namespace {
+
+// The gate | up GEMV with swiglu in its epilogue (cuda::linear_swiglu): gate rows [0, inter), up
+// rows [up0, up0 + inter) of one weight (rows between are padding, as join_pad_rows leaves them).
+// Against the CPU (linear, then silu(g) * u) within the GEMV's tolerance, and bit for bit against
+// the two-kernel path where its GEMV takes the same rows per warp (cuda::linear into [n, rows], then cuda::swiglu on the gate | up columns), for
+// the default tuning and the others of check_linear that change the kernel.
+void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, uint64_t seed, int tile = 0) {
+  pe_test::Rng rng(seed);
+  const int64_t rows = up0 + inter;
+  const HostWeight hw = make_weight(t, rows, cols, seed + 1);
+  DevWeight dw(hw);
+  DevBuf<uint8_t> tiled(tile ? cuda::tiled_weight_bytes(dw.view, tile) : 0);
+  if (tile) dw.view = cuda::tile_weight(dw.view, tiled.p, tile, nullptr);
+  const std::vector<float> x = rng.normals(n * cols);
+  std::vector<float> lin(n * rows), ref(n * inter);
+  cpu::linear(x.data(), n, hw.view, lin.data());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < inter; ++j) {
+      const float g = lin[i * rows + j];
+      ref[i * inter + j] = g / (1.0f + std::exp(-g)) * lin[i * rows + up0 + j];
+    }
+  DevBuf<float> dx(x), dlin(n * rows), dgu(n * 2 * inter), dtwo(n * inter), dout(n * inter);
+  const std::string name = cfgs("%s n=%lld inter %lld up0 %lld cols %lld%s", dtype_name(t), (long long)n,
+                                (long long)inter, (long long)up0, (long long)cols, tile ? cfgs(" tile %d", tile).c_str() : "");
+  CHECK(cuda::linear_swiglu_supported(dx.p, n, dw.view, up0, inter));
+  const cuda::GemvTuning dflt;
+  cuda::GemvTuning regx, cand;
+  regx.staged_x_max_bytes = 0;
+  cand.staged_x_max_bytes = 128 * 1024;
+  cand.min_blocks = 3;
+  const cuda::GemvTuning* tunings[] = {&dflt, &regx, &cand};
+  for (const cuda::GemvTuning* tuning : tunings) {
+    cuda::linear_gemv_set_tuning(*tuning);
+    dout.poison();
+    cuda::linear_swiglu(dx.p, n, dw.view, up0, inter, dout.p, nullptr);
+    cuda::linear(dx.p, n, dw.view, dlin.p, nullptr);
+    cuda::linear_gemv_set_tuning(dflt);
+    const std::vector<float> l = dlin.download();
+    std::vector<float> gu(n * 2 * inter);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < inter; ++j) {
+        gu[i * 2 * inter + j] = l[i * rows + j];
+        gu[i * 2 * inter + inter + j] = l[i * rows + up0 + j];
+      }
+    dgu.upload(gu);
+    cuda::swiglu(dgu.p, n, inter, dtwo.p, nullptr);
+    const std::vector<float> fused = dout.download(), two = dtwo.download();
+    const std::string cfg = name + (tuning == &regx ? " [x in registers]" : tuning == &cand ? " [candidates]" : "");
+    EXPECT_CLOSE("linear_swiglu", cfg, fused, ref, 1e-5);
+    // The same bits where both take the same rows per warp (below 2048 rows the plain GEMV takes 8).
+    if (tile || rows >= 2048) CHECK(std::memcmp(fused.data(), two.data(), fused.size() * sizeof(float)) == 0);
+    else EXPECT_CLOSE("linear_swiglu", cfg + " [against linear + swiglu]", fused, two, 1e-5);
+  }
+}
+
+}  // namespace
+
+TEST(cuda_linear_swiglu) {
+  // Row-major at 16 (< 2048 rows, raised from 8) and 32 rows per warp, partial last row blocks,
+  // padding rows between gate and up (FP8: up0 on a block row), up0 == inter; tiled at 16 and
+  // 32 rows; x staged and in registers (check_swiglu's tunings).
+  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
+    for (int64_t n : {1, 2, 3, 5, 8}) {
+      check_swiglu(t, n, 1000, 1024, 256, 1400 + n);
+      check_swiglu(t, n, 2112, 2176, 512, 1410 + n);
+      check_swiglu(t, n, 2048, 2048, 1024, 1420 + n, 32);
+      check_swiglu(t, n, 2200, 2304, 512, 1430 + n, 32);
+      check_swiglu(t, n, 1000, 1024, 512, 1440 + n, 16);
+    }
+  // What it does not take: 16-bit weights, 9 tokens, up rows off the FP8 block or a tile's row
+  // block, tiles of 8 rows.
+  const HostWeight h16 = make_weight(DType::BF16, 2048, 256, 5), h8 = make_weight(DType::FP8_E4M3, 2048, 512, 6);
+  const DevWeight d16(h16), d8(h8);
+  DevBuf<float> dx(9 * 512), dout(9 * 2048);
+  CHECK(!cuda::linear_swiglu_supported(dx.p, 1, d16.view, 1024, 1024));
+  CHECK(!cuda::linear_swiglu_supported(dx.p, 9, d8.view, 1024, 1024));
+  CHECK(!cuda::linear_swiglu_supported(dx.p, 1, d8.view, 1000, 1000));
+  CHECK(!cuda::linear_swiglu_supported(dx.p, 1, d8.view, 1024, 1025));
+  DevBuf<uint8_t> tiled(cuda::tiled_weight_bytes(d8.view, 8));
+  const WeightView t8 = cuda::tile_weight(d8.view, tiled.p, 8, nullptr);
+  CHECK(!cuda::linear_swiglu_supported(dx.p, 1, t8, 1024, 1024));
+  bool threw = false;
+  try {
+    cuda::linear_swiglu(dx.p, 9, d8.view, 1024, 1024, dout.p, nullptr);
+  } catch (const std::exception& e) {
+    threw = std::strstr(e.what(), "linear_swiglu") != nullptr;
+  }
+  CHECK(threw);
+  if (small_only()) return;
+  for (int64_t n : {1, 8}) check_swiglu(DType::FP8_E4M3, n, 17408, 17408, 5120, 1450 + n, 32);  // the 27B mlp
 }
 
 TEST(cuda_linear_27b_shapes) {

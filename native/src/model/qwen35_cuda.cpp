@@ -272,6 +272,15 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
   Carve w{static_cast<float*>(act_.data()) + 3 * aligned(cap_tokens_ * c.hidden)};
   float* proj = w.take(n * L.gate_up.width);
   float* act = w.take(n * I);
+  // Decode: the swiglu in the gate | up GEMV's epilogue (cuda_ops.h linear_swiglu), where the gate
+  // and up rows are one run.
+  const Projection& gu_p = L.gate_up;
+  if (gu_p.runs.size() == 1 && gu_p.part_col.size() == 2 && gu_p.part_col[0] == 0 &&
+      cuda::linear_swiglu_supported(x, n, gu_p.runs[0].view, gu_p.part_col[1], I)) {
+    cuda::linear_swiglu(x, n, gu_p.runs[0].view, gu_p.part_col[1], I, act, st);
+    linear(act, n, L.down, out);
+    return;
+  }
   const bool side_by_side = gate_up_side_by_side(L.gate_up, I);
   float* gu = side_by_side ? nullptr : w.take(n * 2 * I);
   linear(x, n, L.gate_up, proj);

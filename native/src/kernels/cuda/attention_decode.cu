@@ -18,6 +18,7 @@
 //     group over U keys per step; quantized chunks widened without their scale.
 #include <algorithm>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_decode.cuh"
 
 namespace pe {
@@ -32,7 +33,8 @@ int64_t scratch_splits(int64_t n_keys) { return max_splits(n_keys, kMinSplitKeys
 
 namespace {
 
-int g_min_split_keys = kMinSplitKeys;  // attention_decode_set_min_split_keys
+// attention_decode_set_min_split_keys; PYENGINE_ATTN_MIN_SPLIT_KEYS sets it for whole-step A/B runs.
+int g_min_split_keys = std::clamp(env_int("PYENGINE_ATTN_MIN_SPLIT_KEYS", kMinSplitKeys), kMinSplitKeysFloor, 1 << 16);
 
 template <DType KV> __host__ __device__ constexpr int unroll() { return KV == DType::F32 ? 2 : 4; }
 

@@ -65,6 +65,19 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch. x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
+// The mlp's gate | up GEMV with the swiglu in its epilogue: w holds the gate rows [0, inter) and
+// the up rows [up0, up0 + inter); out[n, inter] = silu(x W_gate^T) * (x W_up^T), without the
+// [n, 2 inter] round trip or a launch: the same bits as linear into [n, rows] followed by swiglu
+// where that GEMV also takes >= 16 rows per warp (tiled at 16 / 32 rows, or >= 2048 rows).
+// Supported for n <= 8 and quantized weights the GEMV takes at >= 16 rows per warp (up0 a multiple
+// of 8, of the tile rows when tiled and of the FP8 block); linear_swiglu fails otherwise.
+// PYENGINE_GEMV_SWIGLU=0 turns it off (supported says no): the A/B switch for whole steps.
+struct GemvSwiglu {
+  int64_t up0 = 0, inter = 0;  // inter 0: a plain GEMV
+};
+bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter);
+void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,
+                   cudaStream_t stream);
 // The GEMV tile layout of quantized device weights (ops.h WeightView::tile, linear_common.cuh
 // tiled_offset): every linear path reads it; the quantized GEMV streams each step's 4 KB in one run.
 // gemv_tile_rows: the tile rows R for w (the quantized GEMV's rows per warp for its height: 32, 16

@@ -65,8 +65,13 @@ bool device_available() {
   return n > 0;
 }
 
+// The ops whose kernels decode every weight format and the tile layout (linear_common.cuh).
+static bool linear_op(const char* op) {
+  return std::strcmp(op, "cuda::linear") == 0 || std::strcmp(op, "cuda::linear_swiglu") == 0;
+}
+
 void check_weight(const WeightView& w, const char* op) {
-  if (w.tile != 0 && std::strcmp(op, "cuda::linear") != 0)  // only the linear kernels know the layout
+  if (w.tile != 0 && !linear_op(op))  // only the linear kernels know the layout
     fail(PE_ERR_UNSUPPORTED, op, ": weights in the GEMV tile layout are read by linear only");
   switch (w.dtype) {
     case DType::F32:
@@ -80,7 +85,7 @@ void check_weight(const WeightView& w, const char* op) {
     case DType::I8:
     case DType::NVFP4:
       // Only the linear kernels decode these (linear_common.cuh); weight_at does not.
-      if (std::strcmp(op, "cuda::linear") != 0)
+      if (!linear_op(op))
         fail(PE_ERR_UNSUPPORTED, op, ": ", dtype_name(w.dtype), " weights are supported by linear only");
       if (w.dtype == DType::NVFP4) break;
       if (!w.row_scale) fail(PE_ERR_INVALID_ARGUMENT, op, ": I8 weight without row scales");

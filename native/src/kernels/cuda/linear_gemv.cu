@@ -11,6 +11,7 @@
 // FP8 / I8 / NVFP4 weights take the tensor-core GEMV (linear_gemv_q.cu: the decode, not the
 // bytes, limits a SIMT kernel there). Shapes whose rows are not 16-byte aligned take a scalar
 // warp-per-row kernel (every format).
+#include "core/env.h"
 #include "kernels/cuda/linear_common.cuh"
 
 namespace pe {
@@ -18,7 +19,9 @@ namespace cuda {
 
 void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
 bool gemv_q_supported(const float* x, const WeightView& w);
-void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
+bool gemv_q_swiglu_supported(const float* x, const WeightView& w, int64_t up0, int64_t inter);
+void linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvSwiglu& sw, float* out,
+                   cudaStream_t stream);
 
 namespace {
 
@@ -178,7 +181,7 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
   const int nn = static_cast<int>(n);
   const bool quantized = w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
   if (quantized && gemv_q_supported(x, w)) {
-    linear_gemv_q(x, n, w, out, stream);
+    linear_gemv_q(x, n, w, GemvSwiglu{}, out, stream);
   } else if (!quantized && w.cols % (w.dtype == DType::F32 ? 4 : 8) == 0 && aligned16(w.data) &&
              aligned16(x)) {
     switch (w.dtype) {
@@ -189,6 +192,22 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
   } else {
     gemv_scalar_kernel<<<grid_1d(w.rows, kWarps), kWarps * 32, 0, stream>>>(x, nn, w, out);
   }
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter) {
+  static const bool enabled = env_int("PYENGINE_GEMV_SWIGLU", 1) != 0;
+  const bool quantized = w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
+  return enabled && n >= 1 && n <= 8 && quantized && gemv_q_swiglu_supported(x, w, up0, inter);
+}
+
+void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,
+                   cudaStream_t stream) {
+  check_weight(w, "cuda::linear_swiglu");
+  if (!linear_swiglu_supported(x, n, w, up0, inter))
+    fail(PE_ERR_UNSUPPORTED, "cuda::linear_swiglu: not for ", dtype_name(w.dtype), " ", w.rows, "x", w.cols,
+         " (tile ", w.tile, ") with up rows at ", up0, ", ", inter, " outputs, ", n, " tokens");
+  linear_gemv_q(x, n, w, GemvSwiglu{up0, inter}, out, stream);
   PE_CUDA_LAUNCH_CHECK();
 }
 

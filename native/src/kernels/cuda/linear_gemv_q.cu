@@ -74,6 +74,11 @@
 // the tile layout (kTiled, WeightView::tile = 8T; linear_common.cuh) read each step's 4 KB in one
 // run: the 27B decode step 10.19 -> 9.64 ms. The layout fixes T: R = 8 / 16 tiles on every shape
 // were slower (14.23 / 10.94 ms: at T = 1 a lane splits 8 chunks of x per step).
+// Session 14: the mlp's swiglu in the gate | up GEMV's epilogue (kSwiglu: each row block's row
+// groups are half gate, half up rows of the same outputs), decode batch 1 / 2 / 8 9.083 / 9.813 /
+// 12.685 -> 8.870 / 9.627 / 12.498 ms (PYENGINE_GEMV_SWIGLU=0 / 1, two rounds; the gate | up
+// kernel 52.5 us either way). Stream-K over one wave for the multi-wave grids (gate|up 1088 row
+// blocks on 264 slots) was slower: 9.07 -> 9.26-9.32 ms; not kept.
 #include <algorithm>
 #include <atomic>
 
@@ -139,10 +144,15 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
 // step is prefetched into L2 while that kernel still runs; x is read and out written after
 // pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
-template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled>
+// kSwiglu (GemvSwiglu, T >= 2): w holds gate rows [0, inter) and up rows [up0, up0 + inter); row block
+// rb is the outputs o0 = 4T rb .. o0 + 4T - 1: row groups r < T / 2 read gate rows o0 + 8r.., the
+// others the up rows of the same outputs, and the epilogue writes silu(gate) * up to out[n, inter]
+// (the swiglu kernel's math on the same sums: the same bits as linear + swiglu). Whole row blocks.
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl,
+    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, GemvSwiglu sw,
                   float* __restrict__ out) {
+  static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
@@ -156,42 +166,60 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t rows = w.rows, cols = w.cols;
+  constexpr int kOutRows = kSwiglu ? 4 * T : 8 * T;  // outputs per row block
+  const int64_t out_rows = kSwiglu ? sw.inter : rows;
   const int64_t row_bytes = DT == DType::NVFP4 ? cols / 2 : cols;
   const int n_it = static_cast<int>((cols + KI - 1) / KI);  // column steps per row block
   // This block's units [u0, u1): row blocks rb_lo (from step k_lo) .. rb_hi (to step k_hi).
   int rb_lo, rb_hi, k_lo, k_hi;
   {
-    const int64_t units = (rows + 8 * T - 1) / (8 * T) * n_it;
+    const int64_t units = (out_rows + kOutRows - 1) / kOutRows * n_it;
     const int64_t u0 = unit_start(blockIdx.x, units, gridDim.x), u1 = unit_start(blockIdx.x + 1, units, gridDim.x);
     rb_lo = static_cast<int>(u0 / n_it), k_lo = static_cast<int>(u0 % n_it);
     rb_hi = static_cast<int>((u1 - 1) / n_it), k_hi = static_cast<int>((u1 - 1) % n_it) + 1;
   }
   const uint8_t* rowp[T];    // row-major: the lane's rows
   const uint8_t* tile_base;  // tiled (w.tile == 8T): the row block's first tile, at the lane's chunk
+  const uint8_t* tile_up;    // kSwiglu: its up rows' tile, at their first row group
   const uint8_t* grow[T];    // NVFP4 group scales of the lane's row
   // FP8 block-scale row of the row block: one for its 8T rows (w.block % 128 == 0, row blocks
   // aligned to 8T <= 32; rows past the end are clamped, computed and not written).
   const float* srow = nullptr;
+  const float* srow_up = nullptr;  // kSwiglu: the up rows' scale row
   int64_t ncb = 0;
   if constexpr (kFp8) ncb = (cols + w.block - 1) / w.block;
-  const auto set_rows = [&](int64_t row0) {
+  const auto set_rows = [&](int64_t row0) {  // row0: the row block's first output row
 #pragma unroll
     for (int r = 0; r < T; ++r) {
-      const int64_t row = min(row0 + 8 * r + g, rows - 1);  // clamped rows are computed, not written
+      int64_t row = min(row0 + 8 * r + g, rows - 1);  // clamped rows are computed, not written
+      if constexpr (kSwiglu) {
+        constexpr int H = T / 2;
+        row = (r < H ? 0 : sw.up0) + min(row0 + 8 * (r % H) + g, sw.inter - 1);
+      }
       rowp[r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
       grow[r] = DT == DType::NVFP4 ? w.group_scale + row * (cols / 16) : nullptr;
     }
-    tile_base = static_cast<const uint8_t*>(w.data) + (row0 / (8 * T)) * n_it * 4096 + lane * 16;
-    if constexpr (kFp8) srow = w.block_scale + (min(row0, rows - 1) / w.block) * ncb;
+    const auto tile_at = [&](int64_t row) {  // row % 8 == 0: its row group's chunk of the first step
+      return static_cast<const uint8_t*>(w.data) + (row / (8 * T)) * n_it * 4096 + lane * 16 +
+             (row % (8 * T)) / 8 * (8 / T) * 512;
+    };
+    tile_base = tile_at(row0);
+    if constexpr (kSwiglu) tile_up = tile_at(sw.up0 + row0);
+    if constexpr (kFp8) {
+      srow = w.block_scale + (min(row0, out_rows - 1) / w.block) * ncb;
+      if constexpr (kSwiglu) srow_up = w.block_scale + ((sw.up0 + min(row0, out_rows - 1)) / w.block) * ncb;
+    }
   };
   // The lane's chunk (r, c) of step it (column col): in its row, or in the step's tile.
   // Tiled weights have whole steps only (cols % KI == 0, gemv_tile_rows): no column checks.
   constexpr bool kWhole = kTiled;
   const auto chunk = [&](int r, int c, int it, int64_t col) -> const uint8_t* {
+    if constexpr (kTiled && kSwiglu)
+      return (r < T / 2 ? tile_base : tile_up) + static_cast<int64_t>(it) * 4096 + ((r % (T / 2)) * C + c) * 512;
     if constexpr (kTiled) return tile_base + static_cast<int64_t>(it) * 4096 + (r * C + c) * 512;
     else return rowp[r] + (DT == DType::NVFP4 ? col / 2 : col);
   };
-  set_rows(static_cast<int64_t>(rb_lo) * (8 * T));
+  set_rows(static_cast<int64_t>(rb_lo) * kOutRows);
   const bool has_x = g < n;
   const float* xrow = x + static_cast<int64_t>(has_x ? g : 0) * cols;
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
@@ -224,7 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   // Row blocks of this block's units: whole (written here) or a part (summed by the last).
 #pragma unroll 1
   for (int rb = rb_lo; rb <= rb_hi; ++rb) {
-    const int64_t row0 = static_cast<int64_t>(rb) * (8 * T);
+    const int64_t row0 = static_cast<int64_t>(rb) * kOutRows;
     const int k0 = rb == rb_lo ? k_lo : 0, k1 = rb == rb_hi ? k_hi : n_it;
     if (rb != rb_lo) set_rows(row0);
     float acc[T][4];
@@ -238,7 +266,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       // All loads of the step first: 8 x 16 bytes per lane in flight.
       uint4 raw[T][C];
       uint32_t gsc[T][C];
-      float bsc[(C + 1) / 2];
+      float bsc[(C + 1) / 2], bsc_up[(C + 1) / 2];
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         const int64_t col = kb + (c * 4 + t) * VPC;
@@ -261,6 +289,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           const bool valid = kWhole || static_cast<int64_t>(seg) * 128 < cols;
           const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
           bsc[s] = valid ? __ldg(srow + cb) * fp8_decode_unit<kCvt>() : 0.0f;
+          if constexpr (kSwiglu) bsc_up[s] = valid ? __ldg(srow_up + cb) * fp8_decode_unit<kCvt>() : 0.0f;
         }
       }
       float tmp[T][4];
@@ -295,7 +324,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             }
             if (c % 2 == 1) {
 #pragma unroll
-              for (int e = 0; e < 4; ++e) acc[r][e] = fmaf(tmp[r][e], bsc[c / 2], acc[r][e]);
+              for (int e = 0; e < 4; ++e)
+                acc[r][e] = fmaf(tmp[r][e], kSwiglu && r >= T / 2 ? bsc_up[c / 2] : bsc[c / 2], acc[r][e]);
             }
           } else {
 #pragma unroll
@@ -314,6 +344,32 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     __syncthreads();
     const bool whole = k0 == 0 && k1 == n_it;
+    if constexpr (kSwiglu) {  // whole row blocks (no stream-K): silu(gate) * up of 4T outputs
+      for (int idx = threadIdx.x; idx < T * 32; idx += kWarps * 32) {
+        const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
+        float sg = 0.0f, su = 0.0f;
+#pragma unroll
+        for (int wp = 0; wp < kWarps; ++wp) {
+          const float4 vg = red[wp][r][l], vu = red[wp][r + T / 2][l];
+          sg += j ? vg.y + vg.w : vg.x + vg.z;
+          su += j ? vu.y + vu.w : vu.x + vu.z;
+        }
+        const int token = l >> 2;
+        const int64_t o = row0 + 8 * r + 2 * (l & 3) + j;
+        if (token >= n || o >= sw.inter) continue;
+        if constexpr (DT == DType::I8) {
+          sg *= w.row_scale[o];
+          su *= w.row_scale[sw.up0 + o];
+        }
+        if constexpr (DT == DType::NVFP4) {
+          sg *= w.global_scale * 128.0f;
+          su *= w.global_scale * 128.0f;
+        }
+        out[static_cast<int64_t>(token) * sw.inter + o] = silu_f(sg) * su;
+      }
+      __syncthreads();  // red is rewritten by the next row block
+      continue;
+    }
     // A part: its sums to slot (block, first or second row block), then the last to finish sums.
     float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
     for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
@@ -337,7 +393,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     if (!whole) {
       __shared__ bool last;
-      const int64_t units = (rows + 8 * T - 1) / (8 * T) * n_it, nb = gridDim.x;
+      const int64_t units = (out_rows + kOutRows - 1) / kOutRows * n_it, nb = gridDim.x;
       const int64_t b_first = block_of_unit(static_cast<int64_t>(rb) * n_it, units, nb);
       const int64_t b_last = block_of_unit((static_cast<int64_t>(rb) + 1) * n_it - 1, units, nb);
       __threadfence();  // this block's part is visible before its count
@@ -376,10 +432,10 @@ GemvTuning g_tuning = [] {
   return t;
 }();
 
-template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled>
-void run(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
-         cudaStream_t stream) {
-  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks, kTiled>;
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu>
+void run(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int seg_per_block, float* out,
+         int64_t xbytes, cudaStream_t stream) {
+  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks, kTiled, kSwiglu>;
   if constexpr (kStagedX) {
     static std::atomic<uint64_t> attr_set{0};  // per device: the dynamic shared-memory limit raised
     int dev = 0;
@@ -396,42 +452,44 @@ void run(const float* x, int n, const WeightView& w, int seg_per_block, float* o
   // enough steps to pay for the split rows' sum (GemvTuning::stream_k_min_steps); the slots are
   // the blocks per SM the registers are budgeted for.
   constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
-  const int64_t row_blocks = grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
+  const int64_t row_blocks = kSwiglu ? grid_1d(sw.inter, 4 * T) : grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
   int64_t grid = row_blocks;
-  if (g_tuning.stream_k && n_it >= std::max(g_tuning.stream_k_min_steps, 1)) {
+  if (!kSwiglu && g_tuning.stream_k && n_it >= std::max(g_tuning.stream_k_min_steps, 1)) {
     const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
     if (row_blocks < slots) grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
   }
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, out);
+            x, n, w, seg_per_block, pdl, sw, out);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
 // the FP8 decode (kCvt only for FP8).
-template <DType DT, int T, bool kTiled>
-void run_t(const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes, bool staged,
-           cudaStream_t stream) {
+// (kSwiglu: 2 blocks per SM only.)
+template <DType DT, int T, bool kTiled, bool kSwiglu>
+void run_t(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int seg_per_block, float* out,
+           int64_t xbytes, bool staged, cudaStream_t stream) {
   const bool cvt = DT == DType::FP8_E4M3 && g_tuning.fp8_cvt;
-  const bool mb3 = staged && g_tuning.min_blocks >= 3;
+  const bool mb3 = !kSwiglu && staged && g_tuning.min_blocks >= 3;
+  constexpr int kMb3 = kSwiglu ? 2 : 3;
   if constexpr (DT == DType::FP8_E4M3) {
     if (cvt) {
-      if (!staged) return run<DT, T, false, true, 2, kTiled>(x, n, w, seg_per_block, out, 0, stream);
-      if (mb3) return run<DT, T, true, true, 3, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
-      return run<DT, T, true, true, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
+      if (!staged) return run<DT, T, false, true, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, 0, stream);
+      if (mb3) return run<DT, T, true, true, kMb3, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, stream);
+      return run<DT, T, true, true, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, stream);
     }
   }
   (void)cvt;
-  if (!staged) return run<DT, T, false, false, 2, kTiled>(x, n, w, seg_per_block, out, 0, stream);
-  if (mb3) return run<DT, T, true, false, 3, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
-  run<DT, T, true, false, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, stream);
+  if (!staged) return run<DT, T, false, false, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, 0, stream);
+  if (mb3) return run<DT, T, true, false, kMb3, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, stream);
+  run<DT, T, true, false, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, stream);
 }
 
-template <DType DT, bool kTiled>
-void run_rows(int T, const float* x, int n, const WeightView& w, int seg_per_block, float* out, int64_t xbytes,
-              bool staged, cudaStream_t stream) {
-  if (T >= 4) run_t<DT, 4, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
-  else if (T >= 2) run_t<DT, 2, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
-  else run_t<DT, 1, kTiled>(x, n, w, seg_per_block, out, xbytes, staged, stream);
+template <DType DT, bool kTiled, bool kSwiglu>
+void run_rows(int T, const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int seg_per_block, float* out,
+              int64_t xbytes, bool staged, cudaStream_t stream) {
+  if (T >= 4) return run_t<DT, 4, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
+  if (kSwiglu || T >= 2) return run_t<DT, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
+  if constexpr (!kSwiglu) run_t<DT, 1, kTiled, false>(x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
 }
 
 // Row groups per warp for a row-major weight, and the tile a weight gets (gemv_tile_rows).
@@ -439,15 +497,18 @@ int gemv_rows_per_warp(int64_t rows) {
   return g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : rows >= 4224 ? 4 : rows >= 2048 ? 2 : 1;
 }
 
+// T of a swiglu launch (gemv_q_swiglu_supported): the tile's, or by the height, at least 2.
+int swiglu_rows_per_warp(const WeightView& w) { return w.tile ? w.tile / 8 : std::max(2, gemv_rows_per_warp(w.rows)); }
+
 template <DType DT>
-void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
+void launch(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
   // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers),
   // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
   const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
   const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
   // A tiled weight's layout fixes T (its tiles are the steps of T row groups).
-  const int T = w.tile ? w.tile / 8 : gemv_rows_per_warp(w.rows);
+  const int T = sw.inter > 0 ? swiglu_rows_per_warp(w) : w.tile ? w.tile / 8 : gemv_rows_per_warp(w.rows);
   // Staged up to the tuning's size, kStagedXLimit and what a block of the device may hold (sm_75: 64 KB).
   bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit) &&
                 xbytes + red_bytes(T) <= smem_optin();
@@ -455,8 +516,13 @@ void launch(const float* x, int n, const WeightView& w, float* out, cudaStream_t
   // of the staged kernel's block slots (GemvTuning::fp8_stage_one_wave; run_t's register budget).
   if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
     staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * (g_tuning.min_blocks >= 3 ? 3 : 2);
-  if (w.tile) run_rows<DT, true>(T, x, n, w, seg_per_block, out, xbytes, staged, stream);
-  else run_rows<DT, false>(T, x, n, w, seg_per_block, out, xbytes, staged, stream);
+  if (sw.inter > 0) {
+    if (w.tile) run_rows<DT, true, true>(T, x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
+    else run_rows<DT, false, true>(T, x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
+  } else {
+    if (w.tile) run_rows<DT, true, false>(T, x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
+    else run_rows<DT, false, false>(T, x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
+  }
 }
 
 inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
@@ -483,13 +549,23 @@ int gemv_tile_rows(const WeightView& w) {
 void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }
 GemvTuning linear_gemv_tuning() { return g_tuning; }
 
-void linear_gemv_q(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
+void linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvSwiglu& sw, float* out,
+                   cudaStream_t stream) {
   const int nn = static_cast<int>(n);
   switch (w.dtype) {
-    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(x, nn, w, out, stream); break;
-    case DType::I8: launch<DType::I8>(x, nn, w, out, stream); break;
-    default: launch<DType::NVFP4>(x, nn, w, out, stream); break;
+    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(x, nn, w, sw, out, stream); break;
+    case DType::I8: launch<DType::I8>(x, nn, w, sw, out, stream); break;
+    default: launch<DType::NVFP4>(x, nn, w, sw, out, stream); break;
   }
+}
+
+bool gemv_q_swiglu_supported(const float* x, const WeightView& w, int64_t up0, int64_t inter) {
+  if (!gemv_q_supported(x, w) || inter <= 0 || up0 < inter || up0 + inter > w.rows) return false;
+  const int T = swiglu_rows_per_warp(w);
+  if (T < 2 || up0 % 8 != 0) return false;
+  if (w.tile && up0 % (8 * T) != 0) return false;                 // the up rows start a row block's tiles
+  if (w.dtype == DType::FP8_E4M3 && up0 % w.block != 0) return false;  // and a block-scale row
+  return true;
 }
 
 }  // namespace cuda
