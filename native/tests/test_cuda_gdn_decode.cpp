@@ -2,9 +2,7 @@
 // ops in test_ops_gdn_decode): n_seqs 1, 3, 17, permuted non-contiguous slots in a pool of two
 // layers per slot (slot stride != layer size), several steps with both states carried, the test
 // checkpoints' head shapes, awkward ones (dk != dv, dv not a multiple of 4 or above 128, dk > 128,
-// conv widths 1 to 6) and the 27B shape. Every case runs twice: with the conv_sync counters (the
-// conv state step in the one launch; the counters must be zero again after every call) and
-// without (the second launch).
+// conv widths 1 to 6) and the 27B shape.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -23,9 +21,8 @@ struct Shape {
 };
 
 // fused_norm: the gated RMSNorm fused (z rows with a stride wider than Hv * dv, as the fused
-// projection's z part), against the CPU twin's fused form. sync: conv_sync set (a zeroed buffer
-// with spare ints past n * Hk, as a model's sized for more sequences), kept over the steps.
-void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fused_norm, bool sync) {
+// projection's z part), against the CPU twin's fused form.
+void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fused_norm) {
   pe_test::Rng rng(seed);
   const int64_t C = s.conv_dim(), n_slots = n + 5;
   const int64_t conv_layer = (s.K - 1) * C, rec_layer = s.hv * s.dk * s.dv;
@@ -45,8 +42,6 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fuse
   const int64_t z_stride = s.hv * s.dv + 24;
   const auto z = rng.normals(n * z_stride, 2.0f), norm_w = rng.normals(s.dv, 0.5f);
   DevBuf<float> d_z(z), d_norm(norm_w);
-  const std::vector<int32_t> zeros((n + 2) * s.hk, 0);
-  DevBuf<int32_t> d_sync(zeros);
   auto args = [&](const float* qkv, const float* a, const float* b, const float* w, const float* A,
                   const float* dt, const int32_t* sl, float* conv, float* rec, float* out, bool dev) {
     cpu::GdnDecodeArgs r{n, qkv, a, b, w, A, dt, sl, conv + conv_layer, 2 * conv_layer,
@@ -57,12 +52,11 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fuse
       r.norm_w = dev ? d_norm.p : norm_w.data();
       r.norm_eps = 1e-6f;
     }
-    if (dev && sync) r.conv_sync = d_sync.p;
     return r;
   };
   const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld K%lld n=%lld%s%s", (long long)s.hk,
                                (long long)s.hv, (long long)s.dk, (long long)s.dv, (long long)s.K,
-                               (long long)n, fused_norm ? " fused norm" : "", sync ? " sync" : "");
+                               (long long)n, fused_norm ? " fused norm" : "");
   for (int step = 0; step < steps; ++step) {
     const auto qkv = rng.normals(n * C), a = rng.normals(n * s.hv, 2.0f), b = rng.normals(n * s.hv, 2.0f);
     std::vector<float> want(n * s.hv * s.dv);
@@ -76,10 +70,6 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fuse
                           d_out.p, true),
                      nullptr);
     EXPECT_CLOSE("gdn_decode", cfg + cfgs(" step %d", step), d_out.download(), want, 1e-5);
-    if (sync && d_sync.download() != zeros) {
-      std::printf("  FAIL %s step %d: conv_sync counters not zero after the call\n", cfg.c_str(), step);
-      CHECK(false);
-    }
   }
   EXPECT_CLOSE("gdn_decode", cfg + " rec state", d_rec.download(), rec_pool, 1e-5);
   EXPECT_CLOSE("gdn_decode", cfg + " conv state", d_conv.download(), conv_pool, 0.0);
@@ -97,7 +87,7 @@ TEST(cuda_gdn_decode) {
                           {1, 2, 128, 64, 6}, {1, 4, 32, 260, 6}, {2, 2, 16, 16, 6}};
   for (const Shape& s : shapes)
     for (int64_t n : {1, 3, 17})
-      for (bool sync : {true, false}) check_decode(s, n, 3, 200 + n, false, sync);
+      check_decode(s, n, 3, 200 + n, false);
 }
 
 TEST(cuda_gdn_decode_fused_norm) {
@@ -107,7 +97,7 @@ TEST(cuda_gdn_decode_fused_norm) {
                           {16, 48, 128, 128, 4}};
   for (const Shape& s : shapes)
     for (int64_t n : {1, 3, 17})
-      for (bool sync : {true, false}) check_decode(s, n, 2, 400 + n, true, sync);
+      check_decode(s, n, 2, 400 + n, true);
   cpu::GdnDecodeArgs big{};
   big.n_seqs = 1, big.Hk = 1, big.Hv = 1, big.dk = 8, big.dv = 160, big.K = 4;
   float w = 1.0f;
@@ -124,6 +114,6 @@ TEST(cuda_gdn_decode_fused_norm) {
 TEST(cuda_gdn_decode_27b_shape) {
   for (int64_t n : {1, 3, 17}) {
     if (small_only() && n > 3) continue;
-    for (bool sync : {true, false}) check_decode({16, 48, 128, 128, 4}, n, 3, 300 + n, false, sync);
+    check_decode({16, 48, 128, 128, 4}, n, 3, 300 + n, false);
   }
 }

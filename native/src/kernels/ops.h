@@ -195,9 +195,6 @@ struct GdnDecodeArgs {
   int64_t z_stride = 0;
   const float* norm_w = nullptr;
   float norm_eps = 0.0f;
-  // CUDA only (the CPU twin ignores it): n_seqs * Hk ints, zero, that let cuda::gdn_decode do the
-  // conv state step in its one launch (cuda::gdn_decode_sync_bytes; null: a second launch).
-  int32_t* conv_sync = nullptr;
 };
 // Same bits as the per-sequence ops (it calls conv1d_causal, l2_norm and gdn_gates, and repeats
 // gdn_recurrent's loops, then rms_norm_gated when fused); the recurrent step runs in parallel

@@ -67,9 +67,6 @@ void CudaQwen35Model::ensure_workspace(int64_t tokens, int64_t rows, int64_t int
   if (tokens > cap_tokens_) {
     act_ = Buffer(Device::CUDA, static_cast<size_t>(act_floats(c, layers_, tokens)) * sizeof(float));
     gdn_scratch_ = Buffer(Device::CUDA, cuda::gdn_chunked_scratch_bytes(tokens, c.gdn_v_heads));
-    // gdn_decode's counters (a decode step has a sequence per token): zeroed here, once, by the
-    // Buffer (a memset on the engine stream, outside any capture); every call leaves them zero.
-    gdn_sync_ = Buffer(Device::CUDA, cuda::gdn_decode_sync_bytes(tokens, c.gdn_k_heads));
     cap_tokens_ = tokens;
   }
   if (rows > cap_rows_) {
@@ -197,9 +194,6 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   if (all_decode) {
     // One token per sequence: the batched decode op (conv step, norms, gates and the delta rule
     // for every sequence in one launch) on dense rows; y holds the dense qkv rows here.
-    // PYENGINE_GDN_CONV_FUSED=1: the conv state step in the same launch (counters; measured
-    // slower on the H200 in session 13, so off by default: a second launch shifts the state).
-    static const bool conv_fused = env_int("PYENGINE_GDN_CONV_FUSED", 0) != 0;
     const float* qkv = u.ptr;
     if (u.stride != C && !one_row) {
       dense_rows(y, u.ptr, u.stride, C, T);
@@ -208,7 +202,6 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
     cpu::GdnDecodeArgs d{T,      qkv,   a_ptr, b_ptr, L.conv, L.A_log, L.dt_bias, d_slots_, gdn.conv_state(0, gi),
                          gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(), Hk, Hv, dk, dv,
                          c.conv_kernel, o};
-    d.conv_sync = conv_fused ? gdn_sync_.as<int32_t>() : nullptr;
     if (dv <= cuda::kGdnDecodeFusedNormMaxDv) {  // the gated norm in the same launch, z read in place
       d.z = zp.ptr;
       d.z_stride = one_row ? Hv * dv : zp.stride;

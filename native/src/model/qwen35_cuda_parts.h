@@ -94,7 +94,6 @@ class CudaQwen35Model : public Model {
 
   // Workspace: activations [tokens], logits rows, int staging, attention and sampling scratch.
   Buffer act_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_, penalty_ids_, penalty_row_;
-  Buffer gdn_sync_;  // gdn_decode's conv_sync counters for cap_tokens_ sequences (zero between calls)
   int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
   const float* last_logits_ = nullptr;
   std::vector<int32_t> host_ints_;

@@ -1,5 +1,5 @@
 // GDN decode step batched over sequences in different state slots: the whole GDN core of a
-// decode step for every running sequence in one launch, or two without the conv_sync counters
+// decode step for every running sequence in one launch, and the conv state step in a second
 // (math: kernels/cpu/gdn_decode.cpp).
 //
 // Launch 1, block (128 state columns, value head h, sequence), W warps: lane l holds columns
@@ -15,38 +15,18 @@
 //   3. runs the delta rule step with the raw q, k and the l2 factors applied to the column sums
 //      (S^T k_raw * fk = S^T k; the update uses k_raw * (fk delta)); the column sums cross the
 //      warps through shared memory; the state is written back once.
-//   4. (conv_sync set) does the conv state step (rows up by one, the new raw row last) of the
-//      channels whose old rows it read, from L2 after the delta rule (its state registers are
-//      dead by then): its v channels, which no other block reads, and the q/k channels of its key
-//      head if it is their last reader. Those are read by readers = r * gridDim.x blocks (all
-//      column blocks of the r value heads), so each block, once it is done with them, adds 1 to
-//      the (sequence, key head) counter; the block that gets readers - 1 shifts them and resets
-//      the counter to 0, so every launch leaves the counters zero (next layer, step, graph replay).
-//      (Shifting the v rows inside the conv loop, from the registers just loaded, spilled the state
-//      at dk = 128 on sm_75.)
 // With norm_w set, warp 0 finishes step 3 with the gated RMSNorm of its head's row (dv <= 128:
 // one block holds the row), instead of a separate rms_norm_gated launch.
-// Memory order of that step (the hazard is write after read: no block may still be reading an
-// old q/k row when the last reader overwrites it): each thread's loads of the rows returned
-// before the barrier that ends the conv (their values went into qs / ks); after it, one thread
-// of the block fences (__threadfence: a release for the block's loads, ordered before it by the
-// barrier) and adds to the counter; the last reader's thread fences after its atomic (acquire)
-// and passes the verdict through shared memory and two barriers to the threads that store. So
-// every reader's loads happen before the last reader's stores in the PTX memory model (and in
-// hardware a load whose value was used can no longer see a later store). The next launch that
-// uses the counters or reads the conv state waits for this grid to complete (stream order, or
-// pdl_wait's full completion under PDL). v channels need no sync: the same block reads them
-// before its conv barrier and writes them after it. Without conv_sync, launch 2 does the step
-// for every (sequence, channel) (the two-launch A/B path, also for callers without counters).
 // HBM traffic is the state, read and written once: 2 * 4 * Hv * dk * dv bytes per sequence.
-// H200, 27B shape, CUDA graph of 48 layers (tools/gpu/bench_kernels.cpp section 7; two launches,
-// before conv_sync), us per layer and state r+w bandwidth: n=1 9.5 (0.67 TB/s), n=2 10.8 (1.17),
+// H200, 27B shape, CUDA graph of 48 layers (tools/gpu/bench_kernels.cpp section 7; two launches),
+// us per layer and state r+w bandwidth: n=1 9.5 (0.67 TB/s), n=2 10.8 (1.17),
 // n=8 24.9 (2.02), n=32 74.2 (2.71 TB/s, 64 % of the 4.25 TB/s copy); the per-sequence ops: 14.8,
 // 29.7, 119, 494 us. Small n is bound by the latency of one block per head. Session 9: the gate /
 // z / norm-weight loads moved up to the state's: 8.06 -> 7.90 us exclusive per call in the 27B
 // step's timeline (timeline_decode.py).
-// dv % 4 != 0 takes a scalar path (spills a little; unused by Qwen3.5). The fused conv step's code
-// reads its indices anew (fresh_*): indices kept live through the delta rule spilled dk = 128.
+// dv % 4 != 0 takes a scalar path (spills a little; unused by Qwen3.5).
+// (Session 13 also did the conv state step inside launch 1, its last q/k reader found by a
+// counter per (sequence, key head): 0.035 ms a step slower, removed in session 14.)
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -100,45 +80,6 @@ __device__ __forceinline__ void shift_rows(float* cs, const float* u, int64_t C,
     if (r + 1 < K) cs[r * C + c] = x[r];
 }
 
-// The block and thread indices read anew from their special registers (asm volatile: not reused
-// from the kernel's start). The fused conv step's code uses these and the parameters only: kept
-// live through the delta rule, the indices it needs spilled the state at dk = 128.
-__device__ __forceinline__ int fresh_ctaid_x() { int r; asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(r)); return r; }
-__device__ __forceinline__ int fresh_ctaid_y() { int r; asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(r)); return r; }
-__device__ __forceinline__ int fresh_ctaid_z() { int r; asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(r)); return r; }
-__device__ __forceinline__ int fresh_tid_x() { int r; asm volatile("mov.u32 %0, %%tid.x;" : "=r"(r)); return r; }
-
-// The counter of this block's (sequence, key head) in conv_sync; true in the last of its readers.
-// Called by one thread once the block has used every old q/k conv row it loaded (header).
-__device__ __forceinline__ bool count_qk_reader(const GdnDecodeArgs& a) {
-  const int r = static_cast<int>(a.Hv / a.Hk), kh = fresh_ctaid_y() / r;
-  int32_t* counter = a.conv_sync + static_cast<int64_t>(fresh_ctaid_z()) * a.Hk + kh;
-  __threadfence();  // release: the block's loads of the rows (ordered before by the barrier)
-  const bool last = atomicAdd(counter, 1) == r * static_cast<int>(gridDim.x) - 1;
-  if (last) __threadfence();  // acquire: every reader's loads before this block's stores
-  return last;
-}
-
-// The fused conv state step, at the end of a block: the block's v channels (columns col0.. of head
-// h, read by this block only) and, in the last reader (`last_qk`), the 2 dk q/k channels of the
-// key head, whose counter returns to 0. Rows read again (L2-hot): state registers are dead here.
-template <int T>
-__device__ __forceinline__ void conv_step_tail(const GdnDecodeArgs& a, bool last_qk) {
-  const int64_t C = 2 * a.Hk * a.dk + a.Hv * a.dv, seq = fresh_ctaid_z(), Hk = a.Hk;
-  const int h = fresh_ctaid_y(), dk = static_cast<int>(a.dk), dv = static_cast<int>(a.dv);
-  const int kh = h / static_cast<int>(a.Hv / a.Hk), col0 = fresh_ctaid_x() * kBlockCols;
-  float* cs = a.conv_state + static_cast<int64_t>(a.slots[seq]) * a.conv_slot_stride;
-  const float* u = a.qkv + seq * C;
-  const int nv = min(kBlockCols, dv - col0), n = nv + (last_qk ? 2 * dk : 0), tid = fresh_tid_x();
-  if (last_qk && tid == 0) a.conv_sync[seq * Hk + kh] = 0;
-  for (int t = tid; t < n; t += T) {  // v channels, then q (kh dk ..) and k (Hk dk + kh dk ..)
-    const int i = t - nv;
-    const int64_t ch = i < 0 ? 2 * Hk * dk + static_cast<int64_t>(h) * dv + col0 + t
-                             : (i < dk ? 0 : Hk * dk - dk) + static_cast<int64_t>(kh) * dk + i;
-    shift_rows(cs, u, C, static_cast<int>(a.K), ch);
-  }
-}
-
 // 4 consecutive floats of which the first n are in range (VEC: 16-byte aligned, n >= 4 or <= 0).
 template <bool VEC>
 __device__ __forceinline__ float4 load4(const float* p, int n) {
@@ -182,7 +123,6 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
   __shared__ float4 vs[32];
   __shared__ float4 red_kv[W][32], red_o[W][32];
   __shared__ float red_qk[2][W];
-  __shared__ bool last_qk;  // the last reader of its key head's old q/k conv rows (conv_sync)
   const int seq = blockIdx.z, h = blockIdx.y;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int dk = static_cast<int>(a.dk), dv = static_cast<int>(a.dv), K = static_cast<int>(a.K);
@@ -257,12 +197,6 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
   const float decay = expf(-expf(a_log) * softplus);
   const float beta = 1.0f / (1.0f + expf(-b_in));
   __syncthreads();
-  // The block has used every old q/k conv row its threads loaded (the values went into qs, ks
-  // before the barrier): one thread counts it among their readers (header: memory order).
-  // last_qk is read in step 4, after two more barriers.
-  const bool fused = a.conv_sync && a.K > 1;
-  if (fused && threadIdx.x == T - 1) last_qk = count_qk_reader(a);
-
   // 3. S = e^g S; kv = S^T k; delta = beta (v - kv); S += k delta^T; o = S^T q.
   ssq_q = 0.0f;
   ssq_k = 0.0f;
@@ -321,10 +255,9 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
     }
     store4<VEC>(a.out + (static_cast<int64_t>(seq) * a.Hv + h) * dv + c, n_cols, o);
   }
-  if (fused) conv_step_tail<T>(a, last_qk);  // 4. the conv state step (header)
 }
 
-// Launch 2 (no conv_sync): the conv state step of every (sequence, channel).
+// Launch 2: the conv state step of every (sequence, channel).
 __global__ void conv_state_step_kernel(GdnDecodeArgs a, int64_t C) {
   pdl_wait();  // launched as a programmatic dependent (launch_pdl)
   pdl_trigger();
@@ -365,7 +298,7 @@ void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
   else if (a.dk <= 64) launch<64>(a, vec, stream);
   else if (a.dk <= 128) launch<128>(a, vec, stream);
   else launch<256>(a, vec, stream);
-  if (a.K > 1 && !a.conv_sync) {  // with conv_sync, the launch above did the conv state step
+  if (a.K > 1) {
     const int64_t C = 2 * a.Hk * a.dk + a.Hv * a.dv;
     launch_pdl(conv_state_step_kernel, dim3(grid_1d(C, 256), static_cast<unsigned>(a.n_seqs)), dim3(256), 0, stream,
                a, C);
