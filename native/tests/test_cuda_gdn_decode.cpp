@@ -22,7 +22,7 @@ struct Shape {
 
 // fused_norm: the gated RMSNorm fused (z rows with a stride wider than Hv * dv, as the fused
 // projection's z part), against the CPU twin's fused form.
-void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fused_norm) {
+void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fused_norm = false) {
   pe_test::Rng rng(seed);
   const int64_t C = s.conv_dim(), n_slots = n + 5;
   const int64_t conv_layer = (s.K - 1) * C, rec_layer = s.hv * s.dk * s.dv;
@@ -54,7 +54,7 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fuse
     }
     return r;
   };
-  const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld K%lld n=%lld%s%s", (long long)s.hk,
+  const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld K%lld n=%lld%s", (long long)s.hk,
                                (long long)s.hv, (long long)s.dk, (long long)s.dv, (long long)s.K,
                                (long long)n, fused_norm ? " fused norm" : "");
   for (int step = 0; step < steps; ++step) {
@@ -86,8 +86,7 @@ TEST(cuda_gdn_decode) {
                           {2, 4, 32, 30, 4}, {1, 2, 64, 160, 4},  {1, 2, 200, 48, 3}, {2, 4, 32, 32, 1},
                           {1, 2, 128, 64, 6}, {1, 4, 32, 260, 6}, {2, 2, 16, 16, 6}};
   for (const Shape& s : shapes)
-    for (int64_t n : {1, 3, 17})
-      check_decode(s, n, 3, 200 + n, false);
+    for (int64_t n : {1, 3, 17}) check_decode(s, n, 3, 200 + n);
 }
 
 TEST(cuda_gdn_decode_fused_norm) {
@@ -96,8 +95,7 @@ TEST(cuda_gdn_decode_fused_norm) {
   const Shape shapes[] = {{2, 4, 32, 32, 4}, {2, 6, 20, 8, 4}, {2, 4, 32, 30, 4}, {1, 2, 200, 48, 3},
                           {16, 48, 128, 128, 4}};
   for (const Shape& s : shapes)
-    for (int64_t n : {1, 3, 17})
-      check_decode(s, n, 2, 400 + n, true);
+    for (int64_t n : {1, 3, 17}) check_decode(s, n, 2, 400 + n, true);
   cpu::GdnDecodeArgs big{};
   big.n_seqs = 1, big.Hk = 1, big.Hv = 1, big.dk = 8, big.dv = 160, big.K = 4;
   float w = 1.0f;
@@ -114,6 +112,6 @@ TEST(cuda_gdn_decode_fused_norm) {
 TEST(cuda_gdn_decode_27b_shape) {
   for (int64_t n : {1, 3, 17}) {
     if (small_only() && n > 3) continue;
-    check_decode({16, 48, 128, 128, 4}, n, 3, 300 + n, false);
+    check_decode({16, 48, 128, 128, 4}, n, 3, 300 + n);
   }
 }

@@ -193,7 +193,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   }
   if (all_decode) {
     // One token per sequence: the batched decode op (conv step, norms, gates and the delta rule
-    // for every sequence in one launch) on dense rows; y holds the dense qkv rows here.
+    // for every sequence in two launches) on dense rows; y holds the dense qkv rows here.
     const float* qkv = u.ptr;
     if (u.stride != C && !one_row) {
       dense_rows(y, u.ptr, u.stride, C, T);
@@ -263,7 +263,6 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
   cudaStream_t st = cuda::stream();
   const int64_t I = c.intermediate;
   Carve w{static_cast<float*>(act_.data()) + 3 * aligned(cap_tokens_ * c.hidden)};
-  float* proj = w.take(n * L.gate_up.width);
   float* act = w.take(n * I);
   // Decode: the swiglu in the gate | up GEMV's epilogue (cuda_ops.h linear_swiglu), where the gate
   // and up rows are one run.
@@ -274,6 +273,7 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
     linear(act, n, L.down, out);
     return;
   }
+  float* proj = w.take(n * L.gate_up.width);
   const bool side_by_side = gate_up_side_by_side(L.gate_up, I);
   float* gu = side_by_side ? nullptr : w.take(n * 2 * I);
   linear(x, n, L.gate_up, proj);

@@ -72,9 +72,6 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 // Supported for n <= 8 and quantized weights the GEMV takes at >= 16 rows per warp (up0 a multiple
 // of 8, of the tile rows when tiled and of the FP8 block); linear_swiglu fails otherwise.
 // PYENGINE_GEMV_SWIGLU=0 turns it off (supported says no): the A/B switch for whole steps.
-struct GemvSwiglu {
-  int64_t up0 = 0, inter = 0;  // inter 0: a plain GEMV
-};
 bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter);
 void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,
                    cudaStream_t stream);

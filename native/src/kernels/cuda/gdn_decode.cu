@@ -197,6 +197,7 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
   const float decay = expf(-expf(a_log) * softplus);
   const float beta = 1.0f / (1.0f + expf(-b_in));
   __syncthreads();
+
   // 3. S = e^g S; kv = S^T k; delta = beta (v - kv); S += k delta^T; o = S^T q.
   ssq_q = 0.0f;
   ssq_k = 0.0f;

@@ -13,6 +13,12 @@
 namespace pe {
 namespace cuda {
 
+// The quantized GEMV's swiglu epilogue (cuda_ops.h linear_swiglu, linear_gemv_q.cu kSwiglu): gate
+// rows [0, inter), up rows [up0, up0 + inter) of the weight; inter 0: a plain GEMV.
+struct GemvSwiglu {
+  int64_t up0 = 0, inter = 0;
+};
+
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t r;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));

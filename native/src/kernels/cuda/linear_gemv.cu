@@ -196,9 +196,8 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 }
 
 bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter) {
-  static const bool enabled = env_int("PYENGINE_GEMV_SWIGLU", 1) != 0;
-  const bool quantized = w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
-  return enabled && n >= 1 && n <= 8 && quantized && gemv_q_swiglu_supported(x, w, up0, inter);
+  static const bool enabled = env_int("PYENGINE_GEMV_SWIGLU", 1) != 0;  // FP8 / I8 / NVFP4 only (gemv_q)
+  return enabled && n >= 1 && n <= 8 && gemv_q_swiglu_supported(x, w, up0, inter);
 }
 
 void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,

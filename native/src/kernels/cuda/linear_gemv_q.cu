@@ -464,13 +464,12 @@ void run(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int s
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
 // the FP8 decode (kCvt only for FP8).
-// (kSwiglu: 2 blocks per SM only.)
 template <DType DT, int T, bool kTiled, bool kSwiglu>
 void run_t(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int seg_per_block, float* out,
            int64_t xbytes, bool staged, cudaStream_t stream) {
   const bool cvt = DT == DType::FP8_E4M3 && g_tuning.fp8_cvt;
-  const bool mb3 = !kSwiglu && staged && g_tuning.min_blocks >= 3;
-  constexpr int kMb3 = kSwiglu ? 2 : 3;
+  const bool mb3 = staged && g_tuning.min_blocks >= 3;
+  constexpr int kMb3 = kSwiglu ? 2 : 3;  // swiglu: 2 blocks per SM only (fewer kernels to build)
   if constexpr (DT == DType::FP8_E4M3) {
     if (cvt) {
       if (!staged) return run<DT, T, false, true, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, 0, stream);
