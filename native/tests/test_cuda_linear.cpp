@@ -13,72 +13,15 @@
 #include "core/dtype.h"
 #include "kernels/ops.h"
 #include "test_cuda_util.h"
+#include "test_cuda_weights.h"
 
 using namespace pe;
 using pe_test::DevBuf;
+using pe_test::DevWeight;
+using pe_test::HostWeight;
+using pe_test::make_weight;
 
 namespace {
-
-// A weight of dtype t with random values (normal * 0.5 before quantization), host bytes + scales.
-struct HostWeight {
-  WeightView view;  // host pointers
-  std::vector<uint8_t> bytes;
-  std::vector<float> scales;         // FP8 block / I8 row scales
-  std::vector<uint8_t> group_scale;  // NVFP4
-};
-
-HostWeight make_weight(DType t, int64_t rows, int64_t cols, uint64_t seed, int64_t block = 128) {
-  pe_test::Rng rng(seed);
-  HostWeight w;
-  w.view.dtype = t;
-  w.view.rows = rows;
-  w.view.cols = cols;
-  const std::vector<float> src = rng.normals(rows * cols, 0.5f);
-  w.bytes.resize(dtype_bytes_for(t, rows * cols));
-  if (t == DType::FP8_E4M3) {
-    const int64_t rb = (rows + block - 1) / block, cb = (cols + block - 1) / block;
-    w.scales.resize(rb * cb);
-    for (auto& s : w.scales) s = rng.uniform(0.001f, 0.02f);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j)
-        w.bytes[i * cols + j] = f32_to_fp8e4m3(src[i * cols + j] / w.scales[(i / block) * cb + j / block]);
-    w.view.block_scale = w.scales.data();
-    w.view.block = block;
-  } else if (t == DType::I8) {
-    w.scales.resize(rows);
-    for (auto& s : w.scales) s = rng.uniform(0.001f, 0.02f);
-    for (int64_t i = 0; i < rows * cols; ++i) w.bytes[i] = static_cast<uint8_t>(rng.below(256));
-    w.view.row_scale = w.scales.data();
-  } else if (t == DType::NVFP4) {  // every code, group scales over e4m3's normal and subnormal range
-    w.group_scale.resize(rows * cols / 16);
-    for (auto& g : w.group_scale) g = static_cast<uint8_t>(rng.below(0x7f));  // 0x00 .. 0x7e
-    for (auto& b : w.bytes) b = static_cast<uint8_t>(rng.below(256));
-    w.view.group_scale = w.group_scale.data();
-    w.view.global_scale = 0.0173f;
-  } else if (t == DType::F32) {
-    std::memcpy(w.bytes.data(), src.data(), src.size() * 4);
-  } else {
-    auto* d = reinterpret_cast<uint16_t*>(w.bytes.data());
-    for (size_t i = 0; i < src.size(); ++i) d[i] = t == DType::F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
-  }
-  w.view.data = w.bytes.data();
-  return w;
-}
-
-// The same weight on the device.
-struct DevWeight {
-  DevBuf<uint8_t> bytes;
-  DevBuf<float> scales;
-  DevBuf<uint8_t> group_scale;
-  WeightView view;
-  explicit DevWeight(const HostWeight& h) : bytes(h.bytes), scales(h.scales), group_scale(h.group_scale) {
-    view = h.view;
-    view.data = bytes.p;
-    if (h.view.block_scale) view.block_scale = scales.p;
-    if (h.view.row_scale) view.row_scale = scales.p;
-    if (h.view.group_scale) view.group_scale = group_scale.p;
-  }
-};
 
 const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3, DType::I8, DType::NVFP4};
 const DType kTableDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4M3};
@@ -88,9 +31,7 @@ const DType kTableDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::FP8_E4
 void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed, int64_t block = 128, int tile = 0) {
   pe_test::Rng rng(seed);
   const HostWeight hw = make_weight(t, rows, cols, seed + 1, block);
-  DevWeight dw(hw);
-  DevBuf<uint8_t> tiled(tile ? cuda::tiled_weight_bytes(dw.view, tile) : 0);
-  if (tile) dw.view = cuda::tile_weight(dw.view, tiled.p, tile, nullptr);
+  const pe_test::DevTiledWeight dw(hw, tile);
   const std::vector<float> x = rng.normals(n * cols);
   std::vector<float> ref(n * rows);
   cpu::linear(x.data(), n, hw.view, ref.data());
@@ -215,9 +156,7 @@ TEST(cuda_linear_tiled_weights) {
     const int64_t n = 3, rows = 300, cols = 1024;
     pe_test::Rng rng(1110);
     const HostWeight hw = make_weight(t, rows, cols, 1111);
-    DevWeight dw(hw);
-    DevBuf<uint8_t> tiled(cuda::tiled_weight_bytes(dw.view, 16));
-    dw.view = cuda::tile_weight(dw.view, tiled.p, 16, nullptr);
+    const pe_test::DevTiledWeight dw(hw, 16);
     const std::vector<float> x = rng.normals(n * cols + 1);
     std::vector<float> ref(n * rows);
     cpu::linear(x.data() + 1, n, hw.view, ref.data());
@@ -259,9 +198,7 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
   pe_test::Rng rng(seed);
   const int64_t rows = up0 + inter;
   const HostWeight hw = make_weight(t, rows, cols, seed + 1);
-  DevWeight dw(hw);
-  DevBuf<uint8_t> tiled(tile ? cuda::tiled_weight_bytes(dw.view, tile) : 0);
-  if (tile) dw.view = cuda::tile_weight(dw.view, tiled.p, tile, nullptr);
+  const pe_test::DevTiledWeight dw(hw, tile);
   const std::vector<float> x = rng.normals(n * cols);
   std::vector<float> lin(n * rows), ref(n * inter);
   cpu::linear(x.data(), n, hw.view, lin.data());

@@ -66,6 +66,8 @@ void CudaQwen35Model::ensure_workspace(int64_t tokens, int64_t rows, int64_t int
   const ModelConfig& c = cfg_;
   if (tokens > cap_tokens_) {
     act_ = Buffer(Device::CUDA, static_cast<size_t>(act_floats(c, layers_, tokens)) * sizeof(float));
+    if (norm_partial_.size() == 0)  // two split norms of up to 8 tokens (step_launches)
+      norm_partial_ = Buffer(Device::CUDA, static_cast<size_t>(2 * 8 * cuda::split_norm_partial_floats(c.hidden)) * 4);
     gdn_scratch_ = Buffer(Device::CUDA, cuda::gdn_chunked_scratch_bytes(tokens, c.gdn_v_heads));
     cap_tokens_ = tokens;
   }
@@ -101,9 +103,28 @@ void CudaQwen35Model::reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_
   ensure_workspace(max_tokens, max_seqs, 2 * max_tokens + max_seqs * pages_per_seq, scratch);
 }
 
-void CudaQwen35Model::linear(const float* x, int64_t n, const Projection& p, float* out) {
+void CudaQwen35Model::linear(const float* x, int64_t n, const Projection& p, float* out, const cuda::SplitNorm* norm) {
   for (size_t r = 0; r < p.runs.size(); ++r)
-    cuda::linear(x, n, p.runs[r].view, out + n * p.run_offset[r], cuda::stream());
+    cuda::linear(x, n, p.runs[r].view, out + n * p.run_offset[r], cuda::stream(), norm);
+}
+
+void CudaQwen35Model::project_out(const float* x, int64_t n, const Projection& p, float* out,
+                                  cuda::SplitNorm* add_norm) {
+  if (add_norm) return cuda::linear_add_norm(x, n, p.runs[0].view, *add_norm, cuda::stream());
+  linear(x, n, p, out);
+}
+
+// Whether the norm between `producer` (an out projection or down, whose output is added to the
+// residual) and `consumer` (the next projection reading the norm) can be split over their GEMVs.
+// Every activation buffer is 256-byte aligned (Carve), as act_ is.
+bool CudaQwen35Model::can_split_norm(const Projection& producer, const Projection& consumer, int64_t n) const {
+  const float* any = act_.as<float>();
+  if (producer.runs.size() != 1 || producer.runs[0].view.rows != cfg_.hidden ||
+      !cuda::linear_split_norm_supported(any, n, producer.runs[0].view))
+    return false;
+  for (const DevMatrix& r : consumer.runs)
+    if (!cuda::linear_split_norm_supported(any, n, r.view)) return false;
+  return true;
 }
 
 // Prefill chunks (and mixed batches): per sequence, conv and delta rule cut at snapshot points.
@@ -161,7 +182,7 @@ void CudaQwen35Model::gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, 
 }
 
 void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const float* x,
-                                float* out) {
+                                float* out, const cuda::SplitNorm* in_norm, cuda::SplitNorm* add_norm) {
   const ModelConfig& c = cfg_;
   cudaStream_t st = cuda::stream();
   const int64_t T = static_cast<int64_t>(b.tokens.size());
@@ -174,7 +195,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   float* g = w.take(T * Hv);
   float* beta = w.take(T * Hv);
   float* ab = w.take(2 * T * Hv);
-  linear(x, T, L.in, proj);
+  linear(x, T, L.in, proj, in_norm);
   const Projection::Part u = L.in.part(0, proj, T), zp = L.in.part(1, proj, T), ap = L.in.part(2, proj, T),
                          bp = L.in.part(3, proj, T);
   bool all_decode = T == static_cast<int64_t>(b.seqs.size());
@@ -209,7 +230,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
       d.norm_eps = c.eps;
     }
     cuda::gdn_decode(d, st);
-    if (d.norm_w) return linear(o, T, L.out, out);
+    if (d.norm_w) return project_out(o, T, L.out, out, add_norm);
   } else {
     gdn_chunks(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
   }
@@ -219,11 +240,11 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
     zd = z;
   }
   cuda::rms_norm_gated(o, zd, L.norm, T * Hv, dv, c.eps, o, st);
-  linear(o, T, L.out, out);
+  project_out(o, T, L.out, out, add_norm);
 }
 
 void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const float* x,
-                                      float* out) {
+                                      float* out, const cuda::SplitNorm* in_norm, cuda::SplitNorm* add_norm) {
   const ModelConfig& c = cfg_;
   cudaStream_t st = cuda::stream();
   const int64_t T = static_cast<int64_t>(b.tokens.size());
@@ -235,7 +256,7 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
   float* o = w.take(T * Hq * D);
   float* kb = w.take(T * Hkv * D);
   float* vb = w.take(T * Hkv * D);
-  linear(x, T, L.in, proj);
+  linear(x, T, L.in, proj, in_norm);
   const Projection::Part qp = L.in.part(0, proj, T), kp = L.in.part(1, proj, T), vp = L.in.part(2, proj, T);
   // q_proj rows per head: D query rows then D gate rows. One launch splits them, applies the q/k norms
   // and RoPE, and writes k and v into their cache rows (PYENGINE_KV_FUSED=0: dense k and v, then
@@ -255,10 +276,11 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
                           o + r0 * Hq * D, attn_scratch_.data(), attn_scratch_.size(), st);
     r0 += s.n_new;
   }
-  linear(o, T, L.out, out);
+  project_out(o, T, L.out, out, add_norm);
 }
 
-void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* out) {
+void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* out, const cuda::SplitNorm* in_norm,
+                          cuda::SplitNorm* add_norm) {
   const ModelConfig& c = cfg_;
   cudaStream_t st = cuda::stream();
   const int64_t I = c.intermediate;
@@ -269,14 +291,13 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
   const Projection& gu_p = L.gate_up;
   if (gu_p.runs.size() == 1 && gu_p.part_col.size() == 2 && gu_p.part_col[0] == 0 &&
       cuda::linear_swiglu_supported(x, n, gu_p.runs[0].view, gu_p.part_col[1], I)) {
-    cuda::linear_swiglu(x, n, gu_p.runs[0].view, gu_p.part_col[1], I, act, st);
-    linear(act, n, L.down, out);
-    return;
+    cuda::linear_swiglu(x, n, gu_p.runs[0].view, gu_p.part_col[1], I, act, st, in_norm);
+    return project_out(act, n, L.down, out, add_norm);
   }
   float* proj = w.take(n * L.gate_up.width);
   const bool side_by_side = gate_up_side_by_side(L.gate_up, I);
   float* gu = side_by_side ? nullptr : w.take(n * 2 * I);
-  linear(x, n, L.gate_up, proj);
+  linear(x, n, L.gate_up, proj, in_norm);
   const float* gu_ptr = proj;
   if (!side_by_side) {  // gate and up in separate runs or apart in one: side by side for swiglu
     const Projection::Part gp = L.gate_up.part(0, proj, n), up = L.gate_up.part(1, proj, n);
@@ -285,7 +306,7 @@ void CudaQwen35Model::mlp(const DevLayer& L, int64_t n, const float* x, float* o
     gu_ptr = gu;
   }
   cuda::swiglu(gu_ptr, n, I, act, st);
-  linear(act, n, L.down, out);
+  project_out(act, n, L.down, out, add_norm);
 }
 
 void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& res) {
@@ -381,7 +402,10 @@ void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, in
   float* mix = h + aligned(cap_tokens_ * H);
   cuda::embedding(embed_.view, ints_.as<int32_t>(), T, x, st);  // token ids first
   // Each residual add runs fused with the norm that follows it (the next layer's input norm, the
-  // post-attention norm, the final norm): x += mix; h = norm(x).
+  // post-attention norm, the final norm): x += mix; h = norm(x). In decode steps the add and the
+  // norm are split over the GEMVs around them instead where both can take it (cuda_ops.h
+  // SplitNorm: the out projection or down adds into x, the next projection applies the 1 / rms),
+  // except around the first and the final norm.
   bool mix_pending = false;
   auto add_norm = [&](const float* w) {
     if (mix_pending)
@@ -390,17 +414,39 @@ void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, in
       cuda::rms_norm(x, w, T, H, c.eps, true, h, st);
     mix_pending = false;
   };
+  cuda::SplitNorm splits[2];  // alternate: the one being consumed, the one being produced
+  for (int i = 0; i < 2; ++i) {
+    splits[i].x = x;
+    splits[i].h = h;
+    splits[i].eps = c.eps;
+    splits[i].dim = H;
+    splits[i].partial = norm_partial_.as<float>() + i * 8 * cuda::split_norm_partial_floats(H);
+  }
+  int n_split = 0;
+  auto split = [&](const Projection& producer, const Projection& consumer, const float* w) -> cuda::SplitNorm* {
+    if (!can_split_norm(producer, consumer, T)) return nullptr;
+    cuda::SplitNorm* s = &splits[n_split++ % 2];
+    s->w = w;
+    return s;
+  };
+  const cuda::SplitNorm* in_norm = nullptr;  // the norm before the next projection, when split
   int64_t gi = 0, ai = 0;
-  for (const DevLayer& L : layers_) {
-    add_norm(L.input_norm);
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const DevLayer& L = layers_[li];
+    if (!in_norm) add_norm(L.input_norm);
+    cuda::SplitNorm* post = split(L.out, L.gate_up, L.post_norm);
     if (L.full)
-      mixer_attention(L, ai++, b, kv, h, mix);
+      mixer_attention(L, ai++, b, kv, h, mix, in_norm, post);
     else
-      mixer_gdn(L, gi++, b, gdn, h, mix);
-    mix_pending = true;
-    add_norm(L.post_norm);
-    mlp(L, T, h, mix);
-    mix_pending = true;
+      mixer_gdn(L, gi++, b, gdn, h, mix, in_norm, post);
+    in_norm = post;
+    mix_pending = !post;
+    if (!in_norm) add_norm(L.post_norm);
+    cuda::SplitNorm* next =
+        li + 1 < layers_.size() ? split(L.down, layers_[li + 1].in, layers_[li + 1].input_norm) : nullptr;
+    mlp(L, T, h, mix, in_norm, next);
+    in_norm = next;
+    mix_pending = !next;
   }
   add_norm(final_norm_);  // h: final hidden states
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graphs.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -77,12 +78,20 @@ class CudaQwen35Model : public Model {
 
   // Forward pieces (qwen35_cuda.cpp).
   void ensure_workspace(int64_t tokens, int64_t rows, int64_t ints, size_t attn_scratch);
-  void linear(const float* x, int64_t n, const Projection& p, float* out);
+  // norm: x is a split norm's h (cuda_ops.h SplitNorm); add_norm: the projection is its producer
+  // (out is not written; one run).
+  void linear(const float* x, int64_t n, const Projection& p, float* out, const cuda::SplitNorm* norm = nullptr);
+  void project_out(const float* x, int64_t n, const Projection& p, float* out, cuda::SplitNorm* add_norm);
+  bool can_split_norm(const Projection& producer, const Projection& consumer, int64_t n) const;
   void gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
                   const float* a_ptr, const float* b_ptr, int64_t ab_stride, float* y, float* g, float* beta, float* o);
-  void mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const float* x, float* out);
-  void mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const float* x, float* out);
-  void mlp(const DevLayer& L, int64_t n, const float* x, float* out);
+  // in_norm / add_norm: the split norms before the first and after the last projection (or null).
+  void mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const float* x, float* out,
+                 const cuda::SplitNorm* in_norm, cuda::SplitNorm* add_norm);
+  void mixer_attention(const DevLayer& L, int64_t ai, const Batch& b, KvPool& kv, const float* x, float* out,
+                       const cuda::SplitNorm* in_norm, cuda::SplitNorm* add_norm);
+  void mlp(const DevLayer& L, int64_t n, const float* x, float* out, const cuda::SplitNorm* in_norm,
+           cuda::SplitNorm* add_norm);
   void step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_t n_rows, float* logits);
 
   std::vector<DevLayer> layers_;
@@ -93,7 +102,7 @@ class CudaQwen35Model : public Model {
   bool ready_ = false;
 
   // Workspace: activations [tokens], logits rows, int staging, attention and sampling scratch.
-  Buffer act_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_, penalty_ids_, penalty_row_;
+  Buffer act_, norm_partial_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_, penalty_ids_, penalty_row_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
   const float* last_logits_ = nullptr;
   std::vector<int32_t> host_ints_;

@@ -64,7 +64,11 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // independent of n (linear_gemv_q.cu). Unaligned or odd shapes take a scalar kernel.
 // n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch. x and out must not alias.
-void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
+// norm: x is a split norm's h (SplitNorm below), each token's sums are scaled by its 1 / rms;
+// only where linear_split_norm_supported.
+struct SplitNorm;
+void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream,
+            const SplitNorm* norm = nullptr);
 // The mlp's gate | up GEMV with the swiglu in its epilogue: w holds the gate rows [0, inter) and
 // the up rows [up0, up0 + inter); out[n, inter] = silu(x W_gate^T) * (x W_up^T), without the
 // [n, 2 inter] round trip or a launch: the same bits as linear into [n, rows] followed by swiglu
@@ -74,7 +78,33 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 // PYENGINE_GEMV_SWIGLU=0 turns it off (supported says no): the A/B switch for whole steps.
 bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter);
 void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,
-                   cudaStream_t stream);
+                   cudaStream_t stream, const SplitNorm* norm = nullptr);
+// The residual add and the rms norm after it split over the two decode GEMVs around them (in place
+// of add_rms_norm's launch between them, ~3.5 us of a 27B decode step's 128):
+// - the producer, linear_add_norm (the mixer's out projection, the mlp's down), adds its output
+//   to the residual rows: x += in W^T; h = x * (offset ? 1 + w : w), the norm's weight but not its
+//   1 / rms yet; and per token one partial sum of x^2 per row block of its GEMV, in
+//   partial[token * parts + block] (n * split_norm_partial_floats(dim) floats), setting parts;
+// - the consumer, linear or linear_swiglu with `norm` (the next in projection, gate | up), reads h
+//   and multiplies each token's sums by 1 / sqrt(sum of its partials / dim + eps).
+// Summed in a fixed order (no atomics): deterministic. x and h match add_rms_norm's x and its
+// output before the 1 / rms (the same fp32 add); the consumer's output matches add_rms_norm +
+// linear within the GEMV's 1e-5 (the 1 / rms applied after the sum instead of before).
+// Supported (both sides) for n <= 8 and the weights of the quantized GEMV (FP8 / I8 / NVFP4);
+// the producer's weight has dim rows. PYENGINE_SPLIT_NORM=0 turns it off (supported says no).
+struct SplitNorm {
+  float* x = nullptr;        // [n, dim] residual rows
+  float* h = nullptr;        // [n, dim] x * norm weight (the consumer's input)
+  const float* w = nullptr;  // [dim] norm weight
+  bool offset = true;        // the weight applied as 1 + w (Qwen3.5's norms)
+  float eps = 1e-6f;
+  int64_t dim = 0;
+  float* partial = nullptr;  // [n, parts]
+  int parts = 0;             // set by linear_add_norm
+};
+int64_t split_norm_partial_floats(int64_t dim);
+bool linear_split_norm_supported(const float* x, int64_t n, const WeightView& w);
+void linear_add_norm(const float* in, int64_t n, const WeightView& w, SplitNorm& norm, cudaStream_t stream);
 // The GEMV tile layout of quantized device weights (ops.h WeightView::tile, linear_common.cuh
 // tiled_offset): every linear path reads it; the quantized GEMV streams each step's 4 KB in one run.
 // gemv_tile_rows: the tile rows R for w (the quantized GEMV's rows per warp for its height: 32, 16

@@ -67,7 +67,8 @@ bool device_available() {
 
 // The ops whose kernels decode every weight format and the tile layout (linear_common.cuh).
 static bool linear_op(const char* op) {
-  return std::strcmp(op, "cuda::linear") == 0 || std::strcmp(op, "cuda::linear_swiglu") == 0;
+  return std::strcmp(op, "cuda::linear") == 0 || std::strcmp(op, "cuda::linear_swiglu") == 0 ||
+         std::strcmp(op, "cuda::linear_add_norm") == 0;
 }
 
 void check_weight(const WeightView& w, const char* op) {

@@ -13,10 +13,24 @@
 namespace pe {
 namespace cuda {
 
-// The quantized GEMV's swiglu epilogue (cuda_ops.h linear_swiglu, linear_gemv_q.cu kSwiglu): gate
-// rows [0, inter), up rows [up0, up0 + inter) of the weight; inter 0: a plain GEMV.
-struct GemvSwiglu {
+// What the quantized GEMV (linear_gemv_q.cu) does besides out = x W^T; every field off: a plain GEMV.
+// - swiglu (cuda_ops.h linear_swiglu, kernel flag kSwiglu): gate rows [0, inter), up rows
+//   [up0, up0 + inter) of the weight; out[n, inter] = silu(gate) * up.
+// - norm_*: the consumer of a split norm (cuda_ops.h SplitNorm): each token's sums times
+//   1 / sqrt(sum of its norm_parts partials / norm_dim + norm_eps).
+// - res_*: the producer of a split norm (linear_add_norm): no out; res_x[n, rows] += the sums,
+//   res_h = res_x * (res_offset ? 1 + res_w : res_w), res_partial[token * row blocks + row block] =
+//   the row block's sum of res_x^2.
+struct GemvEpilogue {
   int64_t up0 = 0, inter = 0;
+  const float* norm_partial = nullptr;
+  int norm_parts = 0;
+  float norm_dim = 0.0f, norm_eps = 0.0f;
+  float* res_x = nullptr;
+  float* res_h = nullptr;
+  const float* res_w = nullptr;
+  float* res_partial = nullptr;
+  bool res_offset = false;
 };
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {

@@ -20,8 +20,8 @@ namespace cuda {
 void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
 bool gemv_q_supported(const float* x, const WeightView& w);
 bool gemv_q_swiglu_supported(const float* x, const WeightView& w, int64_t up0, int64_t inter);
-void linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvSwiglu& sw, float* out,
-                   cudaStream_t stream);
+int linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvEpilogue& ep, float* out,
+                  cudaStream_t stream);
 
 namespace {
 
@@ -168,21 +168,43 @@ void launch_gemv(const float* x, int n, const WeightView& w, float* out, cudaStr
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+bool quantized(const WeightView& w) {
+  return w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
+}
+
+// The consumer's half of a split norm in the GEMV's epilogue (GemvEpilogue::norm_*).
+GemvEpilogue norm_epilogue(const float* x, int64_t n, const WeightView& w, const SplitNorm* norm, const char* op) {
+  GemvEpilogue ep;
+  if (!norm) return ep;
+  if (!linear_split_norm_supported(x, n, w) || norm->parts <= 0 || norm->dim <= 0 || !norm->partial)
+    fail(PE_ERR_UNSUPPORTED, op, ": a split norm's input for ", dtype_name(w.dtype), " ", w.rows, "x", w.cols, ", ",
+         n, " tokens, ", norm->parts, " partials (linear_split_norm_supported, linear_add_norm)");
+  ep.norm_partial = norm->partial;
+  ep.norm_parts = norm->parts;
+  ep.norm_dim = static_cast<float>(norm->dim);
+  ep.norm_eps = norm->eps;
+  return ep;
+}
+
 }  // namespace
 
-void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream) {
+void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream, const SplitNorm* norm) {
   check_weight(w, "cuda::linear");
   if (n <= 0 || w.rows <= 0) return;
+  if (norm) {
+    linear_gemv_q(x, n, w, norm_epilogue(x, n, w, norm, "cuda::linear"), out, stream);
+    PE_CUDA_LAUNCH_CHECK();
+    return;
+  }
   if (w.cols <= 0) {
     PE_CUDA_CHECK(cudaMemsetAsync(out, 0, n * w.rows * sizeof(float), stream));
     return;
   }
   if (n > 8) return linear_gemm(x, n, w, out, stream);
   const int nn = static_cast<int>(n);
-  const bool quantized = w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
-  if (quantized && gemv_q_supported(x, w)) {
-    linear_gemv_q(x, n, w, GemvSwiglu{}, out, stream);
-  } else if (!quantized && w.cols % (w.dtype == DType::F32 ? 4 : 8) == 0 && aligned16(w.data) &&
+  if (quantized(w) && gemv_q_supported(x, w)) {
+    linear_gemv_q(x, n, w, GemvEpilogue{}, out, stream);
+  } else if (!quantized(w) && w.cols % (w.dtype == DType::F32 ? 4 : 8) == 0 && aligned16(w.data) &&
              aligned16(x)) {
     switch (w.dtype) {
       case DType::F32: launch_gemv<DType::F32>(x, nn, w, out, stream); break;
@@ -201,12 +223,37 @@ bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int
 }
 
 void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const SplitNorm* norm) {
   check_weight(w, "cuda::linear_swiglu");
   if (!linear_swiglu_supported(x, n, w, up0, inter))
     fail(PE_ERR_UNSUPPORTED, "cuda::linear_swiglu: not for ", dtype_name(w.dtype), " ", w.rows, "x", w.cols,
          " (tile ", w.tile, ") with up rows at ", up0, ", ", inter, " outputs, ", n, " tokens");
-  linear_gemv_q(x, n, w, GemvSwiglu{up0, inter}, out, stream);
+  GemvEpilogue ep = norm_epilogue(x, n, w, norm, "cuda::linear_swiglu");
+  ep.up0 = up0;
+  ep.inter = inter;
+  linear_gemv_q(x, n, w, ep, out, stream);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+int64_t split_norm_partial_floats(int64_t dim) { return (dim + 7) / 8; }  // row blocks of >= 8 rows
+
+bool linear_split_norm_supported(const float* x, int64_t n, const WeightView& w) {
+  static const bool enabled = env_int("PYENGINE_SPLIT_NORM", 1) != 0;
+  return enabled && n >= 1 && n <= 8 && w.rows > 0 && w.cols > 0 && quantized(w) && gemv_q_supported(x, w);
+}
+
+void linear_add_norm(const float* in, int64_t n, const WeightView& w, SplitNorm& norm, cudaStream_t stream) {
+  check_weight(w, "cuda::linear_add_norm");
+  if (!linear_split_norm_supported(in, n, w) || w.rows != norm.dim || !norm.x || !norm.h || !norm.w || !norm.partial)
+    fail(PE_ERR_UNSUPPORTED, "cuda::linear_add_norm: not for ", dtype_name(w.dtype), " ", w.rows, "x", w.cols, ", ", n,
+         " tokens, dim ", norm.dim, " (linear_split_norm_supported; x, h, w and partial set)");
+  GemvEpilogue ep;
+  ep.res_x = norm.x;
+  ep.res_h = norm.h;
+  ep.res_w = norm.w;
+  ep.res_offset = norm.offset;
+  ep.res_partial = norm.partial;
+  norm.parts = linear_gemv_q(in, n, w, ep, nullptr, stream);
   PE_CUDA_LAUNCH_CHECK();
 }
 

@@ -84,6 +84,7 @@
 
 #include "core/env.h"
 #include "kernels/cuda/linear_gemv_q.cuh"
+#include "kernels/cuda/linear_gemv_q_split_norm.cuh"
 
 namespace pe {
 namespace cuda {
@@ -109,8 +110,9 @@ struct StagedX {
   __host__ __device__ static int64_t bytes(int64_t n, int64_t cols) { return n * token_pitch(cols); }
 };
 
-// The staged kernel's static shared memory besides x: the warps' sums (red) and the stream-K flag.
-__host__ __device__ constexpr int64_t red_bytes(int T) { return int64_t(kWarps) * T * 32 * 16 + 16; }
+// The staged kernel's static shared memory besides x: the warps' sums (red), the split norm's 1 / rms
+// and x^2 sums (norm_inv, sq_rg) and the stream-K flag.
+__host__ __device__ constexpr int64_t red_bytes(int T) { return int64_t(kWarps) * T * 32 * 16 + 32 + T * 32 + 16; }
 
 // Stream-K: where the row blocks leave SMs idle (fewer blocks than the GPU holds at once) and a
 // row has GemvTuning::stream_k_min_steps column steps or more, the grid is the GPU's block
@@ -148,9 +150,11 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // rb is the outputs o0 = 4T rb .. o0 + 4T - 1: row groups r < T / 2 read gate rows o0 + 8r.., the
 // others the up rows of the same outputs, and the epilogue writes silu(gate) * up to out[n, inter]
 // (the swiglu kernel's math on the same sums: the same bits as linear + swiglu). Whole row blocks.
+// ep.norm_* / ep.res_* (GemvEpilogue): the split norm's consumer / producer
+// (linear_gemv_q_split_norm.cuh).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, GemvSwiglu sw,
+    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, GemvEpilogue ep,
                   float* __restrict__ out) {
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   pdl_trigger();
@@ -161,13 +165,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   constexpr bool kFp8 = DT == DType::FP8_E4M3;
   using SX = StagedX<DT>;
   __shared__ float4 red[kWarps][T][32];
-  static_assert(sizeof(red) + 16 == red_bytes(T), "red_bytes: the static shared memory");
+  __shared__ float norm_inv[8];  // the consumer's 1 / rms per token
+  __shared__ float sq_rg[T][8];  // the producer's x^2 per row group and token
+  static_assert(sizeof(red) + sizeof(norm_inv) + sizeof(sq_rg) + 16 == red_bytes(T), "red_bytes: the static shared memory");
   extern __shared__ uint4 xs[];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t rows = w.rows, cols = w.cols;
   constexpr int kOutRows = kSwiglu ? 4 * T : 8 * T;  // outputs per row block
-  const int64_t out_rows = kSwiglu ? sw.inter : rows;
+  const int64_t out_rows = kSwiglu ? ep.inter : rows;
   const int64_t row_bytes = DT == DType::NVFP4 ? cols / 2 : cols;
   const int n_it = static_cast<int>((cols + KI - 1) / KI);  // column steps per row block
   // This block's units [u0, u1): row blocks rb_lo (from step k_lo) .. rb_hi (to step k_hi).
@@ -194,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       int64_t row = min(row0 + 8 * r + g, rows - 1);  // clamped rows are computed, not written
       if constexpr (kSwiglu) {
         constexpr int H = T / 2;
-        row = (r < H ? 0 : sw.up0) + min(row0 + 8 * (r % H) + g, sw.inter - 1);
+        row = (r < H ? 0 : ep.up0) + min(row0 + 8 * (r % H) + g, ep.inter - 1);
       }
       rowp[r] = static_cast<const uint8_t*>(w.data) + row * row_bytes;
       grow[r] = DT == DType::NVFP4 ? w.group_scale + row * (cols / 16) : nullptr;
@@ -204,10 +210,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
              (row % (8 * T)) / 8 * (8 / T) * 512;
     };
     tile_base = tile_at(row0);
-    if constexpr (kSwiglu) tile_up = tile_at(sw.up0 + row0);
+    if constexpr (kSwiglu) tile_up = tile_at(ep.up0 + row0);
     if constexpr (kFp8) {
       srow = w.block_scale + (min(row0, out_rows - 1) / w.block) * ncb;
-      if constexpr (kSwiglu) srow_up = w.block_scale + ((sw.up0 + min(row0, out_rows - 1)) / w.block) * ncb;
+      if constexpr (kSwiglu) srow_up = w.block_scale + ((ep.up0 + min(row0, out_rows - 1)) / w.block) * ncb;
     }
   };
   // The lane's chunk (r, c) of step it (column col): in its row, or in the step's tile.
@@ -235,6 +241,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
   pdl_wait();
+  if (ep.norm_partial) split_norm_inv(ep, n, norm_inv);
   if constexpr (kStagedX) {
     const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
     for (int64_t j = threadIdx.x; j < n * n_chunks; j += kWarps * 32) {
@@ -356,22 +363,28 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         }
         const int token = l >> 2;
         const int64_t o = row0 + 8 * r + 2 * (l & 3) + j;
-        if (token >= n || o >= sw.inter) continue;
+        if (token >= n || o >= ep.inter) continue;
         if constexpr (DT == DType::I8) {
           sg *= w.row_scale[o];
-          su *= w.row_scale[sw.up0 + o];
+          su *= w.row_scale[ep.up0 + o];
         }
         if constexpr (DT == DType::NVFP4) {
           sg *= w.global_scale * 128.0f;
           su *= w.global_scale * 128.0f;
         }
-        out[static_cast<int64_t>(token) * sw.inter + o] = silu_f(sg) * su;
+        if (ep.norm_partial) {
+          sg *= norm_inv[token];
+          su *= norm_inv[token];
+        }
+        out[static_cast<int64_t>(token) * ep.inter + o] = silu_f(sg) * su;
       }
       __syncthreads();  // red is rewritten by the next row block
       continue;
     }
     // A part: its sums to slot (block, first or second row block), then the last to finish sums.
     float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
+    float sq = 0.0f;      // the producer's new x^2 of this thread's output
+    bool stored = whole;  // this block wrote the row block's outputs
     for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
       const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
       float s = 0.0f;
@@ -389,7 +402,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       if (token >= n || row >= rows) continue;
       if constexpr (DT == DType::I8) s *= w.row_scale[row];
       if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
-      out[static_cast<int64_t>(token) * rows + row] = s;
+      sq = store_output(ep, norm_inv, token, row, rows, s, out);
     }
     if (!whole) {
       __shared__ bool last;
@@ -414,11 +427,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           }
           if constexpr (DT == DType::I8) s *= w.row_scale[row];
           if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
-          out[static_cast<int64_t>(token) * rows + row] = s;
+          sq = store_output(ep, norm_inv, token, row, rows, s, out);
         }
         if (threadIdx.x == 0) g_stream_count[rb] = 0;
       }
+      stored = last;
     }
+    if (ep.res_x && stored) add_norm_partial<T>(ep, n, rb, static_cast<int>((rows + kOutRows - 1) / kOutRows), sq, sq_rg);
     __syncthreads();  // red is rewritten by the next row block
   }
 }
@@ -432,8 +447,9 @@ GemvTuning g_tuning = [] {
   return t;
 }();
 
+// Returns the row blocks (the producer's partials per token, GemvEpilogue::res_partial).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu>
-void run(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int seg_per_block, float* out,
+int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int seg_per_block, float* out,
          int64_t xbytes, cudaStream_t stream) {
   auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks, kTiled, kSwiglu>;
   if constexpr (kStagedX) {
@@ -452,43 +468,45 @@ void run(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int s
   // enough steps to pay for the split rows' sum (GemvTuning::stream_k_min_steps); the slots are
   // the blocks per SM the registers are budgeted for.
   constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
-  const int64_t row_blocks = kSwiglu ? grid_1d(sw.inter, 4 * T) : grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
+  const int64_t row_blocks = kSwiglu ? grid_1d(ep.inter, 4 * T) : grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
   int64_t grid = row_blocks;
   if (!kSwiglu && g_tuning.stream_k && n_it >= std::max(g_tuning.stream_k_min_steps, 1)) {
     const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
     if (row_blocks < slots) grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
   }
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, sw, out);
+            x, n, w, seg_per_block, pdl, ep, out);
+  return static_cast<int>(row_blocks);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
 // the FP8 decode (kCvt only for FP8).
 template <DType DT, int T, bool kTiled, bool kSwiglu>
-void run_t(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int seg_per_block, float* out,
+int run_t(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int seg_per_block, float* out,
            int64_t xbytes, bool staged, cudaStream_t stream) {
   const bool cvt = DT == DType::FP8_E4M3 && g_tuning.fp8_cvt;
   const bool mb3 = staged && g_tuning.min_blocks >= 3;
   constexpr int kMb3 = kSwiglu ? 2 : 3;  // swiglu: 2 blocks per SM only (fewer kernels to build)
   if constexpr (DT == DType::FP8_E4M3) {
     if (cvt) {
-      if (!staged) return run<DT, T, false, true, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, 0, stream);
-      if (mb3) return run<DT, T, true, true, kMb3, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, stream);
-      return run<DT, T, true, true, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, stream);
+      if (!staged) return run<DT, T, false, true, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, 0, stream);
+      if (mb3) return run<DT, T, true, true, kMb3, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, stream);
+      return run<DT, T, true, true, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, stream);
     }
   }
   (void)cvt;
-  if (!staged) return run<DT, T, false, false, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, 0, stream);
-  if (mb3) return run<DT, T, true, false, kMb3, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, stream);
-  run<DT, T, true, false, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, stream);
+  if (!staged) return run<DT, T, false, false, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, 0, stream);
+  if (mb3) return run<DT, T, true, false, kMb3, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, stream);
+  return run<DT, T, true, false, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, stream);
 }
 
 template <DType DT, bool kTiled, bool kSwiglu>
-void run_rows(int T, const float* x, int n, const WeightView& w, const GemvSwiglu& sw, int seg_per_block, float* out,
+int run_rows(int T, const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int seg_per_block, float* out,
               int64_t xbytes, bool staged, cudaStream_t stream) {
-  if (T >= 4) return run_t<DT, 4, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
-  if (kSwiglu || T >= 2) return run_t<DT, 2, kTiled, kSwiglu>(x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
-  if constexpr (!kSwiglu) run_t<DT, 1, kTiled, false>(x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
+  if (T >= 4) return run_t<DT, 4, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  if (kSwiglu || T >= 2) return run_t<DT, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  if constexpr (!kSwiglu) return run_t<DT, 1, kTiled, false>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  return 0;  // not reached: swiglu takes T >= 2
 }
 
 // Row groups per warp for a row-major weight, and the tile a weight gets (gemv_tile_rows).
@@ -500,14 +518,14 @@ int gemv_rows_per_warp(int64_t rows) {
 int swiglu_rows_per_warp(const WeightView& w) { return w.tile ? w.tile / 8 : std::max(2, gemv_rows_per_warp(w.rows)); }
 
 template <DType DT>
-void launch(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, float* out, cudaStream_t stream) {
+int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
   // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers),
   // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
   const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
   const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
   // A tiled weight's layout fixes T (its tiles are the steps of T row groups).
-  const int T = sw.inter > 0 ? swiglu_rows_per_warp(w) : w.tile ? w.tile / 8 : gemv_rows_per_warp(w.rows);
+  const int T = ep.inter > 0 ? swiglu_rows_per_warp(w) : w.tile ? w.tile / 8 : gemv_rows_per_warp(w.rows);
   // Staged up to the tuning's size, kStagedXLimit and what a block of the device may hold (sm_75: 64 KB).
   bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit) &&
                 xbytes + red_bytes(T) <= smem_optin();
@@ -515,13 +533,12 @@ void launch(const float* x, int n, const WeightView& w, const GemvSwiglu& sw, fl
   // of the staged kernel's block slots (GemvTuning::fp8_stage_one_wave; run_t's register budget).
   if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
     staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * (g_tuning.min_blocks >= 3 ? 3 : 2);
-  if (sw.inter > 0) {
-    if (w.tile) run_rows<DT, true, true>(T, x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
-    else run_rows<DT, false, true>(T, x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
-  } else {
-    if (w.tile) run_rows<DT, true, false>(T, x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
-    else run_rows<DT, false, false>(T, x, n, w, sw, seg_per_block, out, xbytes, staged, stream);
+  if (ep.inter > 0) {
+    if (w.tile) return run_rows<DT, true, true>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+    return run_rows<DT, false, true>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
   }
+  if (w.tile) return run_rows<DT, true, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  return run_rows<DT, false, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
 }
 
 inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
@@ -548,13 +565,13 @@ int gemv_tile_rows(const WeightView& w) {
 void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }
 GemvTuning linear_gemv_tuning() { return g_tuning; }
 
-void linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvSwiglu& sw, float* out,
-                   cudaStream_t stream) {
+int linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvEpilogue& ep, float* out,
+                  cudaStream_t stream) {
   const int nn = static_cast<int>(n);
   switch (w.dtype) {
-    case DType::FP8_E4M3: launch<DType::FP8_E4M3>(x, nn, w, sw, out, stream); break;
-    case DType::I8: launch<DType::I8>(x, nn, w, sw, out, stream); break;
-    default: launch<DType::NVFP4>(x, nn, w, sw, out, stream); break;
+    case DType::FP8_E4M3: return launch<DType::FP8_E4M3>(x, nn, w, ep, out, stream);
+    case DType::I8: return launch<DType::I8>(x, nn, w, ep, out, stream);
+    default: return launch<DType::NVFP4>(x, nn, w, ep, out, stream);
   }
 }
 
