@@ -49,6 +49,7 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   cand.fp8_cvt = true;
   cand.min_blocks = 3;
   cand.rows_per_warp = 2;
+  cand.pdl_prefetch_steps = 8;
   nopdl.pdl = false;
   nosk.stream_k = false;       // one whole row block per block everywhere
   skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty

@@ -89,7 +89,7 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
     // x: add_rms_norm's fp32 add of the same GEMV sums where the GEMV is the same kernel (other
     // tunings may sum in another order).
     if (path.tuning == &dflt || path.tuning == &nopdl) CHECK(std::memcmp(x.data(), x_two.data(), x.size() * sizeof(float)) == 0);
-    EXPECT_CLOSE("split x", cfg, x, x_ref, 1e-6);
+    EXPECT_CLOSE("split x", cfg, x, x_ref, 1e-5);  // the GEMV's tolerance on mix
     // h = x * (1 + w) exactly; the partials cover every row: their sum is sum(x^2).
     std::vector<float> h_exp(n * s.H), ss(n), ss_ref(n);
     for (int64_t i = 0; i < n; ++i) {

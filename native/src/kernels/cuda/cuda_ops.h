@@ -138,6 +138,8 @@ struct GemvTuning {
   bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
                                        // previous kernel (its first weight step prefetched to L2
                                        // while that kernel runs); measured faster in session 5
+  int pdl_prefetch_steps = 1;          // with pdl, tiled weights: the steps per warp prefetched
+                                       // to L2 before waiting for the previous kernel
   bool stream_k = true;                // where the row blocks leave SMs idle and rows have at
   int stream_k_min_steps = 96;         // least this many column steps (128 FP8 columns at 32 rows
                                        // per warp): one block per slot, each a share of the row
@@ -146,7 +148,8 @@ struct GemvTuning {
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K and
-// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1) from the environment when set: the A/B switches for whole
+// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1) and PYENGINE_GEMV_PDL_PREFETCH (steps) from the environment
+// when set: the A/B switches for whole
 // decode steps (tools/bench_gpu.py). (Measured and removed: K split over thread-block clusters,
 // summed in distributed shared memory, session 5: slower on every 27B shape; the mlp's swiglu
 // computed while the down GEMV stages x, session 13: 0.28 ms a step slower, every block

@@ -144,8 +144,9 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // kCvt: FP8 decoded by cvt.rn.f16x2.e4m3x2 on sm_89+ (decode_chunk). kMinBlocks: blocks per SM
 // the registers are budgeted for.
 // pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
-// step is prefetched into L2 while that kernel still runs; x is read and out written after
-// pdl_wait. Every block triggers its dependents at the start (pdl_trigger).
+// steps (pf_steps of them where tiled, else one) are prefetched into L2 while that kernel still
+// runs; x is read and out written after pdl_wait. Every block triggers its dependents at the
+// start (pdl_trigger).
 // kSwiglu (GemvSwiglu, T >= 2): w holds gate rows [0, inter) and up rows [up0, up0 + inter); row block
 // rb is the outputs o0 = 4T rb .. o0 + 4T - 1: row groups r < T / 2 read gate rows o0 + 8r.., the
 // others the up rows of the same outputs, and the epilogue writes silu(gate) * up to out[n, inter]
@@ -154,8 +155,8 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // (linear_gemv_q_split_norm.cuh).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, GemvEpilogue ep,
-                  float* __restrict__ out) {
+    gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
+                  GemvEpilogue ep, float* __restrict__ out) {
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
@@ -231,7 +232,21 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int64_t x_pitch = kStagedX ? SX::token_pitch(cols) : 0;
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
   const int it_first = k_lo + warp;  // this warp's first step
-  if (pdl && it_first < (rb_lo == rb_hi ? k_hi : n_it)) {
+  const int it_end = rb_lo == rb_hi ? k_hi : n_it;
+  if (pdl && kTiled) {
+    // The warp's first pf_steps steps into L2 while the previous kernel runs (the weights do not
+    // depend on it): one 128-byte line per lane of each 4 KB step (swiglu: 2 KB of the gate and
+    // 2 KB of the up tile).
+    const uint8_t* step0 = tile_base - lane * 16;
+    const uint8_t* up_step0 = nullptr;
+    if constexpr (kSwiglu) up_step0 = tile_up - lane * 16;
+    for (int s = 0; s < pf_steps; ++s) {
+      const int it = it_first + s * kWarps;
+      if (it >= it_end) break;
+      if constexpr (kSwiglu) prefetch_l2((lane < 16 ? step0 : up_step0) + static_cast<int64_t>(it) * 4096 + (lane & 15) * 128);
+      else prefetch_l2(step0 + static_cast<int64_t>(it) * 4096 + lane * 128);
+    }
+  } else if (pdl && it_first < it_end) {  // row-major: the lane's chunks of its first step
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int64_t col = static_cast<int64_t>(it_first) * KI + (c * 4 + t) * VPC;
@@ -442,6 +457,7 @@ GemvTuning g_tuning = [] {
   // A/B switch for tools/bench_gpu.py (whole decode steps): PYENGINE_GEMV_PDL=0/1.
   GemvTuning t;
   t.pdl = env_int("PYENGINE_GEMV_PDL", t.pdl) != 0;
+  t.pdl_prefetch_steps = env_int("PYENGINE_GEMV_PDL_PREFETCH", t.pdl_prefetch_steps);
   t.stream_k = env_int("PYENGINE_GEMV_STREAM_K", t.stream_k) != 0;
   t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave) != 0;
   return t;
@@ -475,7 +491,7 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
     if (row_blocks < slots) grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
   }
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, ep, out);
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, ep, out);
   return static_cast<int>(row_blocks);
 }
 
