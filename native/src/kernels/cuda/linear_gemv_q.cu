@@ -74,11 +74,8 @@
 // the tile layout (kTiled, WeightView::tile = 8T; linear_common.cuh) read each step's 4 KB in one
 // run: the 27B decode step 10.19 -> 9.64 ms. The layout fixes T: R = 8 / 16 tiles on every shape
 // were slower (14.23 / 10.94 ms: at T = 1 a lane splits 8 chunks of x per step).
-// Session 14: the mlp's swiglu in the gate | up GEMV's epilogue (kSwiglu: each row block's row
-// groups are half gate, half up rows of the same outputs), decode batch 1 / 2 / 8 9.083 / 9.813 /
-// 12.685 -> 8.870 / 9.627 / 12.498 ms (PYENGINE_GEMV_SWIGLU=0 / 1, two rounds; the gate | up
-// kernel 52.5 us either way). Stream-K over one wave for the multi-wave grids (gate|up 1088 row
-// blocks on 264 slots) was slower: 9.07 -> 9.26-9.32 ms; not kept.
+// Sessions 14 / 15 (tools/gpu/NOTES.md): swiglu in the gate | up epilogue (-0.2 ms a decode step),
+// the split norm in the epilogues (-0.25 ms); stream-K over one wave and deeper PDL prefetch slower.
 #include <algorithm>
 #include <atomic>
 
@@ -151,8 +148,7 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // rb is the outputs o0 = 4T rb .. o0 + 4T - 1: row groups r < T / 2 read gate rows o0 + 8r.., the
 // others the up rows of the same outputs, and the epilogue writes silu(gate) * up to out[n, inter]
 // (the swiglu kernel's math on the same sums: the same bits as linear + swiglu). Whole row blocks.
-// ep.norm_* / ep.res_* (GemvEpilogue): the split norm's consumer / producer
-// (linear_gemv_q_split_norm.cuh).
+// ep.norm_* / ep.res_*: the split norm's consumer / producer (linear_gemv_q_split_norm.cuh).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
