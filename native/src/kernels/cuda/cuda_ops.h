@@ -109,7 +109,9 @@ void linear_add_norm(const float* in, int64_t n, const WeightView& w, SplitNorm&
 // tiled_offset): every linear path reads it; the quantized GEMV streams each step's 4 KB in one run.
 // gemv_tile_rows: the tile rows R for w (the quantized GEMV's rows per warp for its height: 32, 16
 // or 8), 0 where w is not FP8 / I8 / NVFP4 or its row bytes are not a multiple of 4096 / R.
-// PYENGINE_GEMV_TILE=0 keeps every weight row-major (A/B), 8 / 16 / 32 forces R.
+// PYENGINE_GEMV_TILE=0 keeps every weight row-major (A/B), 8 / 16 / 32 forces R;
+// PYENGINE_GEMV_ONE_WAVE_TILE=8 / 16 (off by default, not yet measured) gives that R to weights
+// whose 32-row blocks fit one wave without stream-K (out_proj / o_proj).
 // tile_weight: src.data (row-major, on the device) copied to dst in the layout of R = tile rows;
 // dst holds tiled_weight_bytes (rows rounded up to R), zero-filled; returns src's view on dst with
 // its tile set (the scales stay src's).

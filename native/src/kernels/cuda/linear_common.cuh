@@ -139,6 +139,10 @@ __host__ __device__ __forceinline__ int64_t tiled_offset(int64_t row, int64_t b,
   return (((row >> lr) * (row_bytes >> ls) + (b >> ls)) << 12) + chunk * 16 + (bb & 15);
 }
 
+// The quantized GEMV's row groups per warp for a row-major weight of `rows` rows (1, 2 or 4, or the
+// tuning's; linear_gemv_q.cu): also the tile a weight gets (gemv_tile_rows, weight_tiles.cu).
+int gemv_rows_per_warp(int64_t rows);
+
 // Whether w can take the tile layout of `tile` rows (tile_weight, gemv_tile_rows): a quantized
 // format and row bytes a multiple of 4096 / tile (the last row block is padded).
 inline bool tile_fits(const WeightView& w, int tile) {

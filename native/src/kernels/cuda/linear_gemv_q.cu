@@ -521,10 +521,6 @@ int run_rows(int T, const float* x, int n, const WeightView& w, const GemvEpilog
   return 0;  // not reached: swiglu takes T >= 2
 }
 
-// Row groups per warp for a row-major weight, and the tile a weight gets (gemv_tile_rows).
-int gemv_rows_per_warp(int64_t rows) {
-  return g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : rows >= 4224 ? 4 : rows >= 2048 ? 2 : 1;
-}
 
 // T of a swiglu launch (gemv_q_swiglu_supported): the tile's, or by the height, at least 2.
 int swiglu_rows_per_warp(const WeightView& w) { return w.tile ? w.tile / 8 : std::max(2, gemv_rows_per_warp(w.rows)); }
@@ -557,6 +553,10 @@ inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(
 
 }  // namespace
 
+int gemv_rows_per_warp(int64_t rows) {
+  return g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : rows >= 4224 ? 4 : rows >= 2048 ? 2 : 1;
+}
+
 bool gemv_q_supported(const float* x, const WeightView& w) {
   if (!aligned(x, 16) || !aligned(w.data, 16)) return false;
   switch (w.dtype) {
@@ -565,13 +565,6 @@ bool gemv_q_supported(const float* x, const WeightView& w) {
     case DType::NVFP4: return w.cols % 32 == 0 && aligned(w.group_scale, 2);
     default: return false;
   }
-}
-
-int gemv_tile_rows(const WeightView& w) {
-  int tile = 8 * gemv_rows_per_warp(w.rows);
-  tile = env_int("PYENGINE_GEMV_TILE", tile);  // 0: row-major (A/B)
-  const bool scales_ok = w.dtype != DType::FP8_E4M3 || w.block % 128 == 0;  // the GEMV's FP8 rule
-  return tile_fits(w, tile) && scales_ok ? tile : 0;
 }
 
 void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }
