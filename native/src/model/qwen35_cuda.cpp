@@ -66,8 +66,6 @@ void CudaQwen35Model::ensure_workspace(int64_t tokens, int64_t rows, int64_t int
   const ModelConfig& c = cfg_;
   if (tokens > cap_tokens_) {
     act_ = Buffer(Device::CUDA, static_cast<size_t>(act_floats(c, layers_, tokens)) * sizeof(float));
-    if (norm_partial_.size() == 0)  // two split norms of up to 8 tokens (step_launches)
-      norm_partial_ = Buffer(Device::CUDA, static_cast<size_t>(2 * 8 * cuda::split_norm_partial_floats(c.hidden)) * 4);
     gdn_scratch_ = Buffer(Device::CUDA, cuda::gdn_chunked_scratch_bytes(tokens, c.gdn_v_heads));
     cap_tokens_ = tokens;
   }
@@ -76,6 +74,8 @@ void CudaQwen35Model::ensure_workspace(int64_t tokens, int64_t rows, int64_t int
     cap_rows_ = rows;
     sample_out_ = Buffer(Device::CUDA, static_cast<size_t>(rows) * (2 + 2 * PE_MAX_TOP_LOGPROBS) * 4);
   }
+  if (norm_partial_.size() == 0)  // two split norms of up to 8 tokens (step_launches), once
+    norm_partial_ = Buffer(Device::CUDA, static_cast<size_t>(2 * 8 * cuda::split_norm_partial_floats(c.hidden)) * 4);
   if (ints > cap_ints_) {
     ints_ = Buffer(Device::CUDA, static_cast<size_t>(ints) * sizeof(int32_t));
     cap_ints_ = ints;

@@ -149,10 +149,9 @@ struct GemvTuning {
                                        // block to finish them. Session 6: mlp down 35.7 -> 32.8
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
 };
-// The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K and
-// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1) and PYENGINE_GEMV_PDL_PREFETCH (steps) from the environment
-// when set: the A/B switches for whole
-// decode steps (tools/bench_gpu.py). (Measured and removed: K split over thread-block clusters,
+// The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K, PYENGINE_GEMV_STAGE_ONE_WAVE
+// (0/1) and PYENGINE_GEMV_PDL_PREFETCH (steps) from the environment when set: the A/B switches
+// for whole decode steps (tools/bench_gpu.py). (Measured and removed: K split over thread-block clusters,
 // summed in distributed shared memory, session 5: slower on every 27B shape; the mlp's swiglu
 // computed while the down GEMV stages x, session 13: 0.28 ms a step slower, every block
 // recomputing silu * up over the whole row.)

@@ -143,12 +143,16 @@ __host__ __device__ __forceinline__ int64_t tiled_offset(int64_t row, int64_t b,
 // tuning's; linear_gemv_q.cu): also the tile a weight gets (gemv_tile_rows, weight_tiles.cu).
 int gemv_rows_per_warp(int64_t rows);
 
+// The formats the quantized GEMV (linear_gemv_q.cu) and the tile layout take.
+inline bool quantized_weight(const WeightView& w) {
+  return w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
+}
+
 // Whether w can take the tile layout of `tile` rows (tile_weight, gemv_tile_rows): a quantized
 // format and row bytes a multiple of 4096 / tile (the last row block is padded).
 inline bool tile_fits(const WeightView& w, int tile) {
-  const bool quantized = w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
   const int64_t row_bytes = static_cast<int64_t>(dtype_bytes_for(w.dtype, w.cols));
-  return quantized && (tile == 8 || tile == 16 || tile == 32) && w.rows > 0 && row_bytes > 0 &&
+  return quantized_weight(w) && (tile == 8 || tile == 16 || tile == 32) && w.rows > 0 && row_bytes > 0 &&
          row_bytes % (4096 / tile) == 0;
 }
 

@@ -168,10 +168,6 @@ void launch_gemv(const float* x, int n, const WeightView& w, float* out, cudaStr
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-bool quantized(const WeightView& w) {
-  return w.dtype == DType::FP8_E4M3 || w.dtype == DType::I8 || w.dtype == DType::NVFP4;
-}
-
 // The consumer's half of a split norm in the GEMV's epilogue (GemvEpilogue::norm_*).
 GemvEpilogue norm_epilogue(const float* x, int64_t n, const WeightView& w, const SplitNorm* norm, const char* op) {
   GemvEpilogue ep;
@@ -202,9 +198,9 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
   }
   if (n > 8) return linear_gemm(x, n, w, out, stream);
   const int nn = static_cast<int>(n);
-  if (quantized(w) && gemv_q_supported(x, w)) {
+  if (quantized_weight(w) && gemv_q_supported(x, w)) {
     linear_gemv_q(x, n, w, GemvEpilogue{}, out, stream);
-  } else if (!quantized(w) && w.cols % (w.dtype == DType::F32 ? 4 : 8) == 0 && aligned16(w.data) &&
+  } else if (!quantized_weight(w) && w.cols % (w.dtype == DType::F32 ? 4 : 8) == 0 && aligned16(w.data) &&
              aligned16(x)) {
     switch (w.dtype) {
       case DType::F32: launch_gemv<DType::F32>(x, nn, w, out, stream); break;
@@ -239,7 +235,7 @@ int64_t split_norm_partial_floats(int64_t dim) { return (dim + 7) / 8; }  // row
 
 bool linear_split_norm_supported(const float* x, int64_t n, const WeightView& w) {
   static const bool enabled = env_int("PYENGINE_SPLIT_NORM", 1) != 0;
-  return enabled && n >= 1 && n <= 8 && w.rows > 0 && w.cols > 0 && quantized(w) && gemv_q_supported(x, w);
+  return enabled && n >= 1 && n <= 8 && w.rows > 0 && w.cols > 0 && quantized_weight(w) && gemv_q_supported(x, w);
 }
 
 void linear_add_norm(const float* in, int64_t n, const WeightView& w, SplitNorm& norm, cudaStream_t stream) {
