@@ -12,9 +12,9 @@ Measures in ONE run, on the GPU it runs on:
   depth      decode step time at context depth 1K, 8K, 32K, 64K for each KV dtype, on
              --depth-layers layers of the 27B attention-layer shape, all attention (default 8; a
              64K prefill of all 64 layers per dtype would cost minutes of GPU time, and GDN layers
-             do not depend on the depth); the least of 3 requests' median of 60 decode steps;
-             prints the step time and the added time per attention layer over the 1K depth, so
-             the 64-layer model's step is its short-context step + 16 x that
+             do not depend on the depth); --depth-rounds interleaved rounds over one engine per
+             dtype: the least over the rounds of a request's median of 60 decode steps, and the
+             median per-round difference to fp16 (the 64-layer model has 16 attention layers)
   hf         (--hf) Hugging Face transformers, bf16, eager, random weights, same config: decode
              tokens/s at batch 1 and prefill tokens/s at 4K, in a subprocess after the engine's GPU
              memory is released
@@ -190,17 +190,12 @@ def prefill_rate(engine, n: int, seed: int) -> float:
     return n / (times[0][0] - t0)
 
 
-def depth_step(engine, prompt: list[int], depth: int, repeats: int = 3) -> float:
+def depth_step(engine, prompt: list[int], depth: int) -> float:
     """Decode step time after a prompt of `depth` tokens (a prefix of `prompt`: cached): the median
-    step of a 64-token request, the least of `repeats` requests. The short depth-model step (~1.7
-    ms) carries the host's turnaround between steps, which varies by tens of us from request to
-    request and only ever adds time (session 12 timelines: 41-119 us of gaps per step)."""
-    best = float("inf")
-    for _ in range(repeats):
-        _, times = run(engine, [prompt[:depth]], 64)
-        ts = times[0]
-        best = min(best, statistics.median(b - a for a, b in zip(ts[4:], ts[5:])))
-    return best
+    step of a 64-token request."""
+    _, times = run(engine, [prompt[:depth]], 64)
+    ts = times[0]
+    return statistics.median(b - a for a, b in zip(ts[4:], ts[5:]))
 
 
 def bench_engine(args, out: dict) -> None:
@@ -270,27 +265,49 @@ def bench_default_model_graphs(args, out: dict) -> None:
     del model
 
 
+DEPTH_KV = ("fp16", "bf16", "fp8_e4m3", "int8", "fp4")
+
+
 def bench_depth(args, out: dict) -> None:
+    """Interleaved rounds: one model, one engine per KV dtype (its 64K prompt prefilled once and
+    cached), and every round times every depth of every dtype in turn, so drift hits all dtypes
+    alike. Per dtype: the least step over the rounds (the host's turnaround between steps only
+    ever adds time: session 12 timelines, 41-119 us of gaps per step) and the median over rounds
+    of its difference to fp16 in the same round."""
     cfg_dir = write_config(args.depth_layers, attention_only=True)
     depths = args.depths
     rng = random.Random(5)
     prompt = [rng.randrange(1000, 200000) for _ in range(max(depths))]
-    out["depth"] = {"layers": args.depth_layers, "attention_layers": args.depth_layers, "step_ms": {}}
-    print(f"decode step time (ms) by context depth, {args.depth_layers} attention layers of the 27B shape:")
-    print("  kv dtype   " + "".join(f"{d:>10d}" for d in depths))
-    # fp16 again at the end: the run's drift, against which the dtypes' differences are read.
-    for label, kv in (("fp16", "fp16"), ("bf16", "bf16"), ("fp8_e4m3", "fp8_e4m3"), ("int8", "int8"), ("fp4", "fp4"),
-                      ("fp16 again", "fp16")):
-        model, engine, _ = make_engine(cfg_dir, kv, max(depths) + 64, 1, args.chunk)
-        prefill_rate(engine, max(depths), 5)  # fills the prefix cache; the depths below hit it
-        steps = [depth_step(engine, prompt, d) for d in depths]
-        engine.close()
-        del engine, model
-        out["depth"]["step_ms"][label.replace(" ", "_")] = [round(s * 1e3, 3) for s in steps]
-        n_attn = args.depth_layers
-        extra = [(s - steps[0]) / n_attn * 1e3 for s in steps]
-        print(f"  {label:11s}" + "".join(f"{s * 1e3:10.3f}" for s in steps) +
-              "   per attention layer over 1K: " + " ".join(f"{e:+.3f}" for e in extra[1:]), flush=True)
+    from pyengine.config import ModelConfig
+    from pyengine.model_loader import NativeModel
+
+    model = NativeModel(cfg_dir, ModelConfig.from_dir(cfg_dir), "cuda", weight_quant="fp8", load_format="dummy")
+    engines = {}
+    for kv in DEPTH_KV:  # KV room for 3x the longest context (admission reserves max_model_len)
+        engines[kv] = engine_on(model, kv, max(depths) + 64, 1, args.chunk, kv_cache_bytes=args.depth_kv_bytes)
+        prefill_rate(engines[kv], max(depths), 5)  # fills the prefix cache; the depths below hit it
+    print(f"decode step time (ms) by context depth, {args.depth_layers} attention layers of the 27B shape, "
+          f"{args.depth_rounds} interleaved rounds:", flush=True)
+    steps = {kv: [[] for _ in depths] for kv in DEPTH_KV}
+    for r in range(args.depth_rounds):
+        for i, d in enumerate(depths):
+            for kv in DEPTH_KV:
+                steps[kv][i].append(depth_step(engines[kv], prompt, d))
+        print(f"  round {r + 1}: " + "  ".join(f"{kv} " + "/".join(f"{s[-1] * 1e3:.3f}" for s in steps[kv])
+                                                for kv in DEPTH_KV), flush=True)  # fmt: skip
+    for e in engines.values():
+        e.close()
+    del engines, model
+    out["depth"] = {"layers": args.depth_layers, "attention_layers": args.depth_layers, "depths": depths,
+                    "rounds": args.depth_rounds, "step_ms": {}, "diff_to_fp16_ms": {}}  # fmt: skip
+    print("  kv dtype   " + "".join(f"{d:>10d}" for d in depths) + "   median per-round difference to fp16 (ms)")
+    for kv in DEPTH_KV:
+        best = [min(s) for s in steps[kv]]
+        diff = [statistics.median(a - b for a, b in zip(s, f)) for s, f in zip(steps[kv], steps["fp16"])]
+        out["depth"]["step_ms"][kv] = [round(b * 1e3, 3) for b in best]
+        out["depth"]["diff_to_fp16_ms"][kv] = [round(x * 1e3, 4) for x in diff]
+        print(f"  {kv:11s}" + "".join(f"{b * 1e3:10.3f}" for b in best) + "   " +
+              " ".join(f"{x * 1e3:+.4f}" for x in diff), flush=True)  # fmt: skip
 
 
 def bench_hf(out: dict) -> None:
@@ -348,6 +365,8 @@ def main() -> None:
     ap.add_argument("--prefill-sizes", type=int, nargs="*", default=[4096, 32768])
     ap.add_argument("--cuda-graphs", action="store_true", help="A/B decode with the engine option cuda_graphs")
     ap.add_argument("--depths", type=int, nargs="+", default=[1024, 8192, 32768, 65536])
+    ap.add_argument("--depth-rounds", type=int, default=5)
+    ap.add_argument("--depth-kv-bytes", type=int, default=6 << 30, help="kv_cache_bytes of each depth engine")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch

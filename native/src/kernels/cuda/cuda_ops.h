@@ -109,9 +109,7 @@ void linear_add_norm(const float* in, int64_t n, const WeightView& w, SplitNorm&
 // tiled_offset): every linear path reads it; the quantized GEMV streams each step's 4 KB in one run.
 // gemv_tile_rows: the tile rows R for w (the quantized GEMV's rows per warp for its height: 32, 16
 // or 8), 0 where w is not FP8 / I8 / NVFP4 or its row bytes are not a multiple of 4096 / R.
-// PYENGINE_GEMV_TILE=0 keeps every weight row-major (A/B), 8 / 16 / 32 forces R;
-// PYENGINE_GEMV_ONE_WAVE_TILE=8 / 16 (off by default, not yet measured) gives that R to weights
-// whose 32-row blocks fit one wave without stream-K (out_proj / o_proj).
+// PYENGINE_GEMV_TILE=0 keeps every weight row-major (A/B), 8 / 16 / 32 forces R.
 // tile_weight: src.data (row-major, on the device) copied to dst in the layout of R = tile rows;
 // dst holds tiled_weight_bytes (rows rounded up to R), zero-filled; returns src's view on dst with
 // its tile set (the scales stay src's).
@@ -271,6 +269,10 @@ using cpu::GdnDecodeArgs;
 // delta rule step of n_seqs sequences (one token each, each in its own state slot) in one launch,
 // the conv state step in a second. slots: device array, distinct within a call. dk <= 256, K <= 16,
 // n_seqs and Hv <= 65535. The recurrent state is read and written once (the op is bound by it).
+// The state and the slots are read before the launch waits for the kernel before it (programmatic
+// dependent launch, sm_90): no kernel of the last few launched before may write them (the model's
+// last writer of a slot's state is the previous forward, which the host waited for; tests and
+// the pools write them by copies).
 // (Measured and removed, session 14: the conv state step inside the first launch, its last
 // reader found by per-key-head counters, 0.035 ms a step slower on the H200, session 13.)
 // Tolerance against the CPU twin (test_cuda_gdn_decode): normalized error 1e-5 on out and on the

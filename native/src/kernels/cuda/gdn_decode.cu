@@ -27,6 +27,7 @@
 // dv % 4 != 0 takes a scalar path (spills a little; unused by Qwen3.5).
 // (Session 13 also did the conv state step inside launch 1, its last q/k reader found by a
 // counter per (sequence, key head): 0.035 ms a step slower, removed in session 14.)
+#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -38,9 +39,10 @@ static_assert(kBlockCols == kGdnDecodeFusedNormMaxDv, "a head's row in one block
 constexpr int kMaxK = 16;
 constexpr int kConvTaps = 4;  // conv_silu loads this many taps at once (K above: a loop)
 
-template <int DK>
+// kW: warps per block (0: 8 up to dk 128, else 16; launch picks 16 at dk 128 for small batches).
+template <int DK, int kW = 0>
 struct Tile {
-  static constexpr int kWarps = DK <= 128 ? 8 : 16;
+  static constexpr int kWarps = kW > 0 ? kW : DK <= 128 ? 8 : 16;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = DK / kWarps;  // float4 registers of state per thread
 };
@@ -113,12 +115,12 @@ __device__ __forceinline__ void add4(float4 b, float4& acc) {
   acc.w += b.w;
 }
 
-template <int DK, bool VEC>
-__global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
-    gdn_decode_kernel(GdnDecodeArgs a) {
-  pdl_wait();     // launched as a programmatic dependent (launch_pdl)
+template <int DK, bool VEC, int kW = 0>
+__global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <= 8 ? 2 : 1)
+    gdn_decode_kernel(GdnDecodeArgs a, bool early_state) {
   pdl_trigger();  // the out_proj GEMV may start prefetching its weights
-  constexpr int W = Tile<DK>::kWarps, T = Tile<DK>::kThreads, NR = Tile<DK>::kRows;
+  if (!early_state) pdl_wait();  // (A/B: PYENGINE_GDN_EARLY_STATE=0; a second wait returns at once)
+  constexpr int W = Tile<DK, kW>::kWarps, T = Tile<DK, kW>::kThreads, NR = Tile<DK, kW>::kRows;
   __shared__ float qs[DK], ks[DK];
   __shared__ float4 vs[32];
   __shared__ float4 red_kv[W][32], red_o[W][32];
@@ -134,29 +136,35 @@ __global__ void __launch_bounds__(Tile<DK>::kThreads, DK <= 128 ? 2 : 1)
   const int64_t slot = a.slots[seq];
   float* S = a.rec_state + slot * a.rec_slot_stride + static_cast<int64_t>(h) * dk * dv;
 
-  // 1. State loads.
+  // 1. State loads, before pdl_wait (launched as a programmatic dependent, launch_pdl), so their
+  // DRAM round trip overlaps the tail of the in-projection GEMV before it: the state, the slots
+  // and the constants are not written by the kernels just before (cuda_ops.h gdn_decode).
   float4 s[NR];
 #pragma unroll
   for (int m = 0; m < NR; ++m) {
     const int i = w + W * m;
     s[m] = load4<VEC>(S + static_cast<int64_t>(i) * dv + c, i < dk ? n_cols : 0);
   }
-
-  // The gate inputs and (warp 0, fused norm) the z row and norm weights go out with the state:
-  // their round trips overlap the conv's instead of following the delta rule step. (Unrolling
-  // the conv loop below to issue its two rounds' loads together spills at dk = 128: 16 bytes on
-  // sm_75 with the taps loaded at once, none on sm_90; not done.)
-  const float a_in = a.a[static_cast<int64_t>(seq) * a.Hv + h], dt_b = a.dt_bias[h], a_log = a.A_log[h];
-  const float b_in = a.b[static_cast<int64_t>(seq) * a.Hv + h];
+  const float dt_b = a.dt_bias[h], a_log = a.A_log[h];
   float zv[4] = {0.f, 0.f, 0.f, 0.f}, nwv[4] = {0.f, 0.f, 0.f, 0.f};
+  if (w == 0 && a.norm_w) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (e < n_cols) nwv[e] = a.norm_w[c + e];
+  }
+  pdl_wait();
+
+  // The gate inputs and (warp 0, fused norm) the z row go out with the conv's loads: their round
+  // trips overlap instead of following the delta rule step. (Unrolling the conv loop below to
+  // issue its two rounds' loads together spills at dk = 128: 16 bytes on sm_75 with the taps
+  // loaded at once, none on sm_90; not done.)
+  const float a_in = a.a[static_cast<int64_t>(seq) * a.Hv + h];
+  const float b_in = a.b[static_cast<int64_t>(seq) * a.Hv + h];
   if (w == 0 && a.norm_w) {
     const float* zr = a.z + seq * a.z_stride + static_cast<int64_t>(h) * dv + c;
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      if (e < n_cols) {
-        zv[e] = zr[e];
-        nwv[e] = a.norm_w[c + e];
-      }
+      if (e < n_cols) zv[e] = zr[e];
   }
 
   // 2. Conv + SiLU of q | k (key head kh) | v (columns col0.. of head h); sums of squares; gates.
@@ -269,12 +277,30 @@ __global__ void conv_state_step_kernel(GdnDecodeArgs a, int64_t C) {
              static_cast<int>(a.K), c);
 }
 
+template <int DK, int kW = 0>
+void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
+  const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
+  // The state loads before pdl_wait (the kernel's step 1); PYENGINE_GDN_EARLY_STATE=0: after it (A/B).
+  static const bool early = env_int("PYENGINE_GDN_EARLY_STATE", 1) != 0;
+  constexpr int kThreads = Tile<DK, kW>::kThreads;
+  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
+  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+// dk 128: 16 warps a block (1 block per SM, 8 state rows a thread) where the blocks fit on the
+// SMs at once, else 8 (2 per SM). H200, 27B step (session 16, three interleaved rounds, ms): batch
+// 1 8.583 / 8.586 / 8.603 against 8.687 / 8.627 / 8.704 (gdn_decode 241 -> 190 us exclusive a
+// step), batch 2 9.485 / 9.494 / 9.515 against 9.532 / 9.496 / 9.571, batch 8 (384 blocks)
+// 12.825 / 12.823 / 12.862 against 12.820 / 12.642 / 12.670. PYENGINE_GDN_WARPS=8 / 16 forces one.
 template <int DK>
 void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
-  const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
-  if (vec) launch_pdl(gdn_decode_kernel<DK, true>, dim3(grid), dim3(Tile<DK>::kThreads), 0, stream, a);
-  else launch_pdl(gdn_decode_kernel<DK, false>, dim3(grid), dim3(Tile<DK>::kThreads), 0, stream, a);
-  PE_CUDA_LAUNCH_CHECK();
+  if constexpr (DK == 128) {
+    static const int forced = env_int("PYENGINE_GDN_WARPS", 0);
+    const int64_t blocks = grid_1d(a.dv, kBlockCols) * a.Hv * a.n_seqs;
+    if (forced == 16 || (forced != 8 && blocks <= sm_count())) return launch_w<128, 16>(a, vec, stream);
+  }
+  launch_w<DK>(a, vec, stream);
 }
 
 }  // namespace

@@ -26,56 +26,8 @@
 // linear_common.cuh).
 // x: with n * cols small enough, the block splits x once into shared memory (StagedX); else each
 // warp splits its columns' x in registers at every step.
-// Status (H200, bench_kernels section 2, device time from CUDA-graph replays, % of the copy
-// bandwidth, session 4): FP8 at n = 1, x in registers -> staged: qkv|z|a|b 59 -> 69, q|k|v 53 -> 62,
-// z 44 -> 49, out 38 -> 45, gate|up 61 -> 70; down (registers) 41-43; n = 8 42-58 (registers);
-// I8 49-76; NVFP4 24-39. ncu (gate|up-sized qkv|z|a|b, registers): 60 % of the issue slots used,
-// 3.6 warps per scheduler (125 registers), DRAM 43 % at ncu's locked 1.34 GHz clock: the kernel is
-// bound by its instruction count and the latency it cannot hide with 16 warps per SM.
-// Tried and measured, not kept:
-// - session 3: x hi/lo staged once per 128 columns in shared memory, FP8 block scale folded into
-//   x, warps split rows x column slices sized to one wave, a rolling load pipeline (16 chunks in
-//   flight per lane): FP8 +3 % per layer at n = 1, I8 -10 %, NVFP4 at n = 8 half speed (spills);
-//   an L2 prefetch of the next step (slower);
-// - session 4: an sm_80+ kernel with a per-lane cp.async ring in shared memory and a persistent
-//   grid (FP8 42-48 % at n = 1, 20-28 % at n = 8); an sm_90 kernel streaming the weights by
-//   cp.async.bulk through a 4-slot ring (producer warp + 4 consumer warps, mbarriers): 36-42 % at
-//   n = 1, worse with n (its producer's x conversion was serial, 10 warps per SM).
-// - session 5: 3 blocks per SM for the staged kernels (their register cap: 45-61 % at n = 1),
-//   x staged up to 96 KB with the first step prefetched (down 35 % against 40 %), weight loads
-//   under an L2 evict-first policy (no change), K split over thread-block clusters of 2-3 blocks
-//   summed in distributed shared memory (out 23.6 us against 15.7, decode step slower). The
-//   prefetch and evict-first knobs were removed afterwards (the latter was a runtime branch at
-//   every weight load).
-// Session 5 defaults (H200, graph-timed, % of copy at n = 1): FP8 by cvt.rn.f16x2.e4m3x2 on sm_89+
-// (qkv|z|a|b 64 -> 69, out 43 -> 48, down 40 -> 46, gate|up 66 -> 69) and programmatic dependent
-// launch on sm_90 (pdl: qkv|z|a|b 69 -> 71, z 52 -> 56; the 27B decode step 12.76 -> 12.17 ms).
-// Session 6 (% of copy at n = 1): the FP8 block scale loaded once per row block, not per row
-// group (against session 5's rows: out 48 -> 53.5, down 46 -> 58.8; gate|up 73.1); stream-K for
-// rows of >= 96 steps (down 58.8 -> 64.0; n = 8 51.8 -> 57.3). It lost where rows are short (out
-// 13.8 -> 17.2 us, k|v_proj 6.0 -> 10.8: the split rows' sum is ~3 us of latency). Decode batch 1
-// 11.94 -> 11.24 ms.
-// Session 7: ncu (27B decode step, FP8, n = 1, clocks unlocked) finds the kernel latency-bound,
-// no longer issue-bound: 8.9-12.8 warp cycles per issued instruction at 4 warps per scheduler
-// (register-limited, 112-125 registers), 53 % of the stall cycles on L1TEX (the weight loads),
-// DRAM 53-56 % under ncu's cache flush. An L2 look-ahead (prefetch.global.L2 of the warp's step
-// 1 / 2 / 4 steps ahead, one line per lane) did not hide it: qkv|z|a|b 73.4 -> 72.2 / 71.5 /
-// 68.2 %, decode 10.77 -> 10.99 / 11.48 ms; removed. FP8 x in registers where the grid takes more
-// than one wave (fp8_stage_one_wave): qkv|z|a|b 71.9 -> 75.3 %, in_proj_qkv 56.2 -> 59.6, q_proj
-// 62.8 -> 64.9.
-// Session 8: a per-thread cp.async ring of 2 / 3 / 4 steps in shared memory (the same chunks and
-// bits, the first steps issued before pdl_wait, 2 blocks per SM, no spills) lost on every FP8
-// shape (% of copy at n = 1, direct / ring 2 / ring 3: gate|up 75.7 / 63.0 / 60.3, qkv|z|a|b
-// 75.1 / 59.9 / 55.6, out_proj 55.8 / 52.3 / 52.5) and the 27B decode step (10.84 -> 13.03 / 13.53
-// ms); removed. More steps in flight per warp did not make the loop faster, so bytes in flight
-// are not what bounds it; out_proj / o_proj (55 %, one wave of 160 blocks) and n = 8 stay open.
-// Session 10: the order of the loads was (bench_kernels --only pattern: this kernel's loads
-// alone, row-major, 58-64 % of copy on gate|up; the same steps over 4 KB tiles, 95 %). Weights in
-// the tile layout (kTiled, WeightView::tile = 8T; linear_common.cuh) read each step's 4 KB in one
-// run: the 27B decode step 10.19 -> 9.64 ms. The layout fixes T: R = 8 / 16 tiles on every shape
-// were slower (14.23 / 10.94 ms: at T = 1 a lane splits 8 chunks of x per step).
-// Sessions 14 / 15 (tools/gpu/NOTES.md): swiglu in the gate | up epilogue (-0.2 ms a decode step),
-// the split norm in the epilogues (-0.25 ms); stream-K over one wave and deeper PDL prefetch slower.
+// Measured history (each layout, tuning and idea tried, with its numbers): tools/gpu/NOTES.md,
+// "Quantized GEMV history (from linear_gemv_q.cu)".
 #include <algorithm>
 #include <atomic>
 

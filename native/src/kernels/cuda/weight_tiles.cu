@@ -23,17 +23,7 @@ __global__ void tile_kernel(const uint4* __restrict__ src, uint4* __restrict__ d
 }  // namespace
 
 int gemv_tile_rows(const WeightView& w) {
-  int tile = 8 * gemv_rows_per_warp(w.rows);
-  // A/B switch, off by default (not yet measured): a weight whose 32-row blocks fit in one wave
-  // and stay whole (too few steps for stream-K; out_proj / o_proj: 160 blocks of 48 steps on 264
-  // slots, 2.4 TB/s) in tiles of PYENGINE_GEMV_ONE_WAVE_TILE rows (8 or 16): more, shorter blocks.
-  static const int one_wave_tile = env_int("PYENGINE_GEMV_ONE_WAVE_TILE", 0);
-  if (tile == 32 && (one_wave_tile == 8 || one_wave_tile == 16)) {
-    const int64_t cols_per_step = w.dtype == DType::NVFP4 ? 256 : 128;  // 32 rows per warp: 8 chunks a lane
-    const int64_t n_it = (w.cols + cols_per_step - 1) / cols_per_step;
-    if (grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * 2 && n_it < linear_gemv_tuning().stream_k_min_steps)
-      tile = one_wave_tile;
-  }
+  int tile = 8 * gemv_rows_per_warp(w.rows);  // (16 / 8 for one-wave weights: slower, NOTES session 16)
   tile = env_int("PYENGINE_GEMV_TILE", tile);  // 0: row-major (A/B)
   const bool scales_ok = w.dtype != DType::FP8_E4M3 || w.block % 128 == 0;  // the GEMV's FP8 rule
   return tile_fits(w, tile) && scales_ok ? tile : 0;
