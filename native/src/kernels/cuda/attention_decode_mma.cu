@@ -16,7 +16,7 @@
 // the Q setup; v2 / v3 v1 + an L2 prefetch one / two rounds ahead; v4 (NVFP4) whole-chunk loads
 // one step ahead exchanged through shared memory (Fp4Stage); v5 v0 + v1's merge layout. Why each
 // exists and what it measured: tools/gpu/NOTES.md ("Decode attention variants").
-// At 1K depth fp8 is at or under fp16; int8 / NVFP4 not shown (session 14, tools/gpu/NOTES.md).
+// At 1K depth fp8 / int8 run as fast as fp16, NVFP4 not yet (session 16, tools/gpu/NOTES.md).
 #include <algorithm>
 
 #include "core/env.h"
