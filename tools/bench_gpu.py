@@ -129,13 +129,17 @@ def bf16_matmul_rate() -> float:
 
 
 # ---- the engine ----
-def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int, **kw):
+def make_model(cfg_dir: str):
+    """The dummy FP8 model of cfg_dir on the GPU."""
     from pyengine.config import ModelConfig
     from pyengine.model_loader import NativeModel
 
-    config = ModelConfig.from_dir(cfg_dir)
+    return NativeModel(cfg_dir, ModelConfig.from_dir(cfg_dir), "cuda", weight_quant="fp8", load_format="dummy")
+
+
+def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int, **kw):
     t = time.perf_counter()
-    model = NativeModel(cfg_dir, config, "cuda", weight_quant="fp8", load_format="dummy")
+    model = make_model(cfg_dir)
     load_s = time.perf_counter() - t
     return model, engine_on(model, kv, max_len, max_batch, chunk, **kw), load_s
 
@@ -278,12 +282,11 @@ def bench_depth(args, out: dict) -> None:
     depths = args.depths
     rng = random.Random(5)
     prompt = [rng.randrange(1000, 200000) for _ in range(max(depths))]
-    from pyengine.config import ModelConfig
-    from pyengine.model_loader import NativeModel
-
-    model = NativeModel(cfg_dir, ModelConfig.from_dir(cfg_dir), "cuda", weight_quant="fp8", load_format="dummy")
+    model = make_model(cfg_dir)
     engines = {}
-    for kv in DEPTH_KV:  # KV room for 3x the longest context (admission reserves max_model_len)
+    # --depth-kv-bytes: room for the cached prompt and a request's max_model_len (what admission
+    # reserves), so the prompt stays cached from round to round.
+    for kv in DEPTH_KV:
         engines[kv] = engine_on(model, kv, max(depths) + 64, 1, args.chunk, kv_cache_bytes=args.depth_kv_bytes)
         prefill_rate(engines[kv], max(depths), 5)  # fills the prefix cache; the depths below hit it
     print(f"decode step time (ms) by context depth, {args.depth_layers} attention layers of the 27B shape, "
