@@ -43,8 +43,12 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
   // The default launches as a programmatic dependent where the sm_90 code runs; "no pdl" does not.
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, cand, nopdl, nosk, skall;
+  cuda::GemvTuning regx, cand, nopdl, nosk, skall, roll, rollx;
   regx.staged_x_max_bytes = 0;
+  roll.roll = 2;  // tiled weights, every dtype: the next step's loads issued through the math
+  rollx = skall;
+  rollx.roll = 0;  // no dtype rolled
+  rollx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
   cand.fp8_cvt = true;
   cand.min_blocks = 3;
@@ -55,7 +59,8 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
-      {&nosk, " [no stream-k]"}, {&skall, " [stream-k from 1 step]"}};
+      {&nosk, " [no stream-k]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
+      {&rollx, " [no roll, x in registers, stream-k from 1 step]"}};
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
     cuda::linear_gemv_set_tuning(*path.tuning);
@@ -213,11 +218,12 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
                                 (long long)inter, (long long)up0, (long long)cols, tile ? cfgs(" tile %d", tile).c_str() : "");
   CHECK(cuda::linear_swiglu_supported(dx.p, n, dw.view, up0, inter));
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, cand;
+  cuda::GemvTuning regx, cand, roll;
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
   cand.min_blocks = 3;
-  const cuda::GemvTuning* tunings[] = {&dflt, &regx, &cand};
+  roll.roll = 2;
+  const cuda::GemvTuning* tunings[] = {&dflt, &regx, &cand, &roll};
   for (const cuda::GemvTuning* tuning : tunings) {
     cuda::linear_gemv_set_tuning(*tuning);
     dout.poison();

@@ -63,12 +63,15 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
                                 s.tile_q);
   CHECK(cuda::linear_split_norm_supported(din.p, n, dp.view) && cuda::linear_split_norm_supported(dh2.p, n, dq.view));
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, skall, nopdl;
+  cuda::GemvTuning regx, skall, nopdl, roll;
   regx.staged_x_max_bytes = 0;
   skall.stream_k_min_steps = 1;
   nopdl.pdl = false;
+  roll = skall;
+  roll.roll = 2;
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
-      {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step]"}, {&nopdl, " [no pdl]"}};
+      {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step]"}, {&nopdl, " [no pdl]"},
+      {&roll, " [roll, stream-k from 1 step]"}};
   for (const auto& path : paths) {
     cuda::linear_gemv_set_tuning(*path.tuning);
     DevBuf<float> dx(x0), dh(n * s.H), dpart(n * cuda::split_norm_partial_floats(s.H)), dout(n * s.N);

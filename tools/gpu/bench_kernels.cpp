@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -102,6 +103,18 @@ void report(const char* name, float ms, double bytes, double flops = 0) {
 }
 
 }  // namespace
+
+// name contains one of the '|'-separated parts of filter (no filter: every name).
+bool name_selected(const char* name, const char* filter) {
+  if (!filter || !*filter) return true;
+  const std::string f(filter);
+  for (size_t a = 0; a <= f.size();) {
+    const size_t b = std::min(f.find('|', a), f.size());
+    if (b > a && std::strstr(name, f.substr(a, b - a).c_str())) return true;
+    a = b + 1;
+  }
+  return false;
+}
 
 int main(int argc, char** argv) {
   bool quick = false, only_gemv = false, only_attn = false, only_gemm = false, only_norm = false, only_pattern = false;
@@ -201,7 +214,12 @@ int main(int argc, char** argv) {
                           {"gdn out_proj|o_proj 5120x6144", 5120, 6144}, {"mlp gate|up 34816x5120", 34816, 5120},
                           {"mlp down 5120x17408", 5120, 17408},        {"attn q_proj 12288x5120", 12288, 5120},
                           {"attn k|v_proj 1024x5120", 1024, 5120},     {"gdn in_proj_a|b 48x5120", 48, 5120},
-                          {"lm_head 248320x5120 (bf16)", 248320, 5120}};
+                          {"lm_head 248320x5120 (bf16)", 248320, 5120},
+                          // gate|up's kernel over 8x the rows (FP8 only): its rate without the
+                          // per-call ramp and last-wave tail, against the 34816-row shape's
+                          {"fp8 steady 278528x5120", 278528, 5120}};
+  // PE_BENCH_GEMV_FILTER="a|b": only the section-2 rows whose name contains a or b.
+  const char* gemv_filter = std::getenv("PE_BENCH_GEMV_FILTER");
   float* x = static_cast<float*>(dalloc(size_t(4096) * 17408 * 4, 3));
   CK(cudaMemset(x, 0, 16));
   // x as small finite floats: overwrite with a pattern through a host copy
@@ -222,6 +240,7 @@ int main(int argc, char** argv) {
     if (only_attn || only_gemm) break;  // --only attn: section 4 alone; --only gemm: section 3
     for (const Shape& s : shapes) {
       const bool lm = s.rows == 248320;
+      if (s.rows == 278528 && dt != DType::FP8_E4M3) continue;
       if (lm && dt != DType::BF16) continue;
       const size_t wbytes = dtype_bytes_for(dt, s.rows * s.cols);
       const double sbytes = dt == DType::FP8_E4M3 ? 4.0 * ((s.rows + 127) / 128) * ((s.cols + 127) / 128)
@@ -267,6 +286,8 @@ int main(int argc, char** argv) {
           with(" nopdl", [](cuda::GemvTuning& t) { t.pdl = false; });
           with(" nosk", [](cuda::GemvTuning& t) { t.stream_k = false; });
           with(" sk1", [](cuda::GemvTuning& t) { t.stream_k_min_steps = 1; });
+          with(" roll", [](cuda::GemvTuning& t) { t.roll = 2; });
+          with(" noroll", [](cuda::GemvTuning& t) { t.roll = 0; });
         }
         // " tileR": each tuning again on the weight in the GEMV tile layout of R rows, the R the
         // model gives this shape (cuda_ops.h, gemv_tile_rows; the model's layout since session 10;
@@ -287,6 +308,9 @@ int main(int argc, char** argv) {
         }
         for (size_t ti = 0; ti < tunings.size(); ++ti) {
           const auto& tuning = tunings[ti];
+          char name[112];
+          std::snprintf(name, sizeof name, "gemv %s %s n=%d%s", dtype_name(dt), s.name, n, tuning.first.c_str());
+          if (!name_selected(name, gemv_filter)) continue;
           w.tile = tiles[ti];
           cuda::linear_gemv_set_tuning(tuning.second);
           // Eager (one launch between events: host launch cost included) and graph (device time).
@@ -298,8 +322,6 @@ int main(int argc, char** argv) {
             w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
             cuda::linear(x, n, w, out, st);
           }, 16);
-          char name[112];
-          std::snprintf(name, sizeof name, "gemv %s %s n=%d%s", dtype_name(dt), s.name, n, tuning.first.c_str());
           report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
           std::printf("    (eager, launch cost included: %.4f ms)\n", ms_eager);
         }

@@ -146,9 +146,16 @@ struct GemvTuning {
                                        // blocks x column steps, split rows summed by the last
                                        // block to finish them. Session 6: mlp down 35.7 -> 32.8
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
+  int roll = 1;                        // tiled weights, the next step loaded in halves during this
+                                       // step's math (gemv_q_kernel's kRoll): 0 never, 1 I8 only,
+                                       // 2 every dtype. H200, session 17 (bench_kernels, graph-
+                                       // timed, n = 1, % of copy, off -> on): I8 gate|up 79.9 ->
+                                       // 86.4, qkv|z|a|b 78.0 -> 86.1, q_proj 68.0 -> 73.2; FP8
+                                       // gate|up 87.7 -> 83.5, and the FP8 27B decode step 8.56
+                                       // -> 8.85 ms (NVFP4 +-1.5 points)
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K, PYENGINE_GEMV_STAGE_ONE_WAVE
-// (0/1) and PYENGINE_GEMV_PDL_PREFETCH (steps) from the environment when set: the A/B switches
+// (0/1), PYENGINE_GEMV_ROLL (0/1/2) and PYENGINE_GEMV_PDL_PREFETCH (steps) from the environment when set: the A/B switches
 // for whole decode steps (tools/bench_gpu.py). (Measured and removed: K split over thread-block clusters,
 // summed in distributed shared memory, session 5: slower on every 27B shape; the mlp's swiglu
 // computed while the down GEMV stages x, session 13: 0.28 ms a step slower, every block

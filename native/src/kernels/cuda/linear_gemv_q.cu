@@ -101,7 +101,11 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 // others the up rows of the same outputs, and the epilogue writes silu(gate) * up to out[n, inter]
 // (the swiglu kernel's math on the same sums: the same bits as linear + swiglu). Whole row blocks.
 // ep.norm_* / ep.res_*: the split norm's consumer / producer (linear_gemv_q_split_norm.cuh).
-template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu>
+// kRoll: the warp's next step is loaded in two halves, each as soon as this step's same half is
+// decoded, so half the loads stay in flight through the math (the same registers); the first
+// step is loaded before pdl_wait. Without it a step issues its 8 loads, waits for them, then
+// decodes (the next loads wait for the math).
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu, bool kRoll>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
                   GemvEpilogue ep, float* __restrict__ out) {
@@ -181,7 +185,51 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const unsigned char* xsrow = reinterpret_cast<const unsigned char*>(xs) + (has_x ? g : 0) * x_pitch;
   const int it_first = k_lo + warp;  // this warp's first step
   const int it_end = rb_lo == rb_hi ? k_hi : n_it;
-  if (pdl && kTiled) {
+  // The step's weight chunks, NVFP4 group scales and FP8 block scales (kRoll: the next step's).
+  uint4 raw[T][C];
+  uint32_t gsc[T][C];
+  float bsc[(C + 1) / 2] = {}, bsc_up[(C + 1) / 2] = {};
+  const auto load_chunk = [&](int r, int c, int it) {
+    const int64_t col = static_cast<int64_t>(it) * KI + (c * 4 + t) * VPC;
+    raw[r][c] = make_uint4(0, 0, 0, 0);
+    gsc[r][c] = 0;
+    if (kWhole || col < cols) {  // cols % VPC == 0: a chunk is all in or all out
+      raw[r][c] = load_stream(chunk(r, c, it, col));
+      if constexpr (DT == DType::NVFP4) gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
+    }
+  };
+  const auto load_scales = [&](int it) {
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int s = 0; s < C / 2; ++s) {
+        const int seg = it * (KI / 128) + s;  // 128-column segment index
+        const bool valid = kWhole || static_cast<int64_t>(seg) * 128 < cols;
+        const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
+        bsc[s] = valid ? __ldg(srow + cb) * fp8_decode_unit<kCvt>() : 0.0f;
+        if constexpr (kSwiglu) bsc_up[s] = valid ? __ldg(srow_up + cb) * fp8_decode_unit<kCvt>() : 0.0f;
+      }
+    }
+  };
+  const auto load_step = [&](int it) {
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int r = 0; r < T; ++r) load_chunk(r, c, it);
+    load_scales(it);
+  };
+  if (kRoll && it_first < it_end) load_step(it_first);  // the weights do not depend on the previous kernel
+  if (pdl && kTiled && kRoll) {
+    // Steps 2 .. pf_steps of the warp into L2 (the first is in registers).
+    const uint8_t* step0 = tile_base - lane * 16;
+    const uint8_t* up_step0 = nullptr;
+    if constexpr (kSwiglu) up_step0 = tile_up - lane * 16;
+    for (int s = 1; s < pf_steps; ++s) {
+      const int it = it_first + s * kWarps;
+      if (it >= it_end) break;
+      if constexpr (kSwiglu) prefetch_l2((lane < 16 ? step0 : up_step0) + static_cast<int64_t>(it) * 4096 + (lane & 15) * 128);
+      else prefetch_l2(step0 + static_cast<int64_t>(it) * 4096 + lane * 128);
+    }
+  } else if (pdl && kTiled) {
     // The warp's first pf_steps steps into L2 while the previous kernel runs (the weights do not
     // depend on it): one 128-byte line per lane of each 4 KB step (swiglu: 2 KB of the gate and
     // 2 KB of the up tile).
@@ -194,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       if constexpr (kSwiglu) prefetch_l2((lane < 16 ? step0 : up_step0) + static_cast<int64_t>(it) * 4096 + (lane & 15) * 128);
       else prefetch_l2(step0 + static_cast<int64_t>(it) * 4096 + lane * 128);
     }
-  } else if (pdl && it_first < it_end) {  // row-major: the lane's chunks of its first step
+  } else if (pdl && !kRoll && it_first < it_end) {  // row-major: the lane's chunks of its first step
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int64_t col = static_cast<int64_t>(it_first) * KI + (c * 4 + t) * VPC;
@@ -224,7 +272,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int rb = rb_lo; rb <= rb_hi; ++rb) {
     const int64_t row0 = static_cast<int64_t>(rb) * kOutRows;
     const int k0 = rb == rb_lo ? k_lo : 0, k1 = rb == rb_hi ? k_hi : n_it;
-    if (rb != rb_lo) set_rows(row0);
+    if (rb != rb_lo) {
+      set_rows(row0);
+      if (kRoll && k0 + warp < k1) load_step(k0 + warp);
+    }
     float acc[T][4];
 #pragma unroll
     for (int r = 0; r < T; ++r)
@@ -233,35 +284,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
     for (int it = k0 + warp; it < k1; it += kWarps) {
       const int64_t kb = static_cast<int64_t>(it) * KI;
-      // All loads of the step first: 8 x 16 bytes per lane in flight.
-      uint4 raw[T][C];
-      uint32_t gsc[T][C];
-      float bsc[(C + 1) / 2], bsc_up[(C + 1) / 2];
+      const int next = it + kWarps;
+      const bool more = kRoll && next < k1;
+      if constexpr (!kRoll) load_step(it);  // all loads of the step first: 8 x 16 bytes per lane in flight
+      float sc[(C + 1) / 2], sc_up[(C + 1) / 2];  // this step's block scales
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const int64_t col = kb + (c * 4 + t) * VPC;
-        const bool valid = kWhole || col < cols;  // cols % VPC == 0: a chunk is all in or all out
-#pragma unroll
-        for (int r = 0; r < T; ++r) {
-          raw[r][c] = make_uint4(0, 0, 0, 0);
-          gsc[r][c] = 0;
-          if (valid) {
-            raw[r][c] = load_stream(chunk(r, c, it, col));
-            if constexpr (DT == DType::NVFP4)
-              gsc[r][c] = __ldg(reinterpret_cast<const uint16_t*>(grow[r] + col / 16));
-          }
-        }
+      for (int s = 0; s < (C + 1) / 2; ++s) {
+        sc[s] = bsc[s];
+        sc_up[s] = bsc_up[s];
       }
-      if constexpr (kFp8) {
-#pragma unroll
-        for (int s = 0; s < C / 2; ++s) {
-          const int seg = it * (KI / 128) + s;  // 128-column segment index
-          const bool valid = kWhole || static_cast<int64_t>(seg) * 128 < cols;
-          const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
-          bsc[s] = valid ? __ldg(srow + cb) * fp8_decode_unit<kCvt>() : 0.0f;
-          if constexpr (kSwiglu) bsc_up[s] = valid ? __ldg(srow_up + cb) * fp8_decode_unit<kCvt>() : 0.0f;
-        }
-      }
+      if (more) load_scales(next);
       float tmp[T][4];
 #pragma unroll
       for (int c = 0; c < C; ++c) {
@@ -295,7 +327,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
             if (c % 2 == 1) {
 #pragma unroll
               for (int e = 0; e < 4; ++e)
-                acc[r][e] = fmaf(tmp[r][e], kSwiglu && r >= T / 2 ? bsc_up[c / 2] : bsc[c / 2], acc[r][e]);
+                acc[r][e] = fmaf(tmp[r][e], kSwiglu && r >= T / 2 ? sc_up[c / 2] : sc[c / 2], acc[r][e]);
             }
           } else {
 #pragma unroll
@@ -305,6 +337,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
               mma_16816(acc[r], a, b);
             }
           }
+        }
+        // kRoll: once a half of the step is decoded, that half's loads of the next step go out
+        // together (issued chunk by chunk they measured slower: session 17).
+        if (more && (c == C / 2 - 1 || c == C - 1)) {
+#pragma unroll
+          for (int h = c + 1 - C / 2; h <= c; ++h)
+#pragma unroll
+            for (int r = 0; r < T; ++r) load_chunk(r, h, next);
         }
       }
     }
@@ -408,14 +448,15 @@ GemvTuning g_tuning = [] {
   t.pdl_prefetch_steps = env_int("PYENGINE_GEMV_PDL_PREFETCH", t.pdl_prefetch_steps);
   t.stream_k = env_int("PYENGINE_GEMV_STREAM_K", t.stream_k) != 0;
   t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave) != 0;
+  t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
   return t;
 }();
 
 // Returns the row blocks (the producer's partials per token, GemvEpilogue::res_partial).
-template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu>
+template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu, bool kRoll>
 int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int seg_per_block, float* out,
          int64_t xbytes, cudaStream_t stream) {
-  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks, kTiled, kSwiglu>;
+  auto* kernel = gemv_q_kernel<DT, T, kStagedX, kCvt, kMinBlocks, kTiled, kSwiglu, kRoll>;
   if constexpr (kStagedX) {
     static std::atomic<uint64_t> attr_set{0};  // per device: the dynamic shared-memory limit raised
     int dev = 0;
@@ -445,7 +486,7 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
 // the FP8 decode (kCvt only for FP8).
-template <DType DT, int T, bool kTiled, bool kSwiglu>
+template <DType DT, int T, bool kTiled, bool kSwiglu, bool kRoll>
 int run_t(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int seg_per_block, float* out,
            int64_t xbytes, bool staged, cudaStream_t stream) {
   const bool cvt = DT == DType::FP8_E4M3 && g_tuning.fp8_cvt;
@@ -453,23 +494,23 @@ int run_t(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, in
   constexpr int kMb3 = kSwiglu ? 2 : 3;  // swiglu: 2 blocks per SM only (fewer kernels to build)
   if constexpr (DT == DType::FP8_E4M3) {
     if (cvt) {
-      if (!staged) return run<DT, T, false, true, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, 0, stream);
-      if (mb3) return run<DT, T, true, true, kMb3, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, stream);
-      return run<DT, T, true, true, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, stream);
+      if (!staged) return run<DT, T, false, true, 2, kTiled, kSwiglu, kRoll>(x, n, w, ep, seg_per_block, out, 0, stream);
+      if (mb3) return run<DT, T, true, true, kMb3, kTiled, kSwiglu, kRoll>(x, n, w, ep, seg_per_block, out, xbytes, stream);
+      return run<DT, T, true, true, 2, kTiled, kSwiglu, kRoll>(x, n, w, ep, seg_per_block, out, xbytes, stream);
     }
   }
   (void)cvt;
-  if (!staged) return run<DT, T, false, false, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, 0, stream);
-  if (mb3) return run<DT, T, true, false, kMb3, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, stream);
-  return run<DT, T, true, false, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, stream);
+  if (!staged) return run<DT, T, false, false, 2, kTiled, kSwiglu, kRoll>(x, n, w, ep, seg_per_block, out, 0, stream);
+  if (mb3) return run<DT, T, true, false, kMb3, kTiled, kSwiglu, kRoll>(x, n, w, ep, seg_per_block, out, xbytes, stream);
+  return run<DT, T, true, false, 2, kTiled, kSwiglu, kRoll>(x, n, w, ep, seg_per_block, out, xbytes, stream);
 }
 
-template <DType DT, bool kTiled, bool kSwiglu>
+template <DType DT, bool kTiled, bool kSwiglu, bool kRoll>
 int run_rows(int T, const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int seg_per_block, float* out,
               int64_t xbytes, bool staged, cudaStream_t stream) {
-  if (T >= 4) return run_t<DT, 4, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
-  if (kSwiglu || T >= 2) return run_t<DT, 2, kTiled, kSwiglu>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
-  if constexpr (!kSwiglu) return run_t<DT, 1, kTiled, false>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  if (T >= 4) return run_t<DT, 4, kTiled, kSwiglu, kRoll>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  if (kSwiglu || T >= 2) return run_t<DT, 2, kTiled, kSwiglu, kRoll>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  if constexpr (!kSwiglu) return run_t<DT, 1, kTiled, false, kRoll>(x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
   return 0;  // not reached: swiglu takes T >= 2
 }
 
@@ -493,12 +534,17 @@ int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, f
   // of the staged kernel's block slots (GemvTuning::fp8_stage_one_wave; run_t's register budget).
   if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
     staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * (g_tuning.min_blocks >= 3 ? 3 : 2);
+  // Rolled loads (kRoll) for tiled weights only (the layer weights of a quantized model); which
+  // dtypes: GemvTuning::roll.
+  const bool roll = g_tuning.roll >= 2 || (g_tuning.roll == 1 && DT == DType::I8);
   if (ep.inter > 0) {
-    if (w.tile) return run_rows<DT, true, true>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
-    return run_rows<DT, false, true>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+    if (w.tile && roll) return run_rows<DT, true, true, true>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+    if (w.tile) return run_rows<DT, true, true, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+    return run_rows<DT, false, true, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
   }
-  if (w.tile) return run_rows<DT, true, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
-  return run_rows<DT, false, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  if (w.tile && roll) return run_rows<DT, true, false, true>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  if (w.tile) return run_rows<DT, true, false, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
+  return run_rows<DT, false, false, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
 }
 
 inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
