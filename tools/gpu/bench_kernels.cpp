@@ -107,12 +107,9 @@ void report(const char* name, float ms, double bytes, double flops = 0) {
 // name contains one of the '|'-separated parts of filter (no filter: every name).
 bool name_selected(const char* name, const char* filter) {
   if (!filter || !*filter) return true;
-  const std::string f(filter);
-  for (size_t a = 0; a <= f.size();) {
-    const size_t b = std::min(f.find('|', a), f.size());
+  std::string f = std::string(filter) + "|";
+  for (size_t a = 0, b; (b = f.find('|', a)) != std::string::npos; a = b + 1)
     if (b > a && std::strstr(name, f.substr(a, b - a).c_str())) return true;
-    a = b + 1;
-  }
   return false;
 }
 
@@ -265,9 +262,8 @@ int main(int argc, char** argv) {
         // (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched without
         // programmatic dependent launch (the default on sm_90: the graph's calls overlap), "nosk"
         // one whole row block per block (no stream-K), "sk1" stream-K wherever the row blocks
-        // leave slots empty. Measured and dropped: x staged to 96 KB with the first step
-        // prefetched, weights evict-first in L2, K split over clusters of 2 / 3 blocks (sessions
-        // 5-6), an L2 look-ahead of 1 / 2 / 4 steps (session 7).
+        // leave slots empty, "roll" / "noroll" the next step loaded during the math for every
+        // dtype / none (GemvTuning::roll). Dropped ideas: tools/gpu/NOTES.md.
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
