@@ -212,9 +212,7 @@ int main(int argc, char** argv) {
                           {"mlp down 5120x17408", 5120, 17408},        {"attn q_proj 12288x5120", 12288, 5120},
                           {"attn k|v_proj 1024x5120", 1024, 5120},     {"gdn in_proj_a|b 48x5120", 48, 5120},
                           {"lm_head 248320x5120 (bf16)", 248320, 5120},
-                          // gate|up's kernel over 8x the rows (FP8 only): its rate without the
-                          // per-call ramp and last-wave tail, against the 34816-row shape's
-                          {"fp8 steady 278528x5120", 278528, 5120}};
+                          {"fp8 steady 278528x5120", 278528, 5120}};  // FP8 only: 8x gate|up, no ramp / tail
   // PE_BENCH_GEMV_FILTER="a|b": only the section-2 rows whose name contains a or b.
   const char* gemv_filter = std::getenv("PE_BENCH_GEMV_FILTER");
   float* x = static_cast<float*>(dalloc(size_t(4096) * 17408 * 4, 3));
