@@ -79,12 +79,14 @@ def matmul_params(c: dict) -> int:
     return L * mlp + n_full * attn + n_gdn * gdn + c["vocab_size"] * H
 
 
-def gdn_state_bytes(c: dict) -> int:
+def gdn_step_bytes(c: dict) -> tuple[int, int]:
+    """GDN state bytes one decode step reads and writes per sequence: the recurrent state both
+    ways; of the conv ring (K rows a layer) the older positions' K - 1 rows read, one written."""
     n_gdn = sum(1 for t in c["layer_types"] if t == "linear_attention")
-    conv = (c["linear_conv_kernel_dim"] - 1) * (2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] +
-                                                 c["linear_num_value_heads"] * c["linear_value_head_dim"])  # fmt: skip
+    row = (2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] +
+           c["linear_num_value_heads"] * c["linear_value_head_dim"])  # fmt: skip
     rec = c["linear_num_value_heads"] * c["linear_key_head_dim"] * c["linear_value_head_dim"]
-    return n_gdn * (conv + rec) * 4
+    return n_gdn * ((c["linear_conv_kernel_dim"] - 1) * row + rec) * 4, n_gdn * (row + rec) * 4
 
 
 # ---- hardware roofs (torch) ----
@@ -212,15 +214,15 @@ def bench_engine(args, out: dict) -> None:
     out["weights"] = {"device_bytes": wbytes, "load_dummy_s": round(load_s, 1)}
     print(f"27B dummy FP8: weights {wbytes / 1e9:.2f} GB on the device, generated in {load_s:.1f} s", flush=True)
     bw, mm = out["copy_bytes_per_s"], out["bf16_flops"]
-    state = gdn_state_bytes(c)
+    state_read, state_written = gdn_step_bytes(c)
 
     def decode_rows(engine, key: str, label: str) -> None:
         decode_rate(engine, 1, 16, 0)  # warm-up
         out[key] = []
         for b in (1, 2, 8):
             tps, step = decode_rate(engine, b, args.decode_tokens, b)
-            read = (wbytes - embed) + b * state  # + KV of ~50 tokens: negligible
-            written = b * state
+            read = (wbytes - embed) + b * state_read  # + KV of ~50 tokens: negligible
+            written = b * state_written
             frac = (read + written) / step / bw
             row = {"batch": b, "tok_s": round(tps, 1), "step_ms": round(step * 1e3, 3), "bytes_read_per_step": read,
                    "bytes_written_per_step": written, "hbm_fraction": round(frac, 3)}  # fmt: skip

@@ -1,4 +1,4 @@
-// CUDA GDN ops against the CPU twins: conv1d_causal (prefill and single steps, state carried),
+// CUDA GDN ops against the CPU twins: conv1d_causal (pieces at positions that wrap its ring),
 // gdn_gates, gdn_recurrent and gdn_chunked (GQA 2 and 3, dk != dv, strided q/k/v slices of the
 // conv output, state carried between calls), the test checkpoints' and the 27B head shapes.
 #include <cmath>
@@ -115,20 +115,28 @@ TEST(cuda_gdn_chunked) {
 }
 
 TEST(cuda_conv1d) {
+  // A piece of n rows at a random position of a random ring, then pieces of 1 and K + 1 rows
+  // after it with the ring carried (pieces with n < K and n >= K; positions that wrap the ring).
   pe_test::Rng rng(1);
-  for (int64_t K : {2, 4})
+  for (int64_t K : {1, 2, 4, 6})
     for (int64_t C : {1, 3, 65, 130, 10240})
       for (int64_t n : {1, 3, 17, 63, 65, 1000}) {
         if (C * n > 2000000 || (small_only() && n > 65)) continue;
-        const int64_t stride = C + 5;
-        const auto u = rng.normals(n * stride);
+        const int64_t stride = C + 5, pieces[3] = {n, 1, K + 1}, rows = n + K + 2;
+        const auto u = rng.normals(rows * stride);
         const auto w = rng.normals(C * K, 0.5f);
-        const auto state0 = rng.normals((K - 1) * C);
-        std::vector<float> st = state0, ref(n * C);
-        cpu::conv1d_causal(u.data(), n, stride, C, w.data(), K, st.data(), ref.data());
-        DevBuf<float> du(u), dw(w), dst(state0), dout(n * C);
-        cuda::conv1d_causal(du.p, n, stride, C, dw.p, K, dst.p, dout.p, nullptr);
-        const std::string cfg = cfgs("K%lld C%lld n=%lld", (long long)K, (long long)C, (long long)n);
+        const auto state0 = rng.normals(K * C);
+        const int64_t pos0 = rng.below(3 * K + 1);
+        std::vector<float> st = state0, ref(rows * C);
+        DevBuf<float> du(u), dw(w), dst(state0), dout(rows * C);
+        for (int64_t i = 0, r = 0; i < 3; r += pieces[i++]) {
+          cpu::conv1d_causal(u.data() + r * stride, pieces[i], stride, C, w.data(), K, pos0 + r, st.data(),
+                             ref.data() + r * C);
+          cuda::conv1d_causal(du.p + r * stride, pieces[i], stride, C, dw.p, K, pos0 + r, dst.p, dout.p + r * C,
+                              nullptr);
+        }
+        const std::string cfg = cfgs("K%lld C%lld n=%lld pos %lld", (long long)K, (long long)C, (long long)n,
+                                     (long long)pos0);
         EXPECT_CLOSE("conv1d", cfg, dout.download(), ref, 1e-5);
         EXPECT_CLOSE("conv1d", cfg + " state", dst.download(), st, 0.0);
       }

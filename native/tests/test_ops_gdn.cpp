@@ -1,6 +1,8 @@
-// GDN ops: conv1d_causal (prefill == steps, state carried), gdn_gates, gdn_recurrent against a
-// naive double reference, and gdn_chunked against gdn_recurrent (awkward lengths, GQA 2 and 3,
-// dk != dv, strided q/k/v as they come out of the conv, state carried between calls).
+// GDN ops: conv1d_causal against the conv over the whole input history (steps, pieces and a
+// prefill give the same bits and ring), gdn_gates, gdn_recurrent against a naive double
+// reference, and gdn_chunked against gdn_recurrent (awkward lengths, GQA 2 and 3, dk != dv,
+// strided q/k/v as they come out of the conv, state carried between calls).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -10,57 +12,80 @@
 using namespace pe;
 
 TEST(conv1d_simple) {
-  // One channel, K = 3, w = [1, 2, 3], state = [10, 20]; u = [1]: 1*10 + 2*20 + 3*1 = 53.
-  float state[2] = {10, 20};
+  // One channel, K = 3, w = [1, 2, 3], u = [1] at position 5: the ring rows of positions 3 and 4
+  // (rows 0 and 1: 10, 20) and u: 1*10 + 2*20 + 3*1 = 53. Row 2 (position 2) takes u.
+  float state[3] = {10, 20, 99};
   const float w[3] = {1, 2, 3}, u[1] = {1};
   float out[1];
-  cpu::conv1d_causal(u, 1, 1, 1, w, 3, state, out);
+  cpu::conv1d_causal(u, 1, 1, 1, w, 3, 5, state, out);
   CHECK_NEAR(out[0], 53.0 / (1.0 + std::exp(-53.0)), 1e-4);
-  CHECK_EQ(state[0], 20.0f);
-  CHECK_EQ(state[1], 1.0f);
+  CHECK_EQ(state[0], 10.0f);
+  CHECK_EQ(state[1], 20.0f);
+  CHECK_EQ(state[2], 1.0f);
 }
 
-TEST(conv1d_prefill_equals_steps) {
+namespace {
+
+// Naive reference: the conv at position p over a sequence's whole raw input history X (row q =
+// input of position q, C channels; positions < 0 are zeros), in double.
+double naive_conv(const std::vector<float>& X, int64_t C, const std::vector<float>& w, int64_t K, int64_t p,
+                  int64_t c) {
+  double s = 0.0;
+  for (int64_t j = 0; j < K; ++j) {
+    const int64_t q = p - (K - 1) + j;
+    if (q >= 0) s += static_cast<double>(w[c * K + j]) * X[q * C + c];
+  }
+  return s / (1.0 + std::exp(-s));
+}
+
+// The ring of a sequence whose inputs 0 .. len - 1 are X's first rows: row q % K = X[q] for the
+// last min(len, K) of them, the other rows still zero (never written).
+std::vector<float> ring_of(const std::vector<float>& X, int64_t C, int64_t K, int64_t len) {
+  std::vector<float> ring(K * C, 0.0f);
+  for (int64_t q = std::max<int64_t>(0, len - K); q < len; ++q)
+    std::copy(X.begin() + q * C, X.begin() + (q + 1) * C, ring.begin() + q % K * C);
+  return ring;
+}
+
+}  // namespace
+
+TEST(conv1d_pieces_equal_full_history) {
+  // One sequence of 5K + 7 positions (the ring wraps 5+ times) fed from a zeroed ring in three
+  // ways: single steps, pieces of mixed sizes (n < K and n >= K), one prefill. The outputs
+  // against the naive conv over the history, the ring after every piece exactly, and the three
+  // ways bit for bit.
   pe_test::Rng rng(1);
-  for (int64_t K : {2, 4})
-    for (int64_t C : {1, 3, 65, 130})
-      for (int64_t n : {1, 2, 3, 17, 63}) {
-        const int64_t stride = C + 5;  // u is a slice of a wider row
-        const auto u = rng.normals(n * stride);
-        const auto w = rng.normals(C * K, 0.5f);
-        const auto state0 = rng.normals((K - 1) * C);
-        // Naive reference over x = [state0; u].
-        std::vector<double> ref(n * C);
-        for (int64_t t = 0; t < n; ++t)
-          for (int64_t c = 0; c < C; ++c) {
-            double s = 0.0;
-            for (int64_t j = 0; j < K; ++j) {
-              const int64_t r = t + j;
-              const double xv = r < K - 1 ? state0[r * C + c] : u[(r - (K - 1)) * stride + c];
-              s += w[c * K + j] * xv;
-            }
-            ref[t * C + c] = s / (1.0 + std::exp(-s));
-          }
-        std::vector<float> st_a = state0, out_a(n * C);
-        cpu::conv1d_causal(u.data(), n, stride, C, w.data(), K, st_a.data(), out_a.data());
-        CHECK_CLOSE(out_a.data(), ref.data(), n * C, 1e-6);
-        // n single steps with the state carried give the same bits.
-        std::vector<float> st_b = state0, out_b(n * C);
-        for (int64_t t = 0; t < n; ++t)
-          cpu::conv1d_causal(u.data() + t * stride, 1, stride, C, w.data(), K, st_b.data(),
-                             out_b.data() + t * C);
-        CHECK(out_a == out_b);
-        CHECK(st_a == st_b);
-        // The state holds the last K-1 raw rows of [state0; u].
-        int bad = 0;
-        for (int64_t r = 0; r < K - 1; ++r)
-          for (int64_t c = 0; c < C; ++c) {
-            const int64_t src = n + r;
-            const float want = src < K - 1 ? state0[src * C + c] : u[(src - (K - 1)) * stride + c];
-            bad += st_a[r * C + c] != want;
-          }
-        CHECK_EQ(bad, 0);
+  for (int64_t K : {1, 2, 4, 6})
+    for (int64_t C : {1, 3, 65, 130}) {
+      const int64_t P = 5 * K + 7, stride = C + 5;  // u is a slice of a wider row
+      const auto X = rng.normals(P * C);
+      const auto w = rng.normals(C * K, 0.5f);
+      const std::vector<int64_t> mixed = {1, K + 1, 2, K, std::max<int64_t>(K - 1, 1), 2 * K + 3, 1};
+      std::vector<double> ref(P * C);
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t c = 0; c < C; ++c) ref[p * C + c] = naive_conv(X, C, w, K, p, c);
+      std::vector<std::vector<float>> outs, rings;
+      for (int plan = 0; plan < 3; ++plan) {
+        std::vector<float> ring(K * C, 0.0f), out(P * C, NAN);
+        int64_t p0 = 0;
+        for (size_t i = 0; p0 < P; ++i) {
+          const int64_t want_n = plan == 0 ? 1 : plan == 1 ? mixed[i % mixed.size()] : P;
+          const int64_t n = std::min(want_n, P - p0);
+          std::vector<float> u(n * stride, NAN);
+          for (int64_t t = 0; t < n; ++t)
+            std::copy(X.begin() + (p0 + t) * C, X.begin() + (p0 + t + 1) * C, u.begin() + t * stride);
+          cpu::conv1d_causal(u.data(), n, stride, C, w.data(), K, p0, ring.data(), out.data() + p0 * C);
+          p0 += n;
+          CHECK(ring == ring_of(X, C, K, p0));
+        }
+        CHECK_CLOSE(out.data(), ref.data(), P * C, 1e-6);
+        outs.push_back(out);
+        rings.push_back(ring);
       }
+      CHECK(outs[1] == outs[0]);
+      CHECK(outs[2] == outs[0]);
+      CHECK(rings[1] == rings[0] && rings[2] == rings[0]);
+    }
 }
 
 TEST(gdn_gates_values) {

@@ -512,7 +512,7 @@ int main(int argc, char** argv) {
     }
     CK(cudaFree(aq)); CK(cudaFree(agate)); CK(cudaFree(aout)); CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt));
   }
-  // 7. GDN decode step batched over sequences (27B shape): gdn_decode (2 launches per layer for
+  // 7. GDN decode step batched over sequences (27B shape): gdn_decode (1 launch per layer for
   // all sequences) vs the per-sequence ops the model calls today (conv1d, 2 l2_norms, gates,
   // recurrent: 6 launches per sequence). States live in a pool of 48 layers per slot (slot stride
   // = all layers, as GdnPool); one timed run = the 48 layers in turn, so the state comes from HBM
@@ -520,11 +520,11 @@ int main(int argc, char** argv) {
   // "graph": the same launches replayed from a CUDA graph (device time). Bytes = state r+w.
   {
     const int64_t Hk = 16, Hv = 48, dk = 128, dv = 128, K = 4, C = 2 * Hk * dk + Hv * dv;
-    const int64_t n_layers = 48, max_seqs = 32, rec_layer = Hv * dk * dv, conv_layer = (K - 1) * C;
+    const int64_t n_layers = 48, max_seqs = 32, rec_layer = Hv * dk * dv, conv_layer = K * C;
     const size_t rec_bytes = size_t(max_seqs) * n_layers * rec_layer * 4;
     const size_t conv_bytes = size_t(max_seqs) * n_layers * conv_layer * 4;
     float *rec, *conv, *scr;
-    int32_t* slots;
+    int32_t *slots, *pos;
     cudaStream_t st;
     CK(cudaStreamCreate(&st));
     CK(cudaMalloc(&rec, rec_bytes));
@@ -536,6 +536,10 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < max_seqs; ++i) hs[i] = static_cast<int32_t>((i * 7) % max_seqs);
     CK(cudaMalloc(&slots, max_seqs * 4));
     CK(cudaMemcpy(slots, hs.data(), max_seqs * 4, cudaMemcpyHostToDevice));
+    std::vector<int32_t> hp(max_seqs);  // positions: sequences at different conv ring rows
+    for (int64_t i = 0; i < max_seqs; ++i) hp[i] = static_cast<int32_t>(1000 + 5 * i);
+    CK(cudaMalloc(&pos, max_seqs * 4));
+    CK(cudaMemcpy(pos, hp.data(), max_seqs * 4, cudaMemcpyHostToDevice));
     // x holds small finite floats: inputs, conv weights, A_log, dt_bias.
     const float* qkv = x;
     const float* ab = x + max_seqs * C;
@@ -545,7 +549,7 @@ int main(int argc, char** argv) {
       auto batched = [&]() {
         for (int64_t layer = 0; layer < n_layers; ++layer) {
           cuda::GdnDecodeArgs a{n, qkv, ab, ab + max_seqs * Hv, conv_w, hv_params, hv_params + Hv, slots,
-                                conv + layer * conv_layer, n_layers * conv_layer, rec + layer * rec_layer,
+                                pos, conv + layer * conv_layer, n_layers * conv_layer, rec + layer * rec_layer,
                                 n_layers * rec_layer, Hk, Hv, dk, dv, K, out};
           cuda::gdn_decode(a, st);
         }
@@ -558,7 +562,7 @@ int main(int argc, char** argv) {
             float* cs = conv + (hs[i] * n_layers + layer) * conv_layer;
             float* rs = rec + (hs[i] * n_layers + layer) * rec_layer;
             float* yi = scr + i * C;
-            cuda::conv1d_causal(qkv + i * C, 1, C, C, conv_w, K, cs, yi, st);
+            cuda::conv1d_causal(qkv + i * C, 1, C, C, conv_w, K, hp[i], cs, yi, st);
             cuda::l2_norm(yi, Hk, dk, 1e-6f, 0.0884f, st);
             cuda::l2_norm(yi + Hk * dk, Hk, dk, 1e-6f, 1.0f, st);
             cuda::gdn_gates(ab + i * Hv, ab + max_seqs * Hv + i * Hv, Hv, 1, Hv, hv_params, hv_params + Hv,
@@ -591,7 +595,7 @@ int main(int argc, char** argv) {
         CK(cudaGraphDestroy(graph));
       }
     }
-    CK(cudaFree(rec)); CK(cudaFree(conv)); CK(cudaFree(scr)); CK(cudaFree(slots));
+    CK(cudaFree(rec)); CK(cudaFree(conv)); CK(cudaFree(scr)); CK(cudaFree(slots)); CK(cudaFree(pos));
     CK(cudaStreamDestroy(st));
   }
   CK(cudaDeviceSynchronize());

@@ -6,10 +6,17 @@
 #include "core/error.h"
 
 namespace pe {
+namespace {
+
+// K rows, not the K - 1 a conv step reads: the step writes its new row in place of the oldest
+// (position p - K) instead of shifting the K - 1 rows up, so no second pass over the state.
+int64_t conv_ring_floats(const ModelConfig& cfg) { return cfg.conv_kernel * cfg.conv_dim(); }
+
+}  // namespace
 
 GdnPool::GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot, Device device)
     : n_running_(n_running), n_snapshot_(n_snapshot) {
-  conv_floats_ = (cfg.conv_kernel - 1) * cfg.conv_dim();
+  conv_floats_ = conv_ring_floats(cfg);
   rec_floats_ = cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim;
   slot_floats_ = cfg.n_gdn_layers() * (conv_floats_ + rec_floats_);
   const int64_t n = n_running + n_snapshot;
@@ -20,7 +27,7 @@ GdnPool::GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot, 
 }
 
 int64_t GdnPool::slot_bytes(const ModelConfig& cfg) {
-  int64_t conv = (cfg.conv_kernel - 1) * cfg.conv_dim();
+  int64_t conv = conv_ring_floats(cfg);
   int64_t rec = cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim;
   return cfg.n_gdn_layers() * (conv + rec) * int64_t(sizeof(float));
 }

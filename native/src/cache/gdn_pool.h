@@ -1,5 +1,7 @@
-// GDN state slots: per slot and per GDN layer the conv state [K-1, conv_dim] and the recurrent
-// state S [Hv, dk, dv], fp32, contiguous per slot so a snapshot is one memcpy.
+// GDN state slots: per slot and per GDN layer the conv state, a ring [K, conv_dim] holding the raw
+// input of position p in row p % K (ops.h conv1d_causal), and the recurrent state S [Hv, dk, dv],
+// fp32, contiguous per slot so a snapshot is one memcpy. A snapshot taken after position p - 1 is
+// continued at position p, so its ring rows stay where the conv looks for them.
 // Slots [0, n_running) serve running sequences; slots [n_running, n_running + n_snapshot) hold
 // prefix-cache snapshots. Both ranges have their own free list.
 #pragma once
@@ -29,6 +31,8 @@ class GdnPool {
 
   Device device() const { return data_.device(); }
   int64_t slot_floats() const { return slot_floats_; }
+  int64_t conv_floats() const { return conv_floats_; }  // of one layer's conv ring
+  int64_t rec_floats() const { return rec_floats_; }    // of one layer's recurrent state
   int64_t n_running() const { return n_running_; }
   int64_t n_snapshot() const { return n_snapshot_; }
   int64_t n_running_free() const { return static_cast<int64_t>(free_running_.size()); }

@@ -117,13 +117,16 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
                      const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                      float* out);
 
-// Causal depthwise conv1d + SiLU over n rows of C channels with a kernel of width K.
-// u [n, C] (row stride u_stride), w [C, K], state [K-1, C] (oldest row first) holds the raw inputs
-// before u[0] (zeros for a new sequence) and is updated to the last K-1 raw rows.
-// out[t, c] = silu(sum_j w[c, j] * x[t - (K-1) + j, c]) where x = [state; u]. out [n, C] dense.
-// Works for n == 1 (decode step) and n > 1 (prefill).
+// Causal depthwise conv1d + SiLU over n rows of C channels with a kernel of width K, u's rows at
+// absolute positions pos0 .. pos0 + n - 1 (pos0 >= 0). u [n, C] (row stride u_stride), w [C, K].
+// state [K, C] is a ring of raw inputs: row p % K holds the input of position p. With
+// x(p) = u[p - pos0] for p >= pos0, else state[p mod K] (a new sequence's ring is zeros, so
+// positions < 0 read zeros): out[t, c] = silu(sum_j w[c, j] * x(pos0 + t - (K-1) + j)[c]), taps
+// j = 0 .. K-1 in order. Afterwards row p % K holds input p for every p in [pos0, pos0 + n) (for
+// n >= K: the last K); other rows keep theirs. out [n, C] dense. Works for n == 1 (decode step)
+// and n > 1 (prefill); pieces of one sequence at consecutive positions give the same bits.
 void conv1d_causal(const float* u, int64_t n, int64_t u_stride, int64_t C, const float* w, int64_t K,
-                   float* state, float* out);
+                   int64_t pos0, float* state, float* out);
 
 // In place: x[n_rows, dim] -> x / sqrt(sum(x^2) + eps) * scale.
 void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale);
@@ -169,8 +172,10 @@ namespace cpu {
 // l2-normed and scaled by 1/sqrt(dk), k l2-normed (eps 1e-6), gdn_gates, gdn_recurrent.
 // conv_dim C = 2*Hk*dk + Hv*dv; qkv [n_seqs, C] holds the raw in_proj_qkv rows (q | k | v);
 // a, b [n_seqs, Hv] the raw in_proj_a / in_proj_b rows; conv_w [C, K] (K <= 16); A_log, dt_bias [Hv].
-// Sequence i uses slot s = slots[i]: conv state [K-1, C] (oldest row first) at
-// conv_state + s*conv_slot_stride, recurrent state [Hv, dk, dv] at rec_state + s*rec_slot_stride
+// Sequence i's token is at position pos[i] >= 0 and uses slot s = slots[i]: conv ring [K, C]
+// (row p % K holds the raw input of position p, conv1d_causal) at conv_state + s*conv_slot_stride,
+// of which the step reads the rows of positions pos[i] - K + 1 .. pos[i] - 1 and writes row
+// pos[i] % K, recurrent state [Hv, dk, dv] at rec_state + s*rec_slot_stride
 // (the strides are free: a pool that keeps all layers of a slot together passes pointers offset to
 // the layer and the whole slot size as stride). Slots must be distinct within a call.
 // out [n_seqs, Hv, dv] dense (the recurrent output o, before the gated output norm).
@@ -183,6 +188,7 @@ struct GdnDecodeArgs {
   const float* A_log;
   const float* dt_bias;
   const int32_t* slots;
+  const int32_t* pos;
   float* conv_state;
   int64_t conv_slot_stride;
   float* rec_state;

@@ -74,12 +74,13 @@ void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, Gdn
   bool all_decode = T == static_cast<int64_t>(b.seqs.size());
   for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
   if (all_decode) {
-    // One token per sequence: the batched step, parallel over (sequence, value head).
+    // One token per sequence: the batched step, parallel over (sequence, value head). Row i is
+    // sequence i's token, so ws.pos (set_positions) holds the positions per sequence.
     ws.slots.clear();
     for (const SeqChunk& s : b.seqs) ws.slots.push_back(s.gdn_slot);
-    cpu::GdnDecodeArgs d{T,  u,  a,  bb, L.conv, L.A_log, L.dt_bias, ws.slots.data(), gdn.conv_state(0, gi),
-                         gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(), Hk, Hv, dk, dv,
-                         c.conv_kernel, o};
+    cpu::GdnDecodeArgs d{T, u, a, bb, L.conv, L.A_log, L.dt_bias, ws.slots.data(), ws.pos.data(),
+                         gdn.conv_state(0, gi), gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(),
+                         Hk, Hv, dk, dv, c.conv_kernel, o};
     cpu::gdn_decode(d);
     cpu::rms_norm_gated(o, z, L.norm, T * Hv, dv, c.eps, o);
     cpu::linear(o, T, L.out, out);
@@ -88,14 +89,15 @@ void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, Gdn
   cpu::gdn_gates(a, bb, Hv, T, Hv, L.A_log, L.dt_bias, g, beta);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   int64_t r0 = 0;
-  const int64_t conv_floats = (c.conv_kernel - 1) * C, rec_floats = Hv * dk * dv;
   for (const SeqChunk& s : b.seqs) {
-    // Split the chunk at snapshot points; each piece continues from the state the last left.
+    // Split the chunk at snapshot points; each piece continues from the state the last left, at
+    // the position after it (the conv ring is indexed by absolute position).
     int64_t done = 0;
     auto run_piece = [&](int64_t n) {
       if (n <= 0) return;
       const int64_t p0 = r0 + done;
-      cpu::conv1d_causal(u + p0 * C, n, C, C, L.conv, c.conv_kernel, gdn.conv_state(s.gdn_slot, gi), y + p0 * C);
+      cpu::conv1d_causal(u + p0 * C, n, C, C, L.conv, c.conv_kernel, s.n_past + done, gdn.conv_state(s.gdn_slot, gi),
+                         y + p0 * C);
       for (int64_t t = p0; t < p0 + n; ++t) {
         cpu::l2_norm(y + t * C, Hk, dk, 1e-6f, q_scale);
         cpu::l2_norm(y + t * C + Hk * dk, Hk, dk, 1e-6f, 1.0f);
@@ -111,8 +113,9 @@ void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, Gdn
     };
     for (const auto& [offset, slot] : s.snapshots) {
       run_piece(offset - done);
-      std::memcpy(gdn.conv_state(slot, gi), gdn.conv_state(s.gdn_slot, gi), sizeof(float) * conv_floats);
-      std::memcpy(gdn.recurrent_state(slot, gi), gdn.recurrent_state(s.gdn_slot, gi), sizeof(float) * rec_floats);
+      std::memcpy(gdn.conv_state(slot, gi), gdn.conv_state(s.gdn_slot, gi), sizeof(float) * gdn.conv_floats());
+      std::memcpy(gdn.recurrent_state(slot, gi), gdn.recurrent_state(s.gdn_slot, gi),
+                  sizeof(float) * gdn.rec_floats());
     }
     run_piece(s.n_new - done);
     r0 += s.n_new;

@@ -136,20 +136,21 @@ void CudaQwen35Model::gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, 
   const int64_t T = static_cast<int64_t>(b.tokens.size());
   const int64_t C = c.conv_dim(), Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
   cuda::gdn_gates(a_ptr, b_ptr, ab_stride, T, Hv, L.A_log, L.dt_bias, g, beta, st);
-  const int64_t conv_floats = (c.conv_kernel - 1) * C, rec_floats = Hv * dk * dv;
-  // Conv over each chunk, cut at snapshot points (the conv state at the cut is what is saved).
+  // Conv over each chunk, cut at snapshot points (the conv state at the cut is what is saved; a
+  // piece starts at the position after the last one's, where the conv ring continues).
   int64_t r0 = 0;
   for (const SeqChunk& s : b.seqs) {
     int64_t done = 0;
     auto conv_piece = [&](int64_t n) {
       if (n <= 0) return;
-      cuda::conv1d_causal(u.ptr + (r0 + done) * u.stride, n, u.stride, C, L.conv, c.conv_kernel,
+      cuda::conv1d_causal(u.ptr + (r0 + done) * u.stride, n, u.stride, C, L.conv, c.conv_kernel, s.n_past + done,
                           gdn.conv_state(s.gdn_slot, gi), y + (r0 + done) * C, st);
       done += n;
     };
     for (const auto& [offset, slot] : s.snapshots) {
       conv_piece(offset - done);
-      mem_copy(Device::CUDA, gdn.conv_state(slot, gi), gdn.conv_state(s.gdn_slot, gi), sizeof(float) * conv_floats);
+      mem_copy(Device::CUDA, gdn.conv_state(slot, gi), gdn.conv_state(s.gdn_slot, gi),
+               sizeof(float) * gdn.conv_floats());
     }
     conv_piece(s.n_new - done);
     r0 += s.n_new;
@@ -174,7 +175,7 @@ void CudaQwen35Model::gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, 
     for (const auto& [offset, slot] : s.snapshots) {
       rule_piece(offset - done);
       mem_copy(Device::CUDA, gdn.recurrent_state(slot, gi), gdn.recurrent_state(s.gdn_slot, gi),
-               sizeof(float) * rec_floats);
+               sizeof(float) * gdn.rec_floats());
     }
     rule_piece(s.n_new - done);
     r0 += s.n_new;
@@ -214,15 +215,16 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   }
   if (all_decode) {
     // One token per sequence: the batched decode op (conv step, norms, gates and the delta rule
-    // for every sequence in two launches) on dense rows; y holds the dense qkv rows here.
+    // for every sequence in one launch) on dense rows; y holds the dense qkv rows here. Row i is
+    // sequence i's token, so d_pos_ holds the positions per sequence.
     const float* qkv = u.ptr;
     if (u.stride != C && !one_row) {
       dense_rows(y, u.ptr, u.stride, C, T);
       qkv = y;
     }
-    cpu::GdnDecodeArgs d{T,      qkv,   a_ptr, b_ptr, L.conv, L.A_log, L.dt_bias, d_slots_, gdn.conv_state(0, gi),
-                         gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(), Hk, Hv, dk, dv,
-                         c.conv_kernel, o};
+    cpu::GdnDecodeArgs d{T, qkv, a_ptr, b_ptr, L.conv, L.A_log, L.dt_bias, d_slots_, d_pos_,
+                         gdn.conv_state(0, gi), gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(),
+                         Hk, Hv, dk, dv, c.conv_kernel, o};
     if (dv <= cuda::kGdnDecodeFusedNormMaxDv) {  // the gated norm in the same launch, z read in place
       d.z = zp.ptr;
       d.z_stride = one_row ? Hv * dv : zp.stride;

@@ -1,6 +1,7 @@
 // GDN decode step batched over sequences in different state slots (the CPU twin of
 // cuda::gdn_decode). Per sequence i (slot s = slots[i]), one token:
-//   y = silu(conv(x = [conv_state_s; qkv_i]))  (conv_state_s <- last K-1 raw rows)
+//   y = silu(conv over positions pos_i - K + 1 .. pos_i: the ring rows of conv_state_s, then qkv_i)
+//   (qkv_i -> ring row pos_i % K)
 //   q = l2norm(y_q) / sqrt(dk),  k = l2norm(y_k),  v = y_v
 //   g = -exp(A_log) softplus(a_i + dt_bias),  beta = sigmoid(b_i)
 //   per value head h (key head h / (Hv/Hk)): S = e^g S; S += k (beta (v - S^T k))^T; o = S^T q
@@ -37,7 +38,8 @@ void gdn_decode(const GdnDecodeArgs& a) {
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   for (int64_t i = 0; i < n; ++i) {
     float* yi = y + i * C;
-    conv1d_causal(a.qkv + i * C, 1, C, C, a.conv_w, a.K, a.conv_state + a.slots[i] * a.conv_slot_stride, yi);
+    conv1d_causal(a.qkv + i * C, 1, C, C, a.conv_w, a.K, a.pos[i], a.conv_state + a.slots[i] * a.conv_slot_stride,
+                  yi);
     l2_norm(yi, Hk, dk, 1e-6f, q_scale);
     l2_norm(yi + Hk * dk, Hk, dk, 1e-6f, 1.0f);
   }

@@ -225,9 +225,10 @@ void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int
                            const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                            float* out, cudaStream_t stream);
 
-// K <= 16. Output and state update run as two launches, so u/out/state must not alias.
+// K <= 16; state: the ring [K, C] of ops.h. One launch (the ring's readers of a channel write
+// its new rows, after their reads); u, out and state must not alias.
 void conv1d_causal(const float* u, int64_t n, int64_t u_stride, int64_t C, const float* w,
-                   int64_t K, float* state, float* out, cudaStream_t stream);
+                   int64_t K, int64_t pos0, float* state, float* out, cudaStream_t stream);
 
 void gdn_gates(const float* a, const float* b, int64_t ab_stride, int64_t n, int64_t n_heads,
                const float* A_log, const float* dt_bias, float* g, float* beta,
@@ -272,16 +273,17 @@ namespace cuda {
 
 using cpu::GdnDecodeArgs;
 
-// The device twin of cpu::gdn_decode (ops.h): conv step + SiLU, q/k l2 norms, gates and the
-// delta rule step of n_seqs sequences (one token each, each in its own state slot) in one launch,
-// the conv state step in a second. slots: device array, distinct within a call. dk <= 256, K <= 16,
-// n_seqs and Hv <= 65535. The recurrent state is read and written once (the op is bound by it).
-// The state and the slots are read before the launch waits for the kernel before it (programmatic
-// dependent launch, sm_90): no kernel of the last few launched before may write them (the model's
-// last writer of a slot's state is the previous forward, which the host waited for; tests and
-// the pools write them by copies).
-// (Measured and removed, session 14: the conv state step inside the first launch, its last
-// reader found by per-key-head counters, 0.035 ms a step slower on the H200, session 13.)
+// The device twin of cpu::gdn_decode (ops.h): conv step + SiLU with the conv ring's new row
+// written, q/k l2 norms, gates and the delta rule step of n_seqs sequences (one token each, each
+// in its own state slot) in one launch. slots, pos: device arrays; slots distinct within a call.
+// dk <= 256, K <= 16, n_seqs and Hv <= 65535. The recurrent state is read and written once (the
+// op is bound by it). The state, the slots and the positions are read before the launch waits
+// for the kernel before it (programmatic dependent launch, sm_90): no kernel of the last few
+// launched before may write them (the model's last writer of a slot's state is the previous
+// forward, which the host waited for; tests and the pools write them by copies).
+// (Measured and removed, session 14: a shifting conv state step inside the launch, its last
+// reader found by per-key-head counters, 0.035 ms a step slower on the H200, session 13; then
+// it ran as a second launch until the ring, whose written row nobody reads in the same step.)
 // Tolerance against the CPU twin (test_cuda_gdn_decode): normalized error 1e-5 on out and on the
 // recurrent state after several steps with the state carried (measured <= 3e-7 on H200, sm_90
 // SASS and compute_75 PTX JIT); the conv state is copied exactly. The fused gated norm (norm_w

@@ -1,8 +1,8 @@
 // GDN decode step batched over sequences in different state slots: the whole GDN core of a
-// decode step for every running sequence in one launch, and the conv state step in a second
-// (math: kernels/cpu/gdn_decode.cpp).
+// decode step for every running sequence, conv state update included, in one launch (math:
+// kernels/cpu/gdn_decode.cpp).
 //
-// Launch 1, block (128 state columns, value head h, sequence), W warps: lane l holds columns
+// Block (128 state columns, value head h, sequence), W warps: lane l holds columns
 // 4l .. 4l+3 (one float4), warp w rows w, w + W, ... of the head's state [dk, dv] in registers.
 // A warp's load is one contiguous 512-byte row, a block's the head's whole state (64 KiB at
 // dk = dv = 128): contiguous, so DRAM pages are opened once (blocks of 32 columns, each touching
@@ -11,22 +11,28 @@
 //      and the fused norm's z and weights,
 //   2. computes the conv + SiLU of the q and k channels of its key head (the r = Hv/Hk value
 //      heads of a key head repeat this small work from L2 instead of exchanging it) and of its
-//      v channels from the OLD conv state, the sums of squares of q and k, and the gates,
+//      v channels, the sums of squares of q and k, and the gates. The conv state is a ring
+//      (ops.h conv1d_causal): the token at position p reads the rows of positions p-K+1 .. p-1
+//      and its raw row goes to row p % K, which no block of this step reads, so each channel's
+//      row is written by one block with no ordering: v channels by their own block, a key
+//      head's q/k channels by its first value head's block of column range 0,
 //   3. runs the delta rule step with the raw q, k and the l2 factors applied to the column sums
 //      (S^T k_raw * fk = S^T k; the update uses k_raw * (fk delta)); the column sums cross the
 //      warps through shared memory; the state is written back once.
 // With norm_w set, warp 0 finishes step 3 with the gated RMSNorm of its head's row (dv <= 128:
 // one block holds the row), instead of a separate rms_norm_gated launch.
 // HBM traffic is the state, read and written once: 2 * 4 * Hv * dk * dv bytes per sequence.
-// H200, 27B shape, CUDA graph of 48 layers (tools/gpu/bench_kernels.cpp section 7; two launches),
+// H200, 27B shape, CUDA graph of 48 layers (tools/gpu/bench_kernels.cpp section 7; measured with
+// the conv state step still a second launch that shifted K-1 rows),
 // us per layer and state r+w bandwidth: n=1 9.5 (0.67 TB/s), n=2 10.8 (1.17),
 // n=8 24.9 (2.02), n=32 74.2 (2.71 TB/s, 64 % of the 4.25 TB/s copy); the per-sequence ops: 14.8,
 // 29.7, 119, 494 us. Small n is bound by the latency of one block per head. Session 9: the gate /
 // z / norm-weight loads moved up to the state's: 8.06 -> 7.90 us exclusive per call in the 27B
 // step's timeline (timeline_decode.py).
 // dv % 4 != 0 takes a scalar path (spills a little; unused by Qwen3.5).
-// (Session 13 also did the conv state step inside launch 1, its last q/k reader found by a
-// counter per (sequence, key head): 0.035 ms a step slower, removed in session 14.)
+// (Session 13 did the shifting conv state step inside this launch, its last q/k reader found by a
+// counter per (sequence, key head): 0.035 ms a step slower, removed in session 14. The ring needs
+// no counter: nobody reads the row that is written.)
 #include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -47,39 +53,37 @@ struct Tile {
   static constexpr int kRows = DK / kWarps;  // float4 registers of state per thread
 };
 
-// silu(sum_j w[c, j] x[j, c]) over x = [conv state rows (old); the new raw row], j in order.
+// Ring row of tap j (position p - K + 1 + j; j = K - 1: p % K, the row the new input takes) given
+// r_old, the row of tap 0 ((p + 1) % K).
+__device__ __forceinline__ int ring_row(int r_old, int j, int K) {
+  const int r = r_old + j;
+  return r >= K ? r - K : r;
+}
+
+// silu(sum_j w[c, j] x_j[c]) over the taps j = 0 .. K-1 in order: the ring rows of the K-1 older
+// positions, then the new raw row u, which takes row p % K (position p - K) when `store`.
 // The new row's tap and the first kConvTaps - 1 old rows' are loaded before the first FMA: one
 // memory round trip for K <= kConvTaps (Qwen3.5: K = 4; a runtime-K loop waited one per tap).
-// Wider kernels continue over their further rows in a loop.
-__device__ __forceinline__ float conv_silu(const float* cs, const float* u, const float* w,
-                                           int C, int K, int c) {
+// Wider kernels continue over their further rows in a loop. The store comes after every load.
+__device__ __forceinline__ float conv_silu(float* cs, const float* u, const float* w, int C, int K,
+                                           int r_old, bool store, int c) {
   const float wl = w[c * K + K - 1], ul = u[c];
   float wj[kConvTaps - 1], xj[kConvTaps - 1];
 #pragma unroll
   for (int j = 0; j < kConvTaps - 1; ++j)
     if (j < K - 1) {
       wj[j] = w[c * K + j];
-      xj[j] = cs[j * C + c];
+      xj[j] = cs[ring_row(r_old, j, K) * C + c];
     }
   float acc = 0.0f;
 #pragma unroll
   for (int j = 0; j < kConvTaps - 1; ++j)
     if (j < K - 1) acc = fmaf(wj[j], xj[j], acc);
 #pragma unroll 1
-  for (int j = kConvTaps - 1; j < K - 1; ++j) acc = fmaf(w[c * K + j], cs[j * C + c], acc);
+  for (int j = kConvTaps - 1; j < K - 1; ++j)
+    acc = fmaf(w[c * K + j], cs[ring_row(r_old, j, K) * C + c], acc);
+  if (store) cs[ring_row(r_old, K - 1, K) * C + c] = ul;
   return silu_f(fmaf(wl, ul, acc));
-}
-
-// The conv state step of channel c: rows shift up by one, the new raw value u[c] enters last.
-// Every row is loaded before the first store (one memory round trip, not one per row: the
-// compiler cannot move a load of row r + 1 above the store to row r).
-__device__ __forceinline__ void shift_rows(float* cs, const float* u, int64_t C, int K, int64_t c) {
-  float x[kMaxK];
-#pragma unroll
-  for (int r = 0; r < kMaxK; ++r) x[r] = r + 1 < K - 1 ? cs[(r + 1) * C + c] : r + 2 == K ? u[c] : 0.0f;
-#pragma unroll
-  for (int r = 0; r < kMaxK; ++r)
-    if (r + 1 < K) cs[r * C + c] = x[r];
 }
 
 // 4 consecutive floats of which the first n are in range (VEC: 16-byte aligned, n >= 4 or <= 0).
@@ -134,11 +138,16 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   const int c = col0 + 4 * lane;  // this lane's first column
   const int n_cols = dv - c;      // of its 4 columns, those < dv
   const int64_t slot = a.slots[seq];
+  // Ring row of the oldest tap (position pos - K + 1). The position is read before pdl_wait, as
+  // the slot (both host-written), so the conv's loads need no extra round trip after the wait;
+  // ptxas also spilled less so (sm_90, dk 128, scalar path, 16 warps: 36 -> 0 bytes).
+  const int r_old = (a.pos[seq] + 1) % K;
   float* S = a.rec_state + slot * a.rec_slot_stride + static_cast<int64_t>(h) * dk * dv;
 
   // 1. State loads, before pdl_wait (launched as a programmatic dependent, launch_pdl), so their
-  // DRAM round trip overlaps the tail of the in-projection GEMV before it: the state, the slots
-  // and the constants are not written by the kernels just before (cuda_ops.h gdn_decode).
+  // DRAM round trip overlaps the tail of the in-projection GEMV before it: the state, the slots,
+  // the positions and the constants are not written by the kernels just before (cuda_ops.h
+  // gdn_decode).
   float4 s[NR];
 #pragma unroll
   for (int m = 0; m < NR; ++m) {
@@ -168,7 +177,9 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   }
 
   // 2. Conv + SiLU of q | k (key head kh) | v (columns col0.. of head h); sums of squares; gates.
-  const float* cs = a.conv_state + slot * a.conv_slot_stride;
+  // The new raw row goes into the ring: q/k by one block of the key head, v by every block.
+  float* cs = a.conv_state + slot * a.conv_slot_stride;
+  const bool qk_store = h == kh * static_cast<int>(a.Hv / a.Hk) && blockIdx.x == 0;
   const float* u = a.qkv + seq * C;
   float* vsf = reinterpret_cast<float*>(vs);
   // 32-bit conv indices (C * K < 2^31, checked): with the taps loaded at once, the 64-bit index
@@ -176,22 +187,21 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
   float ssq_q = 0.0f, ssq_k = 0.0f;
   for (int t = threadIdx.x; t < 2 * DK + kBlockCols; t += T) {
-    if (t < 2 * DK) {
-      const bool is_k = t >= DK;
-      const int i = is_k ? t - DK : t;
-      float y = 0.0f;
-      if (i < dk)
-        y = conv_silu(cs, u, a.conv_w, Ci, K, (is_k ? Hk * dk : 0) + kh * dk + i);
-      if (is_k) {
-        ks[i] = y;
-        ssq_k = fmaf(y, y, ssq_k);
-      } else {
-        qs[i] = y;
-        ssq_q = fmaf(y, y, ssq_q);
-      }
+    // One conv_silu call site for q, k and v: with two inlined copies (one for q/k, one for v)
+    // the ring indexing spilled the state at dk 128 (sm_90, 8 warps, float4: 104 bytes).
+    const bool is_v = t >= 2 * DK, is_k = !is_v && t >= DK;
+    const int i = is_v ? t - 2 * DK : is_k ? t - DK : t;
+    const bool valid = is_v ? col0 + i < dv : i < dk;
+    const int ch = is_v ? 2 * Hk * dk + h * dv + col0 + i : (is_k ? Hk * dk : 0) + kh * dk + i;
+    const float y = valid ? conv_silu(cs, u, a.conv_w, Ci, K, r_old, is_v || qk_store, ch) : 0.0f;
+    if (is_v) {
+      vsf[i] = y;
+    } else if (is_k) {
+      ks[i] = y;
+      ssq_k = fmaf(y, y, ssq_k);
     } else {
-      const int j = col0 + t - 2 * DK;
-      vsf[t - 2 * DK] = j < dv ? conv_silu(cs, u, a.conv_w, Ci, K, 2 * Hk * dk + h * dv + j) : 0.0f;
+      qs[i] = y;
+      ssq_q = fmaf(y, y, ssq_q);
     }
   }
   ssq_q = warp_sum(ssq_q);
@@ -266,17 +276,6 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   }
 }
 
-// Launch 2: the conv state step of every (sequence, channel).
-__global__ void conv_state_step_kernel(GdnDecodeArgs a, int64_t C) {
-  pdl_wait();  // launched as a programmatic dependent (launch_pdl)
-  pdl_trigger();
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  const int64_t seq = blockIdx.y;
-  shift_rows(a.conv_state + static_cast<int64_t>(a.slots[seq]) * a.conv_slot_stride, a.qkv + seq * C, C,
-             static_cast<int>(a.K), c);
-}
-
 template <int DK, int kW = 0>
 void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
@@ -325,12 +324,6 @@ void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
   else if (a.dk <= 64) launch<64>(a, vec, stream);
   else if (a.dk <= 128) launch<128>(a, vec, stream);
   else launch<256>(a, vec, stream);
-  if (a.K > 1) {
-    const int64_t C = 2 * a.Hk * a.dk + a.Hv * a.dv;
-    launch_pdl(conv_state_step_kernel, dim3(grid_1d(C, 256), static_cast<unsigned>(a.n_seqs)), dim3(256), 0, stream,
-               a, C);
-    PE_CUDA_LAUNCH_CHECK();
-  }
 }
 
 }  // namespace cuda
