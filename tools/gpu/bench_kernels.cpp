@@ -9,7 +9,6 @@
 // alone, a short device call; --only norm: the decode-row norms warm and behind an L2-flushing
 // memset; --only pattern: the GEMV's weight-load order alone, bench_patterns.cu.)
 #include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -104,13 +103,12 @@ void report(const char* name, float ms, double bytes, double flops = 0) {
 
 }  // namespace
 
-// name contains one of the '|'-separated parts of filter (no filter: every name).
+// name contains one of the '|'-separated parts of filter (PE_BENCH_GEMV_FILTER="a|b"; none: all).
 bool name_selected(const char* name, const char* filter) {
-  if (!filter || !*filter) return true;
-  std::string f = std::string(filter) + "|";
+  const std::string f = std::string(filter ? filter : "") + "|";
   for (size_t a = 0, b; (b = f.find('|', a)) != std::string::npos; a = b + 1)
     if (b > a && std::strstr(name, f.substr(a, b - a).c_str())) return true;
-  return false;
+  return f == "|";
 }
 
 int main(int argc, char** argv) {
@@ -213,7 +211,6 @@ int main(int argc, char** argv) {
                           {"attn k|v_proj 1024x5120", 1024, 5120},     {"gdn in_proj_a|b 48x5120", 48, 5120},
                           {"lm_head 248320x5120 (bf16)", 248320, 5120},
                           {"fp8 steady 278528x5120", 278528, 5120}};  // FP8 only: 8x gate|up, no ramp / tail
-  // PE_BENCH_GEMV_FILTER="a|b": only the section-2 rows whose name contains a or b.
   const char* gemv_filter = std::getenv("PE_BENCH_GEMV_FILTER");
   float* x = static_cast<float*>(dalloc(size_t(4096) * 17408 * 4, 3));
   CK(cudaMemset(x, 0, 16));
@@ -260,8 +257,7 @@ int main(int argc, char** argv) {
         // (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched without
         // programmatic dependent launch (the default on sm_90: the graph's calls overlap), "nosk"
         // one whole row block per block (no stream-K), "sk1" stream-K wherever the row blocks
-        // leave slots empty, "roll" / "noroll" the next step loaded during the math for every
-        // dtype / none (GemvTuning::roll). Dropped ideas: tools/gpu/NOTES.md.
+        // leave slots empty, "roll" / "noroll" GemvTuning::roll 2 / 0. Dropped ideas: NOTES.md.
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};

@@ -218,25 +218,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     load_scales(it);
   };
   if (kRoll && it_first < it_end) load_step(it_first);  // the weights do not depend on the previous kernel
-  if (pdl && kTiled && kRoll) {
-    // Steps 2 .. pf_steps of the warp into L2 (the first is in registers).
-    const uint8_t* step0 = tile_base - lane * 16;
-    const uint8_t* up_step0 = nullptr;
-    if constexpr (kSwiglu) up_step0 = tile_up - lane * 16;
-    for (int s = 1; s < pf_steps; ++s) {
-      const int it = it_first + s * kWarps;
-      if (it >= it_end) break;
-      if constexpr (kSwiglu) prefetch_l2((lane < 16 ? step0 : up_step0) + static_cast<int64_t>(it) * 4096 + (lane & 15) * 128);
-      else prefetch_l2(step0 + static_cast<int64_t>(it) * 4096 + lane * 128);
-    }
-  } else if (pdl && kTiled) {
+  if (pdl && kTiled) {
     // The warp's first pf_steps steps into L2 while the previous kernel runs (the weights do not
-    // depend on it): one 128-byte line per lane of each 4 KB step (swiglu: 2 KB of the gate and
-    // 2 KB of the up tile).
+    // depend on it; kRoll: from the second, the first is in registers): one 128-byte line per lane
+    // of each 4 KB step (swiglu: 2 KB of the gate and 2 KB of the up tile).
     const uint8_t* step0 = tile_base - lane * 16;
     const uint8_t* up_step0 = nullptr;
     if constexpr (kSwiglu) up_step0 = tile_up - lane * 16;
-    for (int s = 0; s < pf_steps; ++s) {
+    for (int s = kRoll ? 1 : 0; s < pf_steps; ++s) {
       const int it = it_first + s * kWarps;
       if (it >= it_end) break;
       if constexpr (kSwiglu) prefetch_l2((lane < 16 ? step0 : up_step0) + static_cast<int64_t>(it) * 4096 + (lane & 15) * 128);
