@@ -43,8 +43,9 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
   // The default launches as a programmatic dependent where the sm_90 code runs; "no pdl" does not.
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, cand, nopdl, nosk, skall, roll, rollx;
+  cuda::GemvTuning regx, cand, nopdl, nosk, skall, roll, rollx, bal;
   regx.staged_x_max_bytes = 0;
+  bal.stream_k_balance_pct = 100;  // stream-K also over several waves (one wave of equal shares)
   roll.roll = 2;  // tiled weights, every dtype: the next step's loads issued through the math
   rollx = skall;
   rollx.roll = 0;  // no dtype rolled
@@ -60,7 +61,7 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
       {&nosk, " [no stream-k]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
-      {&rollx, " [no roll, x in registers, stream-k from 1 step]"}};
+      {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance]"}};
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
     cuda::linear_gemv_set_tuning(*path.tuning);
@@ -116,6 +117,9 @@ TEST(cuda_linear_gemv_staged_x_edges) {
   for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 300, 17408, 810 + n);
   check_linear(DType::FP8_E4M3, 1, 5123, 6144, 812);
   for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 4500, 5120, 815 + n);
+  // More row blocks than a wave holds (H200: 282 for 264 slots): stream-k balance splits them.
+  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
+    for (int64_t n : {1, 3, 8}) check_linear(t, n, 9000, n == 3 ? 2080 : 2048, 840 + n, 128, n == 3 ? 0 : 32);
   for (int64_t n : {1, 8}) check_linear(DType::FP8_E4M3, n, 5123, 5136, 820 + n, 256);
   for (int64_t n : {1, 3}) check_linear(DType::NVFP4, n, 1064, 5120, 830 + n);
   // Long rows in the other quantized formats (x in registers).
@@ -218,12 +222,17 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
                                 (long long)inter, (long long)up0, (long long)cols, tile ? cfgs(" tile %d", tile).c_str() : "");
   CHECK(cuda::linear_swiglu_supported(dx.p, n, dw.view, up0, inter));
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, cand, roll;
+  cuda::GemvTuning regx, cand, roll, bal;
+  // Bit for bit against linear + swiglu where neither splits a row block over blocks (stream-k
+  // balance: the default on shapes whose last wave is short, and bal everywhere, split the
+  // swiglu's row blocks and linear's differently): regx, cand and roll leave it off.
+  regx.stream_k_balance_pct = cand.stream_k_balance_pct = roll.stream_k_balance_pct = 0;
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
   cand.min_blocks = 3;
   roll.roll = 2;
-  const cuda::GemvTuning* tunings[] = {&dflt, &regx, &cand, &roll};
+  bal.stream_k_balance_pct = 100;
+  const cuda::GemvTuning* tunings[] = {&dflt, &regx, &cand, &roll, &bal};
   for (const cuda::GemvTuning* tuning : tunings) {
     cuda::linear_gemv_set_tuning(*tuning);
     dout.poison();
@@ -240,10 +249,14 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
     dgu.upload(gu);
     cuda::swiglu(dgu.p, n, inter, dtwo.p, nullptr);
     const std::vector<float> fused = dout.download(), two = dtwo.download();
-    const std::string cfg = name + (tuning == &regx ? " [x in registers]" : tuning == &cand ? " [candidates]" : "");
+    const std::string cfg = name + (tuning == &regx   ? " [x in registers]"
+                                    : tuning == &cand ? " [candidates]"
+                                    : tuning == &bal  ? " [stream-k balance]"
+                                                      : "");
     EXPECT_CLOSE("linear_swiglu", cfg, fused, ref, 1e-5);
-    // The same bits where both take the same rows per warp (below 2048 rows the plain GEMV takes 8).
-    if (tile || rows >= 2048) CHECK(std::memcmp(fused.data(), two.data(), fused.size() * sizeof(float)) == 0);
+    // The same bits where both take the same rows per warp (below 2048 rows the plain GEMV takes
+    // 8) and sum each row block in one block.
+    if (tuning->stream_k_balance_pct == 0 && (tile || rows >= 2048)) CHECK(std::memcmp(fused.data(), two.data(), fused.size() * sizeof(float)) == 0);
     else EXPECT_CLOSE("linear_swiglu", cfg + " [against linear + swiglu]", fused, two, 1e-5);
   }
 }
@@ -262,6 +275,9 @@ TEST(cuda_linear_swiglu) {
       check_swiglu(t, n, 2200, 2304, 512, 1430 + n, 32);
       check_swiglu(t, n, 1000, 1024, 512, 1440 + n, 16);
     }
+  // More row blocks than a wave holds (H200: 275 for 264 slots): stream-k balance splits them.
+  for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
+    for (int64_t n : {1, 3, 8}) check_swiglu(t, n, 4400, 4480, 2048, 1460 + n, 32);
   // What it does not take: 16-bit weights, 9 tokens, up rows off the FP8 block or a tile's row
   // block, tiles of 8 rows.
   const HostWeight h16 = make_weight(DType::BF16, 2048, 256, 5), h8 = make_weight(DType::FP8_E4M3, 2048, 512, 6);

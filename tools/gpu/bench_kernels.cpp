@@ -252,12 +252,12 @@ int main(int argc, char** argv) {
         w.global_scale = 0.01f;
         // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
         // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt.rn.f16x2.e4m3x2 (the
-        // default since session 5, sm_89+), "stg" FP8 x staged wherever it fits (the rule before
-        // session 7), "T2" 16 rows per warp, "mb3" the staged kernels at 3 blocks per SM
-        // (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched without
+        // default since session 5, sm_89+), "T2" 16 rows per warp, "mb3" the staged kernels at 3
+        // blocks per SM (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched without
         // programmatic dependent launch (the default on sm_90: the graph's calls overlap), "nosk"
         // one whole row block per block (no stream-K), "sk1" stream-K wherever the row blocks
-        // leave slots empty, "roll" / "noroll" GemvTuning::roll 2 / 0. Dropped ideas: NOTES.md.
+        // leave slots empty, "bal" stream-K over several waves too (GemvTuning::stream_k_balance_pct 100),
+        // "roll" / "noroll" GemvTuning::roll 2 / 0. Dropped ideas ("stg": session 7): NOTES.md.
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
@@ -270,12 +270,12 @@ int main(int argc, char** argv) {
           tunings[0].first = " dflt";
           with(" regx", [](cuda::GemvTuning& t) { t.staged_x_max_bytes = 0; });
           if (dt == DType::FP8_E4M3) with(" nocvt", [](cuda::GemvTuning& t) { t.fp8_cvt = false; });
-          if (dt == DType::FP8_E4M3) with(" stg", [](cuda::GemvTuning& t) { t.fp8_stage_one_wave = false; });
           with(" T2", [](cuda::GemvTuning& t) { t.rows_per_warp = 2; });
           with(" mb3", [](cuda::GemvTuning& t) { t.min_blocks = 3; });
           with(" nopdl", [](cuda::GemvTuning& t) { t.pdl = false; });
           with(" nosk", [](cuda::GemvTuning& t) { t.stream_k = false; });
           with(" sk1", [](cuda::GemvTuning& t) { t.stream_k_min_steps = 1; });
+          with(" bal", [](cuda::GemvTuning& t) { t.stream_k_balance_pct = 100; });
           with(" roll", [](cuda::GemvTuning& t) { t.roll = 2; });
           with(" noroll", [](cuda::GemvTuning& t) { t.roll = 0; });
         }

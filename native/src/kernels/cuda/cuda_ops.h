@@ -146,6 +146,14 @@ struct GemvTuning {
                                        // blocks x column steps, split rows summed by the last
                                        // block to finish them. Session 6: mlp down 35.7 -> 32.8
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
+  int stream_k_balance_pct = 50;       // stream-K also where the row blocks take more than one
+                                       // wave and the last is at most this % full (0: never, 100:
+                                       // wherever it is part full): one wave of equal shares.
+                                       // Session 18 (bench_kernels, % of copy, FP8 n = 1, off ->
+                                       // always): gate|up (1088 blocks on 264 slots, 12 %) 75.9 ->
+                                       // 83.0, q|k|v (70 %) 77.6 -> 67.6, qkv|z|a|b (95 %) 82.8 -> 71.5
+  int stream_k_quantum = 0;            // stream-K block boundaries on multiples of this many
+                                       // steps; 0: 1 (fill), 8 = the warps (balance)
   int roll = 1;                        // tiled weights, the next step loaded in halves during this
                                        // step's math (gemv_q_kernel's kRoll): 0 never, 1 I8 only,
                                        // 2 every dtype. H200, session 17 (bench_kernels, graph-
@@ -154,10 +162,11 @@ struct GemvTuning {
                                        // gate|up 87.7 -> 83.5, and the FP8 27B decode step 8.56
                                        // -> 8.85 ms (NVFP4 +-1.5 points)
 };
-// The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K, PYENGINE_GEMV_STAGE_ONE_WAVE
-// (0/1), PYENGINE_GEMV_ROLL (0/1/2) and PYENGINE_GEMV_PDL_PREFETCH (steps) from the environment when set: the A/B switches
-// for whole decode steps (tools/bench_gpu.py). (Measured and removed: K split over thread-block clusters,
-// summed in distributed shared memory, session 5: slower on every 27B shape; the mlp's swiglu
+// The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
+// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
+// PYENGINE_GEMV_STREAM_K_MIN_STEPS / _QUANTUM (steps), PYENGINE_GEMV_STREAM_K_BALANCE (percent)
+// from the environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py).
+// (Measured and removed: K split over thread-block clusters, summed in distributed shared memory, session 5: slower on every 27B shape; the mlp's swiglu
 // computed while the down GEMV stages x, session 13: 0.28 ms a step slower, every block
 // recomputing silu * up over the whole row.)
 void linear_gemv_set_tuning(const GemvTuning& t);

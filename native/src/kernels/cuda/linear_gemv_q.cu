@@ -60,30 +60,42 @@ struct StagedX {
 };
 
 // The staged kernel's static shared memory besides x: the warps' sums (red), the split norm's 1 / rms
-// and x^2 sums (norm_inv, sq_rg) and the stream-K flag.
-__host__ __device__ constexpr int64_t red_bytes(int T) { return int64_t(kWarps) * T * 32 * 16 + 32 + T * 32 + 16; }
+// and x^2 sums (norm_inv, sq_rg), swiglu's row-block sums (fin) and the stream-K flag.
+__host__ __device__ constexpr int64_t red_bytes(int T, bool sw) { return kWarps * T * 512 + 32 + T * 32 + (sw ? T * 256 : 4) + 16; }
 
 // Stream-K: where the row blocks leave SMs idle (fewer blocks than the GPU holds at once) and a
-// row has GemvTuning::stream_k_min_steps column steps or more, the grid is the GPU's block
-// capacity and block b takes units [b U / nb, (b + 1) U / nb) of the U = row blocks x column
-// steps, in row-block order: at most two row blocks, whole or in part. A row
+// row has GemvTuning::stream_k_min_steps column steps or more, or where they take more than one
+// wave and leave the last one short (GemvTuning::stream_k_balance_pct), the grid is the GPU's
+// block capacity and block b takes units [b U / nb, (b + 1) U / nb) of the U = row blocks x column
+// steps (rounded down to a multiple of GemvTuning::stream_k_quantum; balance: 8, each warp of a
+// part the same steps), in row-block order: first and last row blocks may be parts. A row
 // block whose steps are split over blocks is summed by the last of them to finish (a counter per
 // row block), from the partial sums in kPartFloats slots, in block order: deterministic, and the
 // same partition for every token count. Without stream-K the same code runs one whole row block
 // per block. The scratch is per device and static: the GEMV calls of a device run in stream order
 // (every launch of the library is on cuda::stream()), and the finisher resets its counter.
 constexpr int kMaxStreamBlocks = 1024;
-constexpr int kPartFloats = 256;  // T * 64 at T = 4
+constexpr int kMaxStreamRowBlocks = 8192, kPartFloats = 256;  // the counters; T * 64 at T = 4
 __device__ float g_stream_part[2 * kMaxStreamBlocks * kPartFloats];
-__device__ int g_stream_count[kMaxStreamBlocks];
+__device__ int g_stream_count[kMaxStreamRowBlocks];
 
-__device__ __forceinline__ int64_t unit_start(int64_t b, int64_t units, int64_t nb) { return b * units / nb; }
+// A launch's split: U = units, block boundaries on multiples of q (n_it: a row block per block; or
+// the stream-K quantum), quanta = U / q. A parameter (constant bank): computed in the kernel it stayed live in
+// registers through the loop, whose loads then went out later (session 18: steady FP8 105 -> 93 %).
+struct Split {
+  int64_t units, quanta;
+  int q;
+};
 
-// The block whose units hold unit u (nb <= units: every block has at least one).
-__device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64_t nb) {
-  int64_t b = u * nb / units;
-  while (b + 1 < nb && unit_start(b + 1, units, nb) <= u) ++b;
-  while (b > 0 && unit_start(b, units, nb) > u) --b;
+__device__ __forceinline__ int64_t unit_start(int64_t b, const Split& sp, int64_t nb) {
+  return b >= nb ? sp.units : b * sp.quanta / nb * sp.q;
+}
+
+// The block whose units hold unit u (nb <= quanta: every block has at least one).
+__device__ __forceinline__ int64_t block_of_unit(int64_t u, const Split& sp, int64_t nb) {
+  int64_t b = u * nb / sp.units;
+  while (b + 1 < nb && unit_start(b + 1, sp, nb) <= u) ++b;
+  while (b > 0 && unit_start(b, sp, nb) > u) --b;
   return b;
 }
 
@@ -108,7 +120,7 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, int64_t units, int64
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu, bool kRoll>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
-                  GemvEpilogue ep, float* __restrict__ out) {
+                  GemvEpilogue ep, Split sp, float* __restrict__ out) {
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
@@ -120,7 +132,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   __shared__ float4 red[kWarps][T][32];
   __shared__ float norm_inv[8];  // the consumer's 1 / rms per token
   __shared__ float sq_rg[T][8];  // the producer's x^2 per row group and token
-  static_assert(sizeof(red) + sizeof(norm_inv) + sizeof(sq_rg) + 16 == red_bytes(T), "red_bytes: the static shared memory");
+  __shared__ float fin[kSwiglu ? T * 64 : 1];  // swiglu: the row block's gate and up sums
+  static_assert(sizeof(red) + sizeof(norm_inv) + sizeof(sq_rg) + sizeof(fin) + 16 == red_bytes(T, kSwiglu),
+                "red_bytes: the static shared memory");
   extern __shared__ uint4 xs[];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -132,8 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   // This block's units [u0, u1): row blocks rb_lo (from step k_lo) .. rb_hi (to step k_hi).
   int rb_lo, rb_hi, k_lo, k_hi;
   {
-    const int64_t units = (out_rows + kOutRows - 1) / kOutRows * n_it;
-    const int64_t u0 = unit_start(blockIdx.x, units, gridDim.x), u1 = unit_start(blockIdx.x + 1, units, gridDim.x);
+    const int64_t u0 = unit_start(blockIdx.x, sp, gridDim.x), u1 = unit_start(blockIdx.x + 1, sp, gridDim.x);
     rb_lo = static_cast<int>(u0 / n_it), k_lo = static_cast<int>(u0 % n_it);
     rb_hi = static_cast<int>((u1 - 1) / n_it), k_hi = static_cast<int>((u1 - 1) % n_it) + 1;
   }
@@ -343,16 +356,63 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     __syncthreads();
     const bool whole = k0 == 0 && k1 == n_it;
-    if constexpr (kSwiglu) {  // whole row blocks (no stream-K): silu(gate) * up of 4T outputs
-      for (int idx = threadIdx.x; idx < T * 32; idx += kWarps * 32) {
+    // A part: its sums to slot (block, first or second row block), then the last to finish sums.
+    float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
+    float sq = 0.0f;      // the producer's new x^2 of this thread's output
+    bool stored = whole;  // this block has the row block's sums (and writes its outputs)
+    // Sum idx of the row block, whole: to its output (swiglu: to fin, for the pairs below).
+    const auto finish = [&](int idx, float s) {
+      if constexpr (kSwiglu) {
+        fin[idx] = s;
+      } else {
         const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
-        float sg = 0.0f, su = 0.0f;
+        const int token = l >> 2;
+        const int64_t row = row0 + 8 * r + 2 * (l & 3) + j;
+        if (token >= n || row >= rows) return;
+        if constexpr (DT == DType::I8) s *= w.row_scale[row];
+        if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
+        sq = store_output(ep, norm_inv, token, row, rows, s, out);
+      }
+    };
+    for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
+      const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
+      float s = 0.0f;
 #pragma unroll
-        for (int wp = 0; wp < kWarps; ++wp) {
-          const float4 vg = red[wp][r][l], vu = red[wp][r + T / 2][l];
-          sg += j ? vg.y + vg.w : vg.x + vg.z;
-          su += j ? vu.y + vu.w : vu.x + vu.z;
+      for (int wp = 0; wp < kWarps; ++wp) {
+        const float4 v = red[wp][r][l];
+        s += j ? v.y + v.w : v.x + v.z;
+      }
+      if (whole) finish(idx, s);
+      else part[idx] = s;
+    }
+    if (!whole) {
+      __shared__ bool last;
+      const int64_t nb = gridDim.x;
+      const int64_t b_first = block_of_unit(static_cast<int64_t>(rb) * n_it, sp, nb);
+      const int64_t b_last = block_of_unit((static_cast<int64_t>(rb) + 1) * n_it - 1, sp, nb);
+      __threadfence();  // this block's part is visible before its count
+      __syncthreads();
+      if (threadIdx.x == 0) last = atomicAdd(&g_stream_count[rb], 1) == static_cast<int>(b_last - b_first);
+      __syncthreads();
+      if (last) {
+        __threadfence();
+        for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
+          float s = 0.0f;
+          for (int64_t b = b_first; b <= b_last; ++b) {  // b's first row block or its last?
+            const int slot = static_cast<int>(2 * b + (rb == unit_start(b, sp, nb) / n_it ? 0 : 1));
+            s += __ldcg(g_stream_part + slot * kPartFloats + idx);
+          }
+          finish(idx, s);
         }
+        if (threadIdx.x == 0) g_stream_count[rb] = 0;
+      }
+      stored = last;
+    }
+    if constexpr (kSwiglu) {  // silu(gate) * up of the row block's 4T outputs
+      __syncthreads();         // fin
+      for (int idx = threadIdx.x; stored && idx < T * 32; idx += kWarps * 32) {
+        const int l = (idx >> 1) & 31, j = idx & 1, r = idx >> 6;
+        float sg = fin[idx], su = fin[idx + (T / 2) * 64];
         const int token = l >> 2;
         const int64_t o = row0 + 8 * r + 2 * (l & 3) + j;
         if (token >= n || o >= ep.inter) continue;
@@ -370,63 +430,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         }
         out[static_cast<int64_t>(token) * ep.inter + o] = silu_f(sg) * su;
       }
-      __syncthreads();  // red is rewritten by the next row block
-      continue;
+    } else if (ep.res_x && stored) {
+      add_norm_partial<T>(ep, n, rb, static_cast<int>((rows + kOutRows - 1) / kOutRows), sq, sq_rg);
     }
-    // A part: its sums to slot (block, first or second row block), then the last to finish sums.
-    float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
-    float sq = 0.0f;      // the producer's new x^2 of this thread's output
-    bool stored = whole;  // this block wrote the row block's outputs
-    for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
-      const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
-      float s = 0.0f;
-#pragma unroll
-      for (int wp = 0; wp < kWarps; ++wp) {
-        const float4 v = red[wp][r][l];
-        s += j ? v.y + v.w : v.x + v.z;
-      }
-      if (!whole) {
-        part[idx] = s;
-        continue;
-      }
-      const int token = l >> 2;
-      const int64_t row = row0 + 8 * r + 2 * (l & 3) + j;
-      if (token >= n || row >= rows) continue;
-      if constexpr (DT == DType::I8) s *= w.row_scale[row];
-      if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
-      sq = store_output(ep, norm_inv, token, row, rows, s, out);
-    }
-    if (!whole) {
-      __shared__ bool last;
-      const int64_t units = (out_rows + kOutRows - 1) / kOutRows * n_it, nb = gridDim.x;
-      const int64_t b_first = block_of_unit(static_cast<int64_t>(rb) * n_it, units, nb);
-      const int64_t b_last = block_of_unit((static_cast<int64_t>(rb) + 1) * n_it - 1, units, nb);
-      __threadfence();  // this block's part is visible before its count
-      __syncthreads();
-      if (threadIdx.x == 0) last = atomicAdd(&g_stream_count[rb], 1) == static_cast<int>(b_last - b_first);
-      __syncthreads();
-      if (last) {
-        __threadfence();
-        for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
-          const int r = idx >> 6, l = (idx >> 1) & 31, j = idx & 1;
-          const int token = l >> 2;
-          const int64_t row = row0 + 8 * r + 2 * (l & 3) + j;
-          if (token >= n || row >= rows) continue;
-          float s = 0.0f;
-          for (int64_t b = b_first; b <= b_last; ++b) {
-            const int slot = static_cast<int>(2 * b + (rb == unit_start(b, units, nb) / n_it ? 0 : 1));  // b's first?
-            s += __ldcg(g_stream_part + slot * kPartFloats + idx);
-          }
-          if constexpr (DT == DType::I8) s *= w.row_scale[row];
-          if constexpr (DT == DType::NVFP4) s *= w.global_scale * 128.0f;
-          sq = store_output(ep, norm_inv, token, row, rows, s, out);
-        }
-        if (threadIdx.x == 0) g_stream_count[rb] = 0;
-      }
-      stored = last;
-    }
-    if (ep.res_x && stored) add_norm_partial<T>(ep, n, rb, static_cast<int>((rows + kOutRows - 1) / kOutRows), sq, sq_rg);
-    __syncthreads();  // red is rewritten by the next row block
+    __syncthreads();  // red (and fin) are rewritten by the next row block
   }
 }
 
@@ -436,6 +443,9 @@ GemvTuning g_tuning = [] {
   t.pdl = env_int("PYENGINE_GEMV_PDL", t.pdl) != 0;
   t.pdl_prefetch_steps = env_int("PYENGINE_GEMV_PDL_PREFETCH", t.pdl_prefetch_steps);
   t.stream_k = env_int("PYENGINE_GEMV_STREAM_K", t.stream_k) != 0;
+  t.stream_k_balance_pct = env_int("PYENGINE_GEMV_STREAM_K_BALANCE", t.stream_k_balance_pct);
+  t.stream_k_min_steps = env_int("PYENGINE_GEMV_STREAM_K_MIN_STEPS", t.stream_k_min_steps);
+  t.stream_k_quantum = env_int("PYENGINE_GEMV_STREAM_K_QUANTUM", t.stream_k_quantum);
   t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave) != 0;
   t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
   return t;
@@ -452,24 +462,34 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
     PE_CUDA_CHECK(cudaGetDevice(&dev));
     const uint64_t bit = uint64_t(1) << (dev & 63);
     if (!(attr_set.load() & bit)) {  // kStagedXLimit, or what the device's opt-in leaves (sm_75: 64 KB)
-      const int limit = static_cast<int>(std::min<int64_t>(kStagedXLimit, smem_optin() - red_bytes(T)));
+      const int limit = static_cast<int>(std::min<int64_t>(kStagedXLimit, smem_optin() - red_bytes(T, kSwiglu)));
       PE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
       attr_set |= bit;
     }
   }
   const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
   // Stream-K (the kernel's comment) where the row blocks leave block slots empty and a row has
-  // enough steps to pay for the split rows' sum (GemvTuning::stream_k_min_steps); the slots are
-  // the blocks per SM the registers are budgeted for.
+  // enough steps to pay for the split rows' sum (GemvTuning::stream_k_min_steps), or where the
+  // last of several waves is part full (GemvTuning::stream_k_balance_pct); the slots are the blocks
+  // per SM the registers are budgeted for.
   constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
   const int64_t row_blocks = kSwiglu ? grid_1d(ep.inter, 4 * T) : grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
-  int64_t grid = row_blocks;
-  if (!kSwiglu && g_tuning.stream_k && n_it >= std::max(g_tuning.stream_k_min_steps, 1)) {
-    const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
-    if (row_blocks < slots) grid = std::min<int64_t>({slots, row_blocks * n_it, kMaxStreamBlocks});
-  }
+  const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
+  const int64_t sk_grid = std::min<int64_t>({slots, row_blocks * n_it / kWarps, kMaxStreamBlocks});
+  const bool fill = !kSwiglu && g_tuning.stream_k && n_it >= std::max(g_tuning.stream_k_min_steps, 1) &&
+                    row_blocks < sk_grid;
+  const int64_t last_wave = row_blocks % slots;  // row blocks in the last wave
+  const bool balance = g_tuning.stream_k && row_blocks > slots && last_wave != 0 &&
+                       last_wave * 100 <= g_tuning.stream_k_balance_pct * slots &&
+                       row_blocks <= kMaxStreamRowBlocks && sk_grid == slots;
+  const int64_t grid = fill || balance ? sk_grid : row_blocks;
+  Split sp;
+  sp.units = row_blocks * n_it;
+  const int q = g_tuning.stream_k_quantum > 0 ? g_tuning.stream_k_quantum : balance ? kWarps : 1;
+  sp.q = grid == row_blocks ? static_cast<int>(n_it) : static_cast<int>(std::min<int64_t>(q, sp.units / grid));
+  sp.quanta = sp.units / sp.q;
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, ep, out);
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, ep, sp, out);
   return static_cast<int>(row_blocks);
 }
 
@@ -518,7 +538,7 @@ int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, f
   const int T = ep.inter > 0 ? swiglu_rows_per_warp(w) : w.tile ? w.tile / 8 : gemv_rows_per_warp(w.rows);
   // Staged up to the tuning's size, kStagedXLimit and what a block of the device may hold (sm_75: 64 KB).
   bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit) &&
-                xbytes + red_bytes(T) <= smem_optin();
+                xbytes + red_bytes(T, ep.inter > 0) <= smem_optin();
   // FP8 by cvt at 32 rows per warp: x in registers where the row blocks take more than one wave
   // of the staged kernel's block slots (GemvTuning::fp8_stage_one_wave; run_t's register budget).
   if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
