@@ -222,17 +222,18 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
                                 (long long)inter, (long long)up0, (long long)cols, tile ? cfgs(" tile %d", tile).c_str() : "");
   CHECK(cuda::linear_swiglu_supported(dx.p, n, dw.view, up0, inter));
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, cand, roll, bal;
+  cuda::GemvTuning nobal, regx, cand, roll, bal;
   // Bit for bit against linear + swiglu where neither splits a row block over blocks (stream-k
   // balance: the default on shapes whose last wave is short, and bal everywhere, split the
-  // swiglu's row blocks and linear's differently): regx, cand and roll leave it off.
-  regx.stream_k_balance_pct = cand.stream_k_balance_pct = roll.stream_k_balance_pct = 0;
+  // swiglu's row blocks and linear's differently): nobal (the default without it), regx, cand
+  // and roll leave it off.
+  nobal.stream_k_balance_pct = regx.stream_k_balance_pct = cand.stream_k_balance_pct = roll.stream_k_balance_pct = 0;
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
   cand.min_blocks = 3;
   roll.roll = 2;
   bal.stream_k_balance_pct = 100;
-  const cuda::GemvTuning* tunings[] = {&dflt, &regx, &cand, &roll, &bal};
+  const cuda::GemvTuning* tunings[] = {&dflt, &nobal, &regx, &cand, &roll, &bal};
   for (const cuda::GemvTuning* tuning : tunings) {
     cuda::linear_gemv_set_tuning(*tuning);
     dout.poison();
@@ -249,14 +250,16 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
     dgu.upload(gu);
     cuda::swiglu(dgu.p, n, inter, dtwo.p, nullptr);
     const std::vector<float> fused = dout.download(), two = dtwo.download();
-    const std::string cfg = name + (tuning == &regx   ? " [x in registers]"
+    const std::string cfg = name + (tuning == &nobal  ? " [no stream-k balance]"
+                                    : tuning == &regx ? " [x in registers]"
                                     : tuning == &cand ? " [candidates]"
                                     : tuning == &bal  ? " [stream-k balance]"
                                                       : "");
     EXPECT_CLOSE("linear_swiglu", cfg, fused, ref, 1e-5);
     // The same bits where both take the same rows per warp (below 2048 rows the plain GEMV takes
     // 8) and sum each row block in one block.
-    if (tuning->stream_k_balance_pct == 0 && (tile || rows >= 2048)) CHECK(std::memcmp(fused.data(), two.data(), fused.size() * sizeof(float)) == 0);
+    if (tuning->stream_k_balance_pct == 0 && (tile || rows >= 2048))
+      CHECK(std::memcmp(fused.data(), two.data(), fused.size() * sizeof(float)) == 0);
     else EXPECT_CLOSE("linear_swiglu", cfg + " [against linear + swiglu]", fused, two, 1e-5);
   }
 }

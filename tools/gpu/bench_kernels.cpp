@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
         // blocks per SM (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched without
         // programmatic dependent launch (the default on sm_90: the graph's calls overlap), "nosk"
         // one whole row block per block (no stream-K), "sk1" stream-K wherever the row blocks
-        // leave slots empty, "bal" stream-K over several waves too (GemvTuning::stream_k_balance_pct 100),
+        // leave slots empty, "bal" stream-K over several waves too (stream_k_balance_pct 100),
         // "roll" / "noroll" GemvTuning::roll 2 / 0. Dropped ideas ("stg": session 7): NOTES.md.
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;

@@ -166,9 +166,9 @@ struct GemvTuning {
 // PYENGINE_GEMV_STAGE_ONE_WAVE (0/1), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
 // PYENGINE_GEMV_STREAM_K_MIN_STEPS / _QUANTUM (steps), PYENGINE_GEMV_STREAM_K_BALANCE (percent)
 // from the environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py).
-// (Measured and removed: K split over thread-block clusters, summed in distributed shared memory, session 5: slower on every 27B shape; the mlp's swiglu
-// computed while the down GEMV stages x, session 13: 0.28 ms a step slower, every block
-// recomputing silu * up over the whole row.)
+// (Measured and removed: K split over thread-block clusters, summed in distributed shared memory,
+// session 5: slower on every 27B shape; the mlp's swiglu computed while the down GEMV stages x,
+// session 13: 0.28 ms a step slower, every block recomputing silu * up over the whole row.)
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();
 

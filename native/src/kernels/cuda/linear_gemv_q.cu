@@ -61,7 +61,9 @@ struct StagedX {
 
 // The staged kernel's static shared memory besides x: the warps' sums (red), the split norm's 1 / rms
 // and x^2 sums (norm_inv, sq_rg), swiglu's row-block sums (fin) and the stream-K flag.
-__host__ __device__ constexpr int64_t red_bytes(int T, bool sw) { return kWarps * T * 512 + 32 + T * 32 + (sw ? T * 256 : 4) + 16; }
+__host__ __device__ constexpr int64_t red_bytes(int T, bool sw) {
+  return kWarps * T * 512 + 32 + T * 32 + (sw ? T * 256 : 4) + 16;
+}
 
 // Stream-K: where the row blocks leave SMs idle (fewer blocks than the GPU holds at once) and a
 // row has GemvTuning::stream_k_min_steps column steps or more, or where they take more than one
@@ -79,9 +81,9 @@ constexpr int kMaxStreamRowBlocks = 8192, kPartFloats = 256;  // the counters; T
 __device__ float g_stream_part[2 * kMaxStreamBlocks * kPartFloats];
 __device__ int g_stream_count[kMaxStreamRowBlocks];
 
-// A launch's split: U = units, block boundaries on multiples of q (n_it: a row block per block; or
-// the stream-K quantum), quanta = U / q. A parameter (constant bank): computed in the kernel it stayed live in
-// registers through the loop, whose loads then went out later (session 18: steady FP8 105 -> 93 %).
+// A launch's split: U units, block boundaries on multiples of q (n_it: a row block per block; or the
+// stream-K quantum), quanta = U / q. A parameter: computed in the kernel it stayed live through the
+// loop, whose loads then went out later (session 18: steady FP8 105 -> 93 % of copy).
 struct Split {
   int64_t units, quanta;
   int q;
@@ -468,10 +470,8 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
     }
   }
   const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
-  // Stream-K (the kernel's comment) where the row blocks leave block slots empty and a row has
-  // enough steps to pay for the split rows' sum (GemvTuning::stream_k_min_steps), or where the
-  // last of several waves is part full (GemvTuning::stream_k_balance_pct); the slots are the blocks
-  // per SM the registers are budgeted for.
+  // Stream-K (the kernel's comment): fill (slots left empty, rows of stream_k_min_steps steps or
+  // more) or balance (a short last wave, stream_k_balance_pct); slots: the register budget's.
   constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
   const int64_t row_blocks = kSwiglu ? grid_1d(ep.inter, 4 * T) : grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
   const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
