@@ -129,11 +129,13 @@ struct GemvTuning {
   int64_t staged_x_max_bytes = 32768;  // x split once per block into shared memory up to this
                                        // size (<= 128 KB), else per warp in registers; 0: never
   bool fp8_cvt = true;                 // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
-  bool fp8_stage_one_wave = true;      // FP8 by cvt, 32 rows per warp: x staged only where the row
-                                       // blocks fit in one wave (session 7, % of copy at n = 1,
-                                       // staged -> registers: qkv|z|a|b 73.4 -> 78.1, gate|up
-                                       // 76.6 -> 79.2, out_proj (160 blocks) 59.0 -> 54.2; I8 and
-                                       // NVFP4 lose in registers on every shape)
+  int fp8_stage_one_wave = 2;          // FP8 by cvt, 32 rows per warp: x staged only where the
+                                       // launch is one wave: 1 where the row blocks fit in one,
+                                       // 2 also where stream-K balance makes one; 0: always
+                                       // (session 7, % of copy at n = 1, staged -> registers:
+                                       // qkv|z|a|b 73.4 -> 78.1, gate|up 76.6 -> 79.2, out_proj
+                                       // (160 blocks) 59.0 -> 54.2; I8 and NVFP4 lose in
+                                       // registers on every shape)
   int min_blocks = 2;                  // staged kernels' register budget: 2 or 3 blocks per SM
   bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
                                        // previous kernel (its first weight step prefetched to L2
@@ -163,7 +165,7 @@ struct GemvTuning {
                                        // -> 8.85 ms (NVFP4 +-1.5 points)
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
-// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
+// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1/2), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
 // PYENGINE_GEMV_STREAM_K_MIN_STEPS / _QUANTUM (steps), PYENGINE_GEMV_STREAM_K_BALANCE (percent)
 // from the environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py).
 // (Measured and removed: K split over thread-block clusters, summed in distributed shared memory,

@@ -65,6 +65,19 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return r;
 }
 
+// Read-only loads the GEMV step issues with its weight loads (x in registers, FP8 block scales).
+// As asm volatile they keep their place ahead of the step's first mma; by __ldg, ptxas (sm_90) put
+// 4 of the swiglu step's 18 loads after it, behind the weights' DRAM latency (session 19, SASS).
+__device__ __forceinline__ float4 load_nc_f4(const float* p) {
+  float4 v;
+  asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float load_nc_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
 
 // Bytes 0,1 (HI = false) or 2,3 (HI = true) of u, e4m3 -> fp16x2 of value / 256. prmt with the
 // sign-replicate selector makes each 16-bit lane the sign-extended byte; << 7 moves exponent and

@@ -34,6 +34,7 @@
 #include "core/env.h"
 #include "kernels/cuda/linear_gemv_q.cuh"
 #include "kernels/cuda/linear_gemv_q_split_norm.cuh"
+#include "kernels/cuda/linear_gemv_q_stream_k.cuh"
 
 namespace pe {
 namespace cuda {
@@ -41,23 +42,8 @@ namespace {
 
 using namespace gemv_q;
 
-constexpr int kWarps = 8;
 // Largest staged x any tuning may ask for (the kernels' dynamic shared-memory limit).
 constexpr int kStagedXLimit = 128 * 1024;
-
-// x staged in shared memory as the mma A operands: token -> chunk -> NQ uint4 {hi, lo, hi, lo},
-// a chunk's quads padded by 16 bytes and tokens by 64 (mod 128), so the 8 lanes (2 tokens x 4
-// chunks) of each shared-memory phase hit distinct banks.
-template <DType DT>
-struct StagedX {
-  static constexpr int kQuads = values_per_chunk<DT>() / 4;
-  static constexpr int kChunkPitch = kQuads * 16 + 16;
-  __host__ __device__ static int64_t token_pitch(int64_t cols) {
-    const int64_t b = cols / values_per_chunk<DT>() * kChunkPitch;
-    return (b + 127) / 128 * 128 + 64;
-  }
-  __host__ __device__ static int64_t bytes(int64_t n, int64_t cols) { return n * token_pitch(cols); }
-};
 
 // The staged kernel's static shared memory besides x: the warps' sums (red), the split norm's 1 / rms
 // and x^2 sums (norm_inv, sq_rg), swiglu's row-block sums (fin) and the stream-K flag.
@@ -65,41 +51,11 @@ __host__ __device__ constexpr int64_t red_bytes(int T, bool sw) {
   return kWarps * T * 512 + 32 + T * 32 + (sw ? T * 256 : 4) + 16;
 }
 
-// Stream-K: where the row blocks leave SMs idle (fewer blocks than the GPU holds at once) and a
-// row has GemvTuning::stream_k_min_steps column steps or more, or where they take more than one
-// wave and leave the last one short (GemvTuning::stream_k_balance_pct), the grid is the GPU's
-// block capacity and block b takes units [b U / nb, (b + 1) U / nb) of the U = row blocks x column
-// steps (rounded down to a multiple of GemvTuning::stream_k_quantum; balance: 8, each warp of a
-// part the same steps), in row-block order: first and last row blocks may be parts. A row
-// block whose steps are split over blocks is summed by the last of them to finish (a counter per
-// row block), from the partial sums in kPartFloats slots, in block order: deterministic, and the
-// same partition for every token count. Without stream-K the same code runs one whole row block
-// per block. The scratch is per device and static: the GEMV calls of a device run in stream order
-// (every launch of the library is on cuda::stream()), and the finisher resets its counter.
-constexpr int kMaxStreamBlocks = 1024;
-constexpr int kMaxStreamRowBlocks = 8192, kPartFloats = 256;  // the counters; T * 64 at T = 4
+// Stream-K scratch (linear_gemv_q_stream_k.cuh): per device and static: the GEMV calls of a
+// device run in stream order (every launch of the library is on cuda::stream()), and the
+// finisher of a row block resets its counter.
 __device__ float g_stream_part[2 * kMaxStreamBlocks * kPartFloats];
 __device__ int g_stream_count[kMaxStreamRowBlocks];
-
-// A launch's split: U units, block boundaries on multiples of q (n_it: a row block per block; or the
-// stream-K quantum), quanta = U / q. A parameter: computed in the kernel it stayed live through the
-// loop, whose loads then went out later (session 18: steady FP8 105 -> 93 % of copy).
-struct Split {
-  int64_t units, quanta;
-  int q;
-};
-
-__device__ __forceinline__ int64_t unit_start(int64_t b, const Split& sp, int64_t nb) {
-  return b >= nb ? sp.units : b * sp.quanta / nb * sp.q;
-}
-
-// The block whose units hold unit u (nb <= quanta: every block has at least one).
-__device__ __forceinline__ int64_t block_of_unit(int64_t u, const Split& sp, int64_t nb) {
-  int64_t b = u * nb / sp.units;
-  while (b + 1 < nb && unit_start(b + 1, sp, nb) <= u) ++b;
-  while (b > 0 && unit_start(b, sp, nb) > u) --b;
-  return b;
-}
 
 // kStagedX: the block splits x into hi/lo pairs once, into shared memory (StagedX); otherwise
 // every warp splits its columns' x in registers for each row group step (the session-3 kernel:
@@ -220,8 +176,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         const int seg = it * (KI / 128) + s;  // 128-column segment index
         const bool valid = kWhole || static_cast<int64_t>(seg) * 128 < cols;
         const int cb = seg_per_block == 1 ? seg : seg / seg_per_block;
-        bsc[s] = valid ? __ldg(srow + cb) * fp8_decode_unit<kCvt>() : 0.0f;
-        if constexpr (kSwiglu) bsc_up[s] = valid ? __ldg(srow_up + cb) * fp8_decode_unit<kCvt>() : 0.0f;
+        bsc[s] = valid ? load_nc_f32(srow + cb) * fp8_decode_unit<kCvt>() : 0.0f;
+        if constexpr (kSwiglu) bsc_up[s] = valid ? load_nc_f32(srow_up + cb) * fp8_decode_unit<kCvt>() : 0.0f;
       }
     }
   };
@@ -448,7 +404,7 @@ GemvTuning g_tuning = [] {
   t.stream_k_balance_pct = env_int("PYENGINE_GEMV_STREAM_K_BALANCE", t.stream_k_balance_pct);
   t.stream_k_min_steps = env_int("PYENGINE_GEMV_STREAM_K_MIN_STEPS", t.stream_k_min_steps);
   t.stream_k_quantum = env_int("PYENGINE_GEMV_STREAM_K_QUANTUM", t.stream_k_quantum);
-  t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave) != 0;
+  t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave);
   t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
   return t;
 }();
@@ -470,27 +426,11 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
     }
   }
   const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
-  // Stream-K (the kernel's comment): fill (slots left empty, rows of stream_k_min_steps steps or
-  // more) or balance (a short last wave, stream_k_balance_pct); slots: the register budget's.
-  constexpr int KI = 4 * (8 / T) * values_per_chunk<DT>();
-  const int64_t row_blocks = kSwiglu ? grid_1d(ep.inter, 4 * T) : grid_1d(w.rows, 8 * T), n_it = (w.cols + KI - 1) / KI;
-  const int64_t slots = static_cast<int64_t>(sm_count()) * kMinBlocks;
-  const int64_t sk_grid = std::min<int64_t>({slots, row_blocks * n_it / kWarps, kMaxStreamBlocks});
-  const bool fill = !kSwiglu && g_tuning.stream_k && n_it >= std::max(g_tuning.stream_k_min_steps, 1) &&
-                    row_blocks < sk_grid;
-  const int64_t last_wave = row_blocks % slots;  // row blocks in the last wave
-  const bool balance = g_tuning.stream_k && row_blocks > slots && last_wave != 0 &&
-                       last_wave * 100 <= g_tuning.stream_k_balance_pct * slots &&
-                       row_blocks <= kMaxStreamRowBlocks && sk_grid == slots;
-  const int64_t grid = fill || balance ? sk_grid : row_blocks;
-  Split sp;
-  sp.units = row_blocks * n_it;
-  const int q = g_tuning.stream_k_quantum > 0 ? g_tuning.stream_k_quantum : balance ? kWarps : 1;
-  sp.q = grid == row_blocks ? static_cast<int>(n_it) : static_cast<int>(std::min<int64_t>(q, sp.units / grid));
-  sp.quanta = sp.units / sp.q;
-  launch_ex(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, ep, sp, out);
-  return static_cast<int>(row_blocks);
+  const Plan p = plan_grid(g_tuning, row_blocks_of<DT, T>(w, ep), steps_of<DT, T>(w),
+                           static_cast<int64_t>(sm_count()) * kMinBlocks, kSwiglu);
+  launch_ex(pdl, kernel, dim3(static_cast<unsigned>(p.grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, ep, p.sp, out);
+  return static_cast<int>(p.row_blocks);
 }
 
 // The register budget (2 or 3 blocks per SM; 3 only for staged x: the register path spills) and
@@ -539,10 +479,15 @@ int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, f
   // Staged up to the tuning's size, kStagedXLimit and what a block of the device may hold (sm_75: 64 KB).
   bool staged = xbytes <= std::min<int64_t>(g_tuning.staged_x_max_bytes, kStagedXLimit) &&
                 xbytes + red_bytes(T, ep.inter > 0) <= smem_optin();
-  // FP8 by cvt at 32 rows per warp: x in registers where the row blocks take more than one wave
-  // of the staged kernel's block slots (GemvTuning::fp8_stage_one_wave; run_t's register budget).
-  if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged)
-    staged = grid_1d(w.rows, 32) <= static_cast<int64_t>(sm_count()) * (g_tuning.min_blocks >= 3 ? 3 : 2);
+  // FP8 by cvt at 32 rows per warp: x in registers where the launch of the staged kernel takes
+  // more than one wave (GemvTuning::fp8_stage_one_wave; run_t's register budget).
+  if (DT == DType::FP8_E4M3 && g_tuning.fp8_cvt && g_tuning.fp8_stage_one_wave && T >= 4 && staged) {
+    const int64_t slots = static_cast<int64_t>(sm_count()) * (g_tuning.min_blocks >= 3 && ep.inter == 0 ? 3 : 2);
+    const int64_t rb = row_blocks_of<DT, 4>(w, ep);
+    const bool balanced = g_tuning.fp8_stage_one_wave >= 2 &&
+                          plan_grid(g_tuning, rb, steps_of<DT, 4>(w), slots, ep.inter > 0).grid <= slots;
+    staged = rb <= slots || balanced;
+  }
   // Rolled loads (kRoll) for tiled weights only (the layer weights of a quantized model); which
   // dtypes: GemvTuning::roll.
   const bool roll = g_tuning.roll >= 2 || (g_tuning.roll == 1 && DT == DType::I8);

@@ -8,6 +8,8 @@ namespace pe {
 namespace cuda {
 namespace gemv_q {
 
+constexpr int kWarps = 8;  // per block: they split the columns and sum through shared memory
+
 template <DType DT>
 __host__ __device__ constexpr int values_per_chunk() { return DT == DType::NVFP4 ? 32 : 16; }
 
@@ -93,7 +95,7 @@ __device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* x
 #pragma unroll
   for (int e = 0; e < VPC; e += 4) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (valid) v = __ldg(reinterpret_cast<const float4*>(xp + e));
+    if (valid) v = load_nc_f4(xp + e);
     f[e] = v.x; f[e + 1] = v.y; f[e + 2] = v.z; f[e + 3] = v.w;
   }
 #pragma unroll
@@ -103,6 +105,20 @@ __device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* x
     split_x(f[c0], f[c1], xh[p], xl[p]);
   }
 }
+
+// x staged in shared memory as the mma A operands: token -> chunk -> NQ uint4 {hi, lo, hi, lo},
+// a chunk's quads padded by 16 bytes and tokens by 64 (mod 128), so the 8 lanes (2 tokens x 4
+// chunks) of each shared-memory phase hit distinct banks.
+template <DType DT>
+struct StagedX {
+  static constexpr int kQuads = values_per_chunk<DT>() / 4;
+  static constexpr int kChunkPitch = kQuads * 16 + 16;
+  __host__ __device__ static int64_t token_pitch(int64_t cols) {
+    const int64_t b = cols / values_per_chunk<DT>() * kChunkPitch;
+    return (b + 127) / 128 * 128 + 64;
+  }
+  __host__ __device__ static int64_t bytes(int64_t n, int64_t cols) { return n * token_pitch(cols); }
+};
 
 }  // namespace gemv_q
 }  // namespace cuda
