@@ -16,7 +16,8 @@
 // the Q setup; v2 / v3 v1 + an L2 prefetch one / two rounds ahead; v4 (NVFP4) whole-chunk loads
 // one step ahead exchanged through shared memory (Fp4Stage); v5 v0 + v1's merge layout. Why each
 // exists and what it measured: tools/gpu/NOTES.md ("Decode attention variants").
-// At 1K depth fp8 / int8 run as fast as fp16, NVFP4 not yet (session 16, tools/gpu/NOTES.md).
+// At 1K depth fp8 / int8 run as fast as fp16, NVFP4 not in session 16 (tools/gpu/NOTES.md); since
+// session 19 its kFast kernel loads its first step before pdl_wait too.
 #include <algorithm>
 
 #include "core/env.h"
@@ -113,10 +114,27 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   const auto load_k = [&](int jw, int wn) { L::load_k(kbase, rows, rb, jw, wn, g, t, kw); };
   const auto load_v = [&](int jw, int wn) { L::load_v(vbase, rows, rb, jw, wn, g, t, vw); };
   // V too for the 8-bit caches, F16 K only (its K and V words held over the Q setup spill on
-  // sm_75 at head_dim 256); not for NVFP4 (the untuned NVFP4 kernel is at 255 registers already,
-  // and its default, variant 4, is tuned).
+  // sm_75 at head_dim 256); not for NVFP4's untuned kernel (at 255 registers already). NVFP4's
+  // kFast kernel resolves its first window's rows here and loads the warp's first whole step.
   constexpr bool kEarly = !kFp4, kEarlyV = !kF16 && !kFp4;
-  bool preloaded = false;  // this warp's first step is in kw (and vw)
+  bool preloaded = false;  // this warp's first step is in kw (and vw), kFast: in kc, vc, ksq, vsq
+  // kFast: whole chunks of the warp's next step, loaded while this step computes: K rows g, g+8
+  // (chunks t + 4i of CG groups), V rows of keys 2t, 2t+1, 2t+8, 2t+9 (bytes g PB ..), a quarter
+  // of the K and V scale rows g, g+8 (the same cache rows). 40 registers at head_dim 256.
+  uint32_t kc[2][F::NCH][2 * F::CG], vc[4][F::VQ], ksq[2][KS / 4], vsq[2][KS / 4];
+  const auto load_step = [&](int j0, int lim) {  // keys j0 .. j0 + 15 of the rows[] window, < lim valid
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = rows[min(j0 + g + 8 * r, lim - 1)];
+#pragma unroll
+      for (int i = 0; i < F::NCH; ++i) kv_load_chunk(kbase + row * rb + 8 * F::CG * (t + 4 * i), kc[r][i]);
+      kv_load_chunk(reinterpret_cast<const uint8_t*>(p.kv.k_scale + row * KS + t * (KS / 4)), ksq[r]);
+      kv_load_chunk(reinterpret_cast<const uint8_t*>(p.kv.v_scale + row * KS + t * (KS / 4)), vsq[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      kv_load_chunk(vbase + rows[min(j0 + 2 * t + (r & 1) + 8 * (r >> 1), lim - 1)] * rb + g * F::PB, vc[r]);
+  };
   if constexpr (!kTuned) {
     resolve_rows(rows, p, kb, wn0, kvh, tid);
     __syncthreads();
@@ -127,48 +145,25 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
       if constexpr (kEarlyV) load_v(j0, wn0);
     }
   }
+  if constexpr (kFast) {
+    if (p.early) {  // (keys past the window's end read its last row, as in the loop)
+#pragma unroll
+      for (int i = 0; i < kPg; ++i) {
+        const int j = tid + i * kThreads;
+        if (j < ext0) rows[j] = row_of(pg[i], kb + j);
+      }
+      __syncthreads();
+      const int j0 = warp * kStep;
+      preloaded = j0 < ext0 && kb + min(j0 + kStep - 1, ext0 - 1) < p.q_start_pos;
+      if (preloaded) load_step(j0, ext0);
+    }
+  }
   pdl_wait();
   pdl_trigger();
 
-  // Q fragments of vector g: scaled by a power of two so max |q| lands in [2^14, 2^15) (the fp16
-  // high + low parts keep ~22 bits whatever the magnitude), split, stored per k-step and lane.
-  {
-    const float* qrow = g < nv ? p.q + ((i0 + g / nh) * p.n_heads + h0 + g % nh) * D : nullptr;
-    // Value i of k-step ks: dim q_dim(ks, i & 1, i >> 1, t), component q_sub(i & 1, i >> 1) of
-    // the k-step's float4: 16 loads a lane, held for both passes (zeros for padding vectors).
-    float4 qv[KS];
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-      qv[ks] = qrow ? *reinterpret_cast<const float4*>(qrow + L::q_dim(ks, 0, 0, t)) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const auto q_at = [&](int ks, int i) {
-      const int c = L::q_sub(i & 1, i >> 1);
-      return c == 0 ? qv[ks].x : c == 1 ? qv[ks].y : c == 2 ? qv[ks].z : qv[ks].w;
-    };
-    float qmax = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, fabsf(q_at(ks, i)));
-    qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 1));
-    qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 2));
-    qmax *= fabsf(p.q_mul);
-    const int ex = qmax > 0.0f ? static_cast<int>((__float_as_uint(qmax) >> 23) & 0xff) - 127 : 0;
-    const int k2 = max(-100, min(100, 14 - ex));  // qmax * 2^k2 in [2^14, 2^15)
-    const float qm = p.q_mul * __uint_as_float(static_cast<uint32_t>(127 + k2) << 23);
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-      float x[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) x[i] = q_at(ks, i) * qm;
-      uint4 f;  // {high k-half 0, high k-half 1, low k-half 0, low k-half 1}
-      split_f16(x[0], x[2], f.x, f.z);
-      split_f16(x[1], x[3], f.y, f.w);
-      qfrag[ks][lane] = f;
-    }
-    // FP8 by cvt (sm_89+): K values 256x the integer decode's (the host's unit), taken off here.
-    if (t == 0) qscale[g] = __uint_as_float(static_cast<uint32_t>(127 - k2 - (kFp8ByCvt ? 8 : 0)) << 23);
-  }
-  if constexpr (kTuned)
+  q_fragments<KV, D>(g < nv ? p.q + ((i0 + g / nh) * p.n_heads + h0 + g % nh) * D : nullptr, p.q_mul, lane, qfrag,
+                     qscale);
+  if (kTuned && !(kFast && p.early))
 #pragma unroll
     for (int i = 0; i < kPg; ++i) {
       const int j = tid + i * kThreads;
@@ -192,25 +187,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   uint32_t* const vx = kx + F::kKx;
   float* const kss = reinterpret_cast<float*>(vx + F::kVx);
   float* const vss = kss + F::kSc;
-  // kFast: whole chunks of the warp's next step, loaded while this step computes: K rows g, g+8
-  // (chunks t + 4i of CG groups), V rows of keys 2t, 2t+1, 2t+8, 2t+9 (bytes g PB ..), a quarter
-  // of the K and V scale rows g, g+8 (the same cache rows). 40 registers at head_dim 256.
-  uint32_t kc[2][F::NCH][2 * F::CG], vc[4][F::VQ], ksq[2][KS / 4], vsq[2][KS / 4];
-  const auto load_step = [&](int j0, int lim) {  // keys j0 .. j0 + 15 of the rows[] window, < lim valid
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t row = rows[min(j0 + g + 8 * r, lim - 1)];
-#pragma unroll
-      for (int i = 0; i < F::NCH; ++i) kv_load_chunk(kbase + row * rb + 8 * F::CG * (t + 4 * i), kc[r][i]);
-      kv_load_chunk(reinterpret_cast<const uint8_t*>(p.kv.k_scale + row * KS + t * (KS / 4)), ksq[r]);
-      kv_load_chunk(reinterpret_cast<const uint8_t*>(p.kv.v_scale + row * KS + t * (KS / 4)), vsq[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-      kv_load_chunk(vbase + rows[min(j0 + 2 * t + (r & 1) + 8 * (r >> 1), lim - 1)] * rb + g * F::PB, vc[r]);
-  };
   if constexpr (kFast)
-    if (warp * kStep < ext0) load_step(warp * kStep, ext0);  // the warp's first step
+    if (!preloaded && warp * kStep < ext0) load_step(warp * kStep, ext0);  // the warp's first step
 
   for (int64_t w0 = kb; w0 < ke; w0 += kWindow) {
     const int wn = static_cast<int>(min(static_cast<int64_t>(kWindow), ke - w0));
@@ -555,7 +533,8 @@ void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, s
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
   p.pf_rounds = variant == 2 || variant == 3 ? variant - 1 : 0;
   const auto on_sectors = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 32 == 0; };
-  p.early = g_early && kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v);
+  p.early = g_early && kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v) &&
+            (KV != DType::NVFP4 || (D / 4 % 32 == 0 && on_sectors(p.kv.k_scale) && on_sectors(p.kv.v_scale)));
   launch_decode(kernel, resident, p, n_keys, scratch, scratch_bytes, stream);
 }
 

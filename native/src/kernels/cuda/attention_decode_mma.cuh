@@ -184,6 +184,49 @@ __device__ __forceinline__ void ld_shared_words4(const uint32_t* src, uint32_t* 
   w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
 }
 
+// Q fragments of vector g = lane / 4 (qrow: its D values, or null for a padding vector): scaled
+// by a power of two so max |q * q_mul| lands in [2^14, 2^15) (the fp16 high + low parts keep ~22
+// bits whatever the magnitude), split, stored per k-step and lane; qscale[g] takes the power back.
+template <DType KV, int D>
+__device__ __forceinline__ void q_fragments(const float* qrow, float q_mul, int lane, uint4 (*qfrag)[32], float* qscale) {
+  using L = Layout<KV, D>;
+  constexpr int KS = L::KS;
+  const int t = lane & 3;
+  // Value i of k-step ks: dim q_dim(ks, i & 1, i >> 1, t), component q_sub(i & 1, i >> 1) of
+  // the k-step's float4: 16 loads a lane, held for both passes (zeros for padding vectors).
+  float4 qv[KS];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks)
+    qv[ks] = qrow ? *reinterpret_cast<const float4*>(qrow + L::q_dim(ks, 0, 0, t)) : make_float4(0.f, 0.f, 0.f, 0.f);
+  const auto q_at = [&](int ks, int i) {
+    const int c = L::q_sub(i & 1, i >> 1);
+    return c == 0 ? qv[ks].x : c == 1 ? qv[ks].y : c == 2 ? qv[ks].z : qv[ks].w;
+  };
+  float qmax = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, fabsf(q_at(ks, i)));
+  qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 1));
+  qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 2));
+  qmax *= fabsf(q_mul);
+  const int ex = qmax > 0.0f ? static_cast<int>((__float_as_uint(qmax) >> 23) & 0xff) - 127 : 0;
+  const int k2 = max(-100, min(100, 14 - ex));  // qmax * 2^k2 in [2^14, 2^15)
+  const float qm = q_mul * __uint_as_float(static_cast<uint32_t>(127 + k2) << 23);
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    float x[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[i] = q_at(ks, i) * qm;
+    uint4 f;  // {high k-half 0, high k-half 1, low k-half 0, low k-half 1}
+    split_f16(x[0], x[2], f.x, f.z);
+    split_f16(x[1], x[3], f.y, f.w);
+    qfrag[ks][lane] = f;
+  }
+  // FP8 by cvt (sm_89+): K values 256x the integer decode's (the host's unit), taken off here.
+  if (t == 0) qscale[lane >> 2] = __uint_as_float(static_cast<uint32_t>(127 - k2 - (L::kPairedBytes ? 8 : 0)) << 23);
+}
+
 // ---- variant 4, NVFP4 (kFast): whole-chunk loads, fragments exchanged through shared memory ----
 // Why: NVFP4 per key under v0 (session 5, SASS of the inner loop, head_dim 256, per warp step of 16 keys): v0
 // issues ~1,410 instructions a step against ~910 for FP8 and ~545 for F16. The extra: 112 global
