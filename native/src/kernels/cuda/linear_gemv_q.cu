@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
   constexpr int C = 8 / T;        // chunks per row group per step
-  constexpr int KI = 4 * C * VPC; // columns per step
+  constexpr int KI = step_cols<DT, T>();  // columns per step (4 C VPC)
   constexpr bool kFp8 = DT == DType::FP8_E4M3;
   using SX = StagedX<DT>;
   __shared__ float4 red[kWarps][T][32];

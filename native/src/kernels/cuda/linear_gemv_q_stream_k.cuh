@@ -45,12 +45,12 @@ __device__ __forceinline__ int64_t block_of_unit(int64_t u, const Split& sp, int
 
 // Columns per column step at T row groups per warp, steps per row, row blocks of a launch.
 template <DType DT, int T>
-constexpr int step_cols() { return 4 * (8 / T) * values_per_chunk<DT>(); }
+__host__ __device__ constexpr int step_cols() { return 4 * (8 / T) * values_per_chunk<DT>(); }
 template <DType DT, int T>
 int64_t steps_of(const WeightView& w) { return (w.cols + step_cols<DT, T>() - 1) / step_cols<DT, T>(); }
 template <DType DT, int T>
 int64_t row_blocks_of(const WeightView& w, const GemvEpilogue& ep) {
-  return ep.inter > 0 ? (ep.inter + 4 * T - 1) / (4 * T) : (w.rows + 8 * T - 1) / (8 * T);
+  return ep.inter > 0 ? grid_1d(ep.inter, 4 * T) : grid_1d(w.rows, 8 * T);
 }
 
 // A launch's grid and split: fill (slots left empty, rows of stream_k_min_steps steps or more),
