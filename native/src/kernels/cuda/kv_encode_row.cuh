@@ -1,8 +1,9 @@
 // One warp encodes one fp32 (token, kv head) row of D values into its paged-KV bytes and scales,
 // as kv_codec.cuh's encoders define them (the same bytes as the CPU kv_write): shared by
 // kv_write.cu and the attention inputs that write the cache directly (model_glue.cu). src may
-// be global or shared memory; the I8 row max is a warp reduction and an NVFP4 group of 16 values
-// is 8 consecutive lanes (one byte each), reduced with 3 shuffles. All 32 lanes must call it.
+// be global or shared memory; the I8 row max is a warp reduction; a lane encodes 8 consecutive
+// NVFP4 values into one 4-byte word, so a group of 16 is two lanes, reduced with one shuffle
+// (session 20; before, a byte per lane and 3 shuffles a group). All 32 lanes must call it.
 #pragma once
 #include <type_traits>
 
@@ -22,6 +23,21 @@ __device__ __forceinline__ void load_pass(const float* __restrict__ src, int D, 
   for (int i = 0; i < kPass; ++i) {
     const int e = base + 32 * i + lane;
     x[i] = e < D ? src[e] : 0.0f;
+  }
+}
+
+// Values v .. v + 7 of a row of D (all 0 where v >= D; D % 8 == 0): two 16-byte loads where src is
+// 16-byte aligned (shared rows, dense global rows), else eight, all issued before the first use.
+__device__ __forceinline__ void load8(const float* __restrict__ src, int v, int D, float (&x)[8]) {
+  if (v >= D) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+  } else if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const float4 a = *reinterpret_cast<const float4*>(src + v), b = *reinterpret_cast<const float4*>(src + v + 4);
+    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w; x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = src[v + i];
   }
 }
 
@@ -51,28 +67,23 @@ __device__ __forceinline__ void store_pass(const float (&x)[kPass], int base, in
 template <DType KV>
 __device__ __forceinline__ void encode_row(const float* __restrict__ src, int D, uint8_t* __restrict__ dst,
                                            float* __restrict__ scales, int lane) {
-  if constexpr (KV == DType::NVFP4) {  // lane owns byte b (values 2b, 2b+1); uniform loop bound for shuffles
-    const int n_bytes = D / 2;
-    for (int b0 = 0; b0 < n_bytes; b0 += 32 * kPass) {
-      float2 x[kPass];
+  if constexpr (KV == DType::NVFP4) {  // lane owns 8 consecutive values (one 4-byte word of the row)
+    for (int v0 = 0; v0 < D; v0 += 8 * 32) {  // warp-uniform bound for the shuffle
+      const int v = v0 + 8 * lane;
+      float x[8];
+      load8(src, v, D, x);
+      float m = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kPass; ++i) {
-        const int b = b0 + 32 * i + lane;
-        x[i] = b < n_bytes ? make_float2(src[2 * b], src[2 * b + 1]) : make_float2(0.0f, 0.0f);
-      }
+      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(x[i]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));  // a group of 16 is lanes 2k, 2k + 1
+      const float s = div_rn_by<6>(m);
+      const float inv = s > 0.0f ? __frcp_rn(s) : 0.0f;  // = 1 / s rounded (IEEE), no divergent call
+      if (v < D) {  // D % 16 == 0: both lanes of a group are in the row or neither
+        uint32_t w = 0;
 #pragma unroll
-      for (int i = 0; i < kPass; ++i) {
-        if (b0 + 32 * i >= n_bytes) break;  // warp-uniform
-        const int b = b0 + 32 * i + lane;
-        float m = fmaxf(fabsf(x[i].x), fabsf(x[i].y));
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        const float s = div_rn_by<6>(m);
-        const float inv = s > 0.0f ? __frcp_rn(s) : 0.0f;  // = 1 / s rounded (IEEE), no divergent call
-        if (b < n_bytes) {
-          dst[b] = static_cast<uint8_t>(kv_enc_fp4(__fmul_rn(x[i].x, inv)) | (kv_enc_fp4(__fmul_rn(x[i].y, inv)) << 4));
-          if ((b & 7) == 0) scales[b / 8] = s;
-        }
+        for (int i = 0; i < 8; ++i) w |= kv_enc_fp4(__fmul_rn(x[i], inv)) << (4 * i);
+        *reinterpret_cast<uint32_t*>(dst + v / 2) = w;  // value 2b in byte b's low nibble
+        if ((lane & 1) == 0) scales[v / 16] = s;
       }
     }
     return;
