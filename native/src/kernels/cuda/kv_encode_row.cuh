@@ -2,8 +2,9 @@
 // as kv_codec.cuh's encoders define them (the same bytes as the CPU kv_write): shared by
 // kv_write.cu and the attention inputs that write the cache directly (model_glue.cu). src may
 // be global or shared memory; the I8 row max is a warp reduction; a lane encodes 8 consecutive
-// NVFP4 values into one 4-byte word, so a group of 16 is two lanes, reduced with one shuffle
-// (session 20; before, a byte per lane and 3 shuffles a group). All 32 lanes must call it.
+// NVFP4 values into one 4-byte word (rows of D / 2 bytes, D % 16 == 0: word-aligned where the
+// cache is; with_cache_dtype checks), so a group of 16 is two lanes, reduced with one shuffle.
+// All 32 lanes must call it.
 #pragma once
 #include <type_traits>
 
@@ -121,6 +122,9 @@ template <class F>
 void with_cache_dtype(const PagedKV& kv, const char* op, F&& f) {
   if (kv.dtype == DType::NVFP4 && kv.head_dim % kKvFp4Group != 0)
     fail(PE_ERR_UNSUPPORTED, op, ": nvfp4 cache needs head_dim % 16 == 0");
+  const auto word_aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; };
+  if (kv.dtype == DType::NVFP4 && (!word_aligned(kv.k) || !word_aligned(kv.v)))  // encode_row's word stores
+    fail(PE_ERR_INVALID_ARGUMENT, op, ": nvfp4 cache values must be 4-byte aligned");
   if (kv_row_scales(kv.dtype, kv.head_dim) && (!kv.k_scale || !kv.v_scale))
     fail(PE_ERR_INVALID_ARGUMENT, op, ": ", dtype_name(kv.dtype), " cache without scales");
   switch (kv.dtype) {
