@@ -330,6 +330,34 @@ TEST(cuda_linear_27b_shapes) {
   check_linear(DType::FP8_E4M3, 2, 34816, 5120, 80);
 }
 
+// cuda::l2_prefetch between a GEMV (which lets its successor start at once) and a norm reading
+// the GEMV's output: the prefetch kernel also starts at once, so the norm would read the poisoned
+// output if the prefetch completed before the GEMV. Ranges: unaligned, short, larger than L2.
+TEST(cuda_l2_prefetch_keeps_order) {
+  setenv("PYENGINE_L2_PREFETCH_PCT", "100", 1);  // before the first l2_prefetch reads it
+  pe_test::Rng rng(90);
+  const int64_t rows = 16384, cols = 4096;  // a 64 MB GEMV: long enough for a race to show
+  const HostWeight hw = make_weight(DType::FP8_E4M3, rows, cols, 91);
+  const pe_test::DevTiledWeight dw(hw, 32);
+  const std::vector<float> x = rng.normals(cols), nw = rng.normals(rows, 0.5f);
+  std::vector<float> y(rows), ref(rows);
+  cpu::linear(x.data(), 1, hw.view, y.data());
+  cpu::rms_norm(y.data(), nw.data(), 1, rows, 1e-6f, false, ref.data());
+  DevBuf<float> dx(x), dnw(nw), dy(rows), dout(rows);
+  DevBuf<uint8_t> other(small_only() ? 1 << 20 : 96 << 20);  // prefetched: larger than the H200's L2
+  const struct { size_t offset, bytes; } ranges[] = {{0, other.n}, {3, 1000}, {127, 1}, {0, 0}, {200, 129}};
+  for (const auto& r : ranges) {
+    dy.poison();
+    cuda::linear(dx.p, 1, dw.view, dy.p, nullptr);
+    cuda::l2_prefetch(other.p + r.offset, r.bytes, nullptr);
+    cuda::rms_norm(dy.p, dnw.p, 1, rows, 1e-6f, false, dout.p, nullptr);
+    EXPECT_CLOSE("l2_prefetch", cfgs("rows=%lld offset=%zu bytes=%zu", (long long)rows, r.offset, r.bytes),
+                 dout.download(), ref, 2e-5);
+  }
+  cuda::l2_prefetch(nullptr, 4096, nullptr);  // nothing to prefetch: no launch
+  pe_test::sync();
+}
+
 TEST(cuda_embedding_all_dtypes) {
   pe_test::Rng rng(7);
   for (DType t : kTableDtypes)
