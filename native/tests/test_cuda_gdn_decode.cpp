@@ -24,10 +24,7 @@ struct Shape {
 
 // fused_norm: the gated RMSNorm fused (z rows with a stride wider than Hv * dv, as the fused
 // projection's z part), against the CPU twin's fused form.
-// Odd steps also prefetch a buffer into L2 (the l2_next range; a hint: the same results).
 void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fused_norm = false) {
-  setenv("PYENGINE_L2_PREFETCH_PCT", "100", 1);  // before the first launch reads it
-  static DevBuf<uint8_t> l2_next(5 << 20);
   pe_test::Rng rng(seed);
   const int64_t C = s.conv_dim(), n_slots = n + 5;
   const int64_t conv_layer = s.K * C, rec_layer = s.hv * s.dk * s.dv;
@@ -90,7 +87,7 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fuse
     d_out.poison();
     cuda::gdn_decode(args(d_qkv.p, d_a.p, d_b.p, d_w.p, d_A.p, d_dt.p, d_slots.p, d_pos.p, d_conv.p, d_rec.p,
                           d_out.p, true),
-                     nullptr, step % 2 ? l2_next.p + 7 : nullptr, l2_next.n - 7 * step);
+                     nullptr);
     EXPECT_CLOSE("gdn_decode", cfg + cfgs(" step %d", step), d_out.download(), want, 1e-5);
     for (int32_t& p : pos) ++p;
   }

@@ -55,12 +55,13 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   cand.min_blocks = 3;
   cand.rows_per_warp = 2;
   cand.pdl_prefetch_steps = 8;
+  nosk.preload = 0;  // the first step only prefetched to L2 before pdl_wait
   nopdl.pdl = false;
   nosk.stream_k = false;       // one whole row block per block everywhere
   skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
-      {&nosk, " [no stream-k]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
+      {&nosk, " [no stream-k, no preload]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
       {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance]"}};
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
@@ -231,6 +232,7 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
   cand.min_blocks = 3;
+  regx.preload = 0;  // the first step only prefetched to L2 before pdl_wait
   roll.roll = 2;
   bal.stream_k_balance_pct = 100;
   const cuda::GemvTuning* tunings[] = {&dflt, &nobal, &regx, &cand, &roll, &bal};
@@ -328,34 +330,6 @@ TEST(cuda_linear_27b_shapes) {
     check_linear(DType::NVFP4, n, 16480, 5120, 70 + n);
   }
   check_linear(DType::FP8_E4M3, 2, 34816, 5120, 80);
-}
-
-// cuda::l2_prefetch between a GEMV (which lets its successor start at once) and a norm reading
-// the GEMV's output: the prefetch kernel also starts at once, so the norm would read the poisoned
-// output if the prefetch completed before the GEMV. Ranges: unaligned, short, larger than L2.
-TEST(cuda_l2_prefetch_keeps_order) {
-  setenv("PYENGINE_L2_PREFETCH_PCT", "100", 1);  // before the first l2_prefetch reads it
-  pe_test::Rng rng(90);
-  const int64_t rows = 16384, cols = 4096;  // a 64 MB GEMV: long enough for a race to show
-  const HostWeight hw = make_weight(DType::FP8_E4M3, rows, cols, 91);
-  const pe_test::DevTiledWeight dw(hw, 32);
-  const std::vector<float> x = rng.normals(cols), nw = rng.normals(rows, 0.5f);
-  std::vector<float> y(rows), ref(rows);
-  cpu::linear(x.data(), 1, hw.view, y.data());
-  cpu::rms_norm(y.data(), nw.data(), 1, rows, 1e-6f, false, ref.data());
-  DevBuf<float> dx(x), dnw(nw), dy(rows), dout(rows);
-  DevBuf<uint8_t> other(small_only() ? 1 << 20 : 96 << 20);  // prefetched: larger than the H200's L2
-  const struct { size_t offset, bytes; } ranges[] = {{0, other.n}, {3, 1000}, {127, 1}, {0, 0}, {200, 129}};
-  for (const auto& r : ranges) {
-    dy.poison();
-    cuda::linear(dx.p, 1, dw.view, dy.p, nullptr);
-    cuda::l2_prefetch(other.p + r.offset, r.bytes, nullptr);
-    cuda::rms_norm(dy.p, dnw.p, 1, rows, 1e-6f, false, dout.p, nullptr);
-    EXPECT_CLOSE("l2_prefetch", cfgs("rows=%lld offset=%zu bytes=%zu", (long long)rows, r.offset, r.bytes),
-                 dout.download(), ref, 2e-5);
-  }
-  cuda::l2_prefetch(nullptr, 4096, nullptr);  // nothing to prefetch: no launch
-  pe_test::sync();
 }
 
 TEST(cuda_embedding_all_dtypes) {

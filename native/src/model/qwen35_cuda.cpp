@@ -114,17 +114,6 @@ void CudaQwen35Model::project_out(const float* x, int64_t n, const Projection& p
   linear(x, n, p, out);
 }
 
-namespace {
-size_t device_weight_bytes(const WeightView& w) {
-  return w.tile ? cuda::tiled_weight_bytes(w, w.tile) : dtype_bytes_for(w.dtype, w.rows * w.cols);
-}
-}  // namespace
-
-void CudaQwen35Model::prefetch_out(const Projection& p, int64_t n) const {
-  if (n > 8) return;  // longer chunks run the GEMM, bound by its math
-  for (const DevMatrix& r : p.runs) cuda::l2_prefetch(r.view.data, device_weight_bytes(r.view), cuda::stream());
-}
-
 // Whether the norm between `producer` (an out projection or down, whose output is added to the
 // residual) and `consumer` (the next projection reading the norm) can be split over their GEMVs.
 // Every activation buffer is 256-byte aligned (Carve), as act_ is.
@@ -212,10 +201,6 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
                          bp = L.in.part(3, proj, T);
   bool all_decode = T == static_cast<int64_t>(b.seqs.size());
   for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
-  // out_proj's weight into L2 while the conv, the delta rule and the gated norm run: inside
-  // gdn_decode (l2_prefetch_mode 2) or as a launch of its own.
-  const bool prefetch_in_decode = all_decode && T <= 8 && L.out.runs.size() == 1 && cuda::l2_prefetch_mode() == 2;
-  if (!prefetch_in_decode) prefetch_out(L.out, T);
   // The gates read a and b with one stride, the decode op dense rows: copy them when needed. A
   // single row's stride is never read (gdn_gates, gdn_decode and conv1d index row 0 only).
   const bool one_row = T == 1;
@@ -246,10 +231,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
       d.norm_w = L.norm;
       d.norm_eps = c.eps;
     }
-    if (prefetch_in_decode)
-      cuda::gdn_decode(d, st, L.out.runs[0].view.data, device_weight_bytes(L.out.runs[0].view));
-    else
-      cuda::gdn_decode(d, st);
+    cuda::gdn_decode(d, st);
     if (d.norm_w) return project_out(o, T, L.out, out, add_norm);
   } else {
     gdn_chunks(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
@@ -277,7 +259,6 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
   float* kb = w.take(T * Hkv * D);
   float* vb = w.take(T * Hkv * D);
   linear(x, T, L.in, proj, in_norm);
-  prefetch_out(L.out, T);  // read after the q / k norms, RoPE, the cache write and attention
   const Projection::Part qp = L.in.part(0, proj, T), kp = L.in.part(1, proj, T), vp = L.in.part(2, proj, T);
   // q_proj rows per head: D query rows then D gate rows. One launch splits them, applies the q/k norms
   // and RoPE, and writes k and v into their cache rows (PYENGINE_KV_FUSED=0: dense k and v, then

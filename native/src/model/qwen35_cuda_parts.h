@@ -83,9 +83,6 @@ class CudaQwen35Model : public Model {
   void linear(const float* x, int64_t n, const Projection& p, float* out, const cuda::SplitNorm* norm = nullptr);
   void project_out(const float* x, int64_t n, const Projection& p, float* out, cuda::SplitNorm* add_norm);
   bool can_split_norm(const Projection& producer, const Projection& consumer, int64_t n) const;
-  // Decode-sized steps: the weights of p into L2 while the kernels before its GEMV run (cuda_ops.h
-  // l2_prefetch).
-  void prefetch_out(const Projection& p, int64_t n) const;
   void gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
                   const float* a_ptr, const float* b_ptr, int64_t ab_stride, float* y, float* g, float* beta, float* o);
   // in_norm / add_norm: the split norms before the first and after the last projection (or null).

@@ -34,18 +34,6 @@ namespace cuda {
 // Asks L2 for the line holding p (no registers, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// Whole 128-byte lines from base (l2_prefetch.cu l2_lines: a range capped by l2_prefetch_pct();
-// none where prefetching is off), prefetched by `threads` threads together.
-constexpr int64_t kL2Line = 128;
-struct L2Lines {
-  const char* base = nullptr;
-  int64_t lines = 0;
-};
-L2Lines l2_lines(const void* p, size_t bytes);
-__device__ __forceinline__ void prefetch_lines(const L2Lines& r, int64_t thread, int64_t threads) {
-  for (int64_t i = thread; i < r.lines; i += threads) prefetch_l2(r.base + i * kL2Line);
-}
-
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -65,7 +53,6 @@ bool pdl_supported();
 bool pdl_enabled();
 int sm_count();    // of the current device (device.cu)
 int smem_optin();  // the current device's shared memory a block may opt in to, bytes (device.cu)
-int l2_cache_bytes();  // the current device's L2 cache, bytes (device.cu)
 
 // A launch that may start before the previous kernel of the stream finishes (programmatic
 // dependent launch) when `pdl`: the kernel MUST then call pdl_wait() before it reads another

@@ -69,21 +69,6 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 struct SplitNorm;
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream,
             const SplitNorm* norm = nullptr);
-// L2 prefetch of [p, p + bytes), at most l2_prefetch_pct() % of the GPU's L2: for a weight the
-// stream reads after kernels that leave the memory idle (the decode step's out projections,
-// prefetched after the in-projection, while the GDN / attention kernels run). Launched as a
-// programmatic dependent that lets the next kernel start at once and completes after the one
-// before it, so stream order holds around it; a hint only (no result changes). Does nothing where
-// PDL is off (there it would only add a launch to the chain) or the percent is 0.
-// PYENGINE_L2_PREFETCH_PCT overrides kL2PrefetchPct (0: off; the A/B switch for whole steps);
-// PYENGINE_L2_PREFETCH_MODE kL2PrefetchMode: 0 the prefetches go out at once (while the kernel
-// before still runs), 1 once it has completed, 2 as 1 and the GDN layers' inside gdn_decode (no
-// launch of its own; the model passes the range there).
-constexpr int kL2PrefetchPct = 0;
-constexpr int kL2PrefetchMode = 1;
-int l2_prefetch_pct();
-int l2_prefetch_mode();
-void l2_prefetch(const void* p, size_t bytes, cudaStream_t stream);
 // The mlp's gate | up GEMV with the swiglu in its epilogue: w holds the gate rows [0, inter) and
 // the up rows [up0, up0 + inter); out[n, inter] = silu(x W_gate^T) * (x W_up^T), without the
 // [n, 2 inter] round trip or a launch: the same bits as linear into [n, rows] followed by swiglu
@@ -178,9 +163,16 @@ struct GemvTuning {
                                        // 86.4, qkv|z|a|b 78.0 -> 86.1, q_proj 68.0 -> 73.2; FP8
                                        // gate|up 87.7 -> 83.5, and the FP8 27B decode step 8.56
                                        // -> 8.85 ms (NVFP4 +-1.5 points)
+  int preload = 1;                     // without roll: the warp's first step loaded into registers
+                                       // before pdl_wait (as roll does; pdl_prefetch_steps then
+                                       // count from the second). H200, session 21, 27B FP8 decode
+                                       // batch 1 / 2 / 8 ms, interleaved: off 8.646 / 9.523 /
+                                       // 12.514, 8.690 / 9.586 / 12.493, 8.636 / 9.539 / 12.509;
+                                       // on 8.544 / 9.378 / 12.350, 8.546 / 9.386 / 12.365
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
 // PYENGINE_GEMV_STAGE_ONE_WAVE (0/1/2), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
+// PYENGINE_GEMV_PRELOAD (0/1),
 // PYENGINE_GEMV_STREAM_K_MIN_STEPS / _QUANTUM (steps), PYENGINE_GEMV_STREAM_K_BALANCE (percent)
 // from the environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py).
 // (Measured and removed: K split over thread-block clusters, summed in distributed shared memory,
@@ -315,9 +307,7 @@ using cpu::GdnDecodeArgs;
 // SASS and compute_75 PTX JIT); the conv state is copied exactly. The fused gated norm (norm_w
 // set) needs dv <= kGdnDecodeFusedNormMaxDv (same tolerance).
 constexpr int64_t kGdnDecodeFusedNormMaxDv = 128;
-// l2_next / l2_next_bytes: a weight read after this op (the out projection), prefetched into L2
-// once the kernel before has completed (l2_prefetch's range and switches; null: none).
-void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream, const void* l2_next = nullptr, size_t l2_next_bytes = 0);
+void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace pe

@@ -51,11 +51,6 @@ int sm_count() {
   return device_attr(known, cudaDevAttrMultiProcessorCount);
 }
 
-int l2_cache_bytes() {
-  static std::atomic<int> known[64] = {};
-  return device_attr(known, cudaDevAttrL2CacheSize);
-}
-
 int smem_optin() {
   static std::atomic<int> known[64] = {};
   return device_attr(known, cudaDevAttrMaxSharedMemoryPerBlockOptin);

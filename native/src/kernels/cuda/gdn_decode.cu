@@ -121,10 +121,8 @@ __device__ __forceinline__ void add4(float4 b, float4& acc) {
 
 template <int DK, bool VEC, int kW = 0>
 __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <= 8 ? 2 : 1)
-    gdn_decode_kernel(GdnDecodeArgs a, bool early_state, bool early_trigger, L2Lines l2_next) {
-  // The out_proj GEMV may start prefetching its weights (A/B: PYENGINE_GDN_EARLY_TRIGGER=0, it
-  // starts when this kernel completes, on every SM).
-  if (early_trigger) pdl_trigger();
+    gdn_decode_kernel(GdnDecodeArgs a, bool early_state) {
+  pdl_trigger();  // the out_proj GEMV may start prefetching its weights
   if (!early_state) pdl_wait();  // (A/B: PYENGINE_GDN_EARLY_STATE=0; a second wait returns at once)
   constexpr int W = Tile<DK, kW>::kWarps, T = Tile<DK, kW>::kThreads, NR = Tile<DK, kW>::kRows;
   __shared__ float qs[DK], ks[DK];
@@ -164,10 +162,6 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
       if (e < n_cols) nwv[e] = a.norm_w[c + e];
   }
   pdl_wait();
-  if (l2_next.lines) {  // the out projection's weight, while this kernel leaves the memory idle
-    const int64_t b = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    prefetch_lines(l2_next, b * T + threadIdx.x, static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z * T);
-  }
 
   // The gate inputs and (warp 0, fused norm) the z row go out with the conv's loads: their round
   // trips overlap instead of following the delta rule step. (Unrolling the conv loop below to
@@ -283,14 +277,13 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
 }
 
 template <int DK, int kW = 0>
-void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream, const L2Lines& pf) {
+void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
   // The state loads before pdl_wait (the kernel's step 1); PYENGINE_GDN_EARLY_STATE=0: after it (A/B).
   static const bool early = env_int("PYENGINE_GDN_EARLY_STATE", 1) != 0;
-  static const bool trigger = env_int("PYENGINE_GDN_EARLY_TRIGGER", 1) != 0;
   constexpr int kThreads = Tile<DK, kW>::kThreads;
-  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early, trigger, pf);
-  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early, trigger, pf);
+  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
+  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
   PE_CUDA_LAUNCH_CHECK();
 }
 
@@ -300,18 +293,18 @@ void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream, const L2Lin
 // step), batch 2 9.485 / 9.494 / 9.515 against 9.532 / 9.496 / 9.571, batch 8 (384 blocks)
 // 12.825 / 12.823 / 12.862 against 12.820 / 12.642 / 12.670. PYENGINE_GDN_WARPS=8 / 16 forces one.
 template <int DK>
-void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream, const L2Lines& pf) {
+void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   if constexpr (DK == 128) {
     static const int forced = env_int("PYENGINE_GDN_WARPS", 0);
     const int64_t blocks = grid_1d(a.dv, kBlockCols) * a.Hv * a.n_seqs;
-    if (forced == 16 || (forced != 8 && blocks <= sm_count())) return launch_w<128, 16>(a, vec, stream, pf);
+    if (forced == 16 || (forced != 8 && blocks <= sm_count())) return launch_w<128, 16>(a, vec, stream);
   }
-  launch_w<DK>(a, vec, stream, pf);
+  launch_w<DK>(a, vec, stream);
 }
 
 }  // namespace
 
-void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream, const void* l2_next, size_t l2_next_bytes) {
+void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
   if (a.n_seqs <= 0) return;
   if (a.Hk <= 0 || a.Hv % a.Hk != 0)
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::gdn_decode: Hv must be a multiple of Hk");
@@ -327,11 +320,10 @@ void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream, const void* l2_next
   const bool vec = a.dv % 4 == 0 && a.rec_slot_stride % 4 == 0 &&
                    reinterpret_cast<uintptr_t>(a.rec_state) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
-  const L2Lines pf = l2_lines(l2_next, l2_next_bytes);
-  if (a.dk <= 32) launch<32>(a, vec, stream, pf);
-  else if (a.dk <= 64) launch<64>(a, vec, stream, pf);
-  else if (a.dk <= 128) launch<128>(a, vec, stream, pf);
-  else launch<256>(a, vec, stream, pf);
+  if (a.dk <= 32) launch<32>(a, vec, stream);
+  else if (a.dk <= 64) launch<64>(a, vec, stream);
+  else if (a.dk <= 128) launch<128>(a, vec, stream);
+  else launch<256>(a, vec, stream);
 }
 
 }  // namespace cuda

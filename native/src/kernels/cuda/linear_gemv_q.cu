@@ -78,7 +78,7 @@ __device__ int g_stream_count[kMaxStreamRowBlocks];
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu, bool kRoll>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
-                  GemvEpilogue ep, Split sp, float* __restrict__ out) {
+                  bool preload, GemvEpilogue ep, Split sp, float* __restrict__ out) {
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   pdl_trigger();
   constexpr int VPC = values_per_chunk<DT>();
@@ -188,7 +188,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       for (int r = 0; r < T; ++r) load_chunk(r, c, it);
     load_scales(it);
   };
-  if (kRoll && it_first < it_end) load_step(it_first);  // the weights do not depend on the previous kernel
+  // kRoll, preload: the first step into registers now (the weights do not depend on the previous
+  // kernel); without kRoll the step loop then skips its first load.
+  bool preloaded = !kRoll && preload && it_first < it_end;
+  if ((kRoll || preloaded) && it_first < it_end) load_step(it_first);
   if (pdl && kTiled) {
     // The warp's first pf_steps steps into L2 while the previous kernel runs (the weights do not
     // depend on it; kRoll: from the second, the first is in registers): one 128-byte line per lane
@@ -196,13 +199,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const uint8_t* step0 = tile_base - lane * 16;
     const uint8_t* up_step0 = nullptr;
     if constexpr (kSwiglu) up_step0 = tile_up - lane * 16;
-    for (int s = kRoll ? 1 : 0; s < pf_steps; ++s) {
+    for (int s = kRoll || preloaded ? 1 : 0; s < pf_steps + (preloaded ? 1 : 0); ++s) {
       const int it = it_first + s * kWarps;
       if (it >= it_end) break;
       if constexpr (kSwiglu) prefetch_l2((lane < 16 ? step0 : up_step0) + static_cast<int64_t>(it) * 4096 + (lane & 15) * 128);
       else prefetch_l2(step0 + static_cast<int64_t>(it) * 4096 + lane * 128);
     }
-  } else if (pdl && !kRoll && it_first < it_end) {  // row-major: the lane's chunks of its first step
+  } else if (pdl && !kRoll && !preloaded && it_first < it_end) {  // row-major: the lane's chunks of its first step
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int64_t col = static_cast<int64_t>(it_first) * KI + (c * 4 + t) * VPC;
@@ -246,7 +249,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       const int64_t kb = static_cast<int64_t>(it) * KI;
       const int next = it + kWarps;
       const bool more = kRoll && next < k1;
-      if constexpr (!kRoll) load_step(it);  // all loads of the step first: 8 x 16 bytes per lane in flight
+      if constexpr (!kRoll) {  // all loads of the step first: 8 x 16 bytes per lane in flight
+        if (!preloaded) load_step(it);
+        preloaded = false;
+      }
       float sc[(C + 1) / 2], sc_up[(C + 1) / 2];  // this step's block scales
 #pragma unroll
       for (int s = 0; s < (C + 1) / 2; ++s) {
@@ -406,6 +412,7 @@ GemvTuning g_tuning = [] {
   t.stream_k_quantum = env_int("PYENGINE_GEMV_STREAM_K_QUANTUM", t.stream_k_quantum);
   t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave);
   t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
+  t.preload = env_int("PYENGINE_GEMV_PRELOAD", t.preload);
   return t;
 }();
 
@@ -429,7 +436,7 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
   const Plan p = plan_grid(g_tuning, row_blocks_of<DT, T>(w, ep), steps_of<DT, T>(w),
                            static_cast<int64_t>(sm_count()) * kMinBlocks, kSwiglu);
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(p.grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, ep, p.sp, out);
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload != 0, ep, p.sp, out);
   return static_cast<int>(p.row_blocks);
 }
 
