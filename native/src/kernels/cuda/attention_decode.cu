@@ -35,8 +35,6 @@ namespace {
 
 // attention_decode_set_min_split_keys; PYENGINE_ATTN_MIN_SPLIT_KEYS sets it for whole-step A/B runs.
 int g_min_split_keys = std::clamp(env_int("PYENGINE_ATTN_MIN_SPLIT_KEYS", kMinSplitKeys), kMinSplitKeysFloor, 1 << 16);
-// NVFP4 caches' own split length where set (> 0; A/B: PYENGINE_ATTN_FP4_MIN_SPLIT_KEYS).
-const int g_fp4_min_split_keys = env_int("PYENGINE_ATTN_FP4_MIN_SPLIT_KEYS", 0);
 
 template <DType KV> __host__ __device__ constexpr int unroll() { return KV == DType::F32 ? 2 : 4; }
 
@@ -343,10 +341,7 @@ void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, i
                    void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   const int64_t base = static_cast<int64_t>(p.n_qb) * p.n_hb * p.kv.n_kv_heads;
   const int64_t target = static_cast<int64_t>(sm_count()) * resident;
-  const int msk = p.kv.dtype == DType::NVFP4 && g_fp4_min_split_keys > 0
-                      ? std::clamp(g_fp4_min_split_keys, kMinSplitKeysFloor, 1 << 16)
-                      : min_split_keys();
-  int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys, msk));
+  int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys, min_split_keys()));
   const int64_t len = (n_keys + splits - 1) / splits;
   splits = (n_keys + len - 1) / len;
   const int64_t rows = p.n_q * p.n_heads;
