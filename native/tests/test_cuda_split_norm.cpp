@@ -67,12 +67,11 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
   regx.staged_x_max_bytes = 0;
   skall.stream_k_min_steps = 1;
   skall.preload = 0;  // the first step only prefetched to L2 before pdl_wait
-  skall.norm_inv_early = false;  // the consumer's partials summed before the x staging
   nopdl.pdl = false;
   roll = skall;
   roll.roll = 2;
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
-      {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step, no preload, late inv]"}, {&nopdl, " [no pdl]"},
+      {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step, no preload]"}, {&nopdl, " [no pdl]"},
       {&roll, " [roll, stream-k from 1 step]"}};
   for (const auto& path : paths) {
     cuda::linear_gemv_set_tuning(*path.tuning);

@@ -3,9 +3,10 @@
 # (default test_cuda_linear); bench_kernels --only for each BENCH section (default gemv); the 27B
 # decode bench (batch 1, 2, 8; DEPTH=1 adds the depth table) with the default tuning, then once
 # more for each assignment in DECODE_ENVS (e.g. "PYENGINE_GEMV_PREFETCH=1 PYENGINE_GEMV_STREAM_K=0",
-# one decode-only run each; "A=1,B=2" sets both; a word may repeat for interleaved rounds); with PROFILE_KV (e.g. "fp16 fp8_e4m3") the per-kernel time of decode
-# steps of the depth table's model at 1K context (ncu) for each KV dtype; TIMELINE_ENVS as DECODE_ENVS,
-# the step's kernel timeline under each; with PYTEST_K (a -k
+# one decode-only run each; "A=1,B=2" sets both; repeat words for interleaved rounds); TIMELINE_ENVS
+# as DECODE_ENVS ("-": none), the step's kernel timeline under each; with PROFILE_KV (e.g. "fp16
+# fp8_e4m3") the per-kernel time of decode steps of the depth table's model at 1K context (ncu) for
+# each KV dtype; with PYTEST_K (a -k
 # expression) `pytest -m gpu` on tests/test_gpu_model.py with that selection (e.g. "graphs").
 # Returns summary.txt + logs.tgz only (the device call brings back few files).
 set -u -o pipefail
@@ -21,8 +22,7 @@ for assign in ${DECODE_ENVS:-}; do
     | grep -E "^decode" | sed "s/^/[$assign] /" >> "$S"
   echo "== $assign done at $((SECONDS - t0)) s" >> "$S"
 done
-# TIMELINE_ENVS: the decode step's kernel timeline (timeline_decode.py, CUPTI) under each assignment
-# ("-" for none), its table to logs/timeline_N.log.
+# TIMELINE_ENVS: timeline_decode.py (CUPTI) under each assignment, its table to logs/timeline_N.log.
 i=0
 for assign in ${TIMELINE_ENVS:-}; do
   i=$((i + 1)); [ "$assign" = - ] && assign=PYENGINE_NONE=0

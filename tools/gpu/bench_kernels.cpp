@@ -250,13 +250,13 @@ int main(int argc, char** argv) {
         w.row_scale = scale;
         w.group_scale = static_cast<const uint8_t*>(gscale);
         w.global_scale = 0.01f;
-        // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the default,
-        // "regx" x in registers, "nocvt" FP8 by integer ops, not cvt (sm_89+), "T2" 16 rows per warp, "mb3" the staged kernels at 3
-        // blocks per SM (session 5: slower for FP8, faster on some I8 shapes), "nopdl" launched without
-        // programmatic dependent launch (the default on sm_90: the graph's calls overlap), "nosk"
-        // one whole row block per block (no stream-K), "sk1" stream-K wherever the row blocks
-        // leave slots empty, "bal" stream-K over several waves too (stream_k_balance_pct 100),
-        // "roll" / "noroll" GemvTuning::roll 2 / 0, "nopre" preload 0. Dropped ideas ("stg": session 7): NOTES.md.
+        // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
+        // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt (sm_89+), "T2" 16
+        // rows per warp, "mb3" the staged kernels at 3 blocks per SM (session 5: slower for FP8,
+        // faster on some I8 shapes), "nopdl" without programmatic dependent launch, "nosk" one
+        // whole row block per block (no stream-K), "sk1" stream-K wherever the row blocks leave
+        // slots empty, "bal" stream-K over several waves too (stream_k_balance_pct 100), "roll" /
+        // "noroll" roll 2 / 0, "nopre" preload 0. Dropped ideas ("stg": session 7): NOTES.md.
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};

@@ -169,15 +169,10 @@ struct GemvTuning {
                                        // batch 1 / 2 / 8 ms, interleaved: off 8.646 / 9.523 /
                                        // 12.514, 8.690 / 9.586 / 12.493, 8.636 / 9.539 / 12.509;
                                        // on 8.544 / 9.378 / 12.350, 8.546 / 9.386 / 12.365
-  bool norm_inv_early = true;          // a split norm's consumer with x staged: its partials
-                                       // loaded before the staging, summed after (same bits).
-                                       // Session 21, 27B batch 1, 9 interleaved runs: on 8.488 /
-                                       // 8.471 / 8.557 / 8.517 / 8.483 ms, off 8.549 / 8.503 /
-                                       // 8.528 / 8.512 (-0.02 ms mean, within the runs' spread)
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
 // PYENGINE_GEMV_STAGE_ONE_WAVE (0/1/2), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
-// PYENGINE_GEMV_PRELOAD (0/1), PYENGINE_GEMV_NORM_INV_EARLY (0/1),
+// PYENGINE_GEMV_PRELOAD (0/1),
 // PYENGINE_GEMV_STREAM_K_MIN_STEPS / _QUANTUM (steps), PYENGINE_GEMV_STREAM_K_BALANCE (percent)
 // from the environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py).
 // (Measured and removed: K split over thread-block clusters, summed in distributed shared memory,

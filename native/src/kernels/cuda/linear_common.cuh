@@ -17,8 +17,7 @@ namespace cuda {
 // - swiglu (cuda_ops.h linear_swiglu, kernel flag kSwiglu): gate rows [0, inter), up rows
 //   [up0, up0 + inter) of the weight; out[n, inter] = silu(gate) * up.
 // - norm_*: the consumer of a split norm (cuda_ops.h SplitNorm): each token's sums times
-//   1 / sqrt(sum of its norm_parts partials / norm_dim + norm_eps); norm_inv_early (staged x,
-//   norm_parts <= kInvEarlyParts): the partials' loads go out before the staging's (same sums).
+//   1 / sqrt(sum of its norm_parts partials / norm_dim + norm_eps).
 // - res_*: the producer of a split norm (linear_add_norm): no out; res_x[n, rows] += the sums,
 //   res_h = res_x * (res_offset ? 1 + res_w : res_w), res_partial[token * row blocks + row block] =
 //   the row block's sum of res_x^2.
@@ -27,7 +26,6 @@ struct GemvEpilogue {
   const float* norm_partial = nullptr;
   int norm_parts = 0;
   float norm_dim = 0.0f, norm_eps = 0.0f;
-  bool norm_inv_early = false;  // x staged: the partials loaded before the staging, summed after
   float* res_x = nullptr;
   float* res_h = nullptr;
   const float* res_w = nullptr;
@@ -73,12 +71,6 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 __device__ __forceinline__ float4 load_nc_f4(const float* p) {
   float4 v;
   asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-  return v;
-}
-// A coherent load (another kernel's output, after pdl_wait) kept in its place as load_nc_f32 is.
-__device__ __forceinline__ float load_f32(const float* p) {
-  float v;
-  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 __device__ __forceinline__ float load_nc_f32(const float* p) {

@@ -193,9 +193,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   bool preloaded = !kRoll && preload && it_first < it_end;
   if ((kRoll || preloaded) && it_first < it_end) load_step(it_first);
   if (pdl && kTiled) {
-    // The warp's first pf_steps steps into L2 while the previous kernel runs (the weights do not
-    // depend on it; kRoll: from the second, the first is in registers): one 128-byte line per lane
-    // of each 4 KB step (swiglu: 2 KB of the gate and 2 KB of the up tile).
+    // pf_steps steps into L2 while the previous kernel runs (the weights do not depend on it; kRoll:
+    // the first pf_steps but the first, preload: the pf_steps after it, in registers): one 128-byte
+    // line per lane of each 4 KB step (swiglu: 2 KB of the gate and 2 KB of the up tile).
     const uint8_t* step0 = tile_base - lane * 16;
     const uint8_t* up_step0 = nullptr;
     if constexpr (kSwiglu) up_step0 = tile_up - lane * 16;
@@ -215,10 +215,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
   pdl_wait();
-  float inv_parts[kInvEarlyRegs];
-  const bool inv_early = kStagedX && ep.norm_partial && ep.norm_inv_early;
-  if (inv_early) split_norm_load(ep, n, inv_parts);
-  else if (ep.norm_partial) split_norm_inv(ep, n, norm_inv);
+  if (ep.norm_partial) split_norm_inv(ep, n, norm_inv);
   if constexpr (kStagedX) {
     const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
     for (int64_t j = threadIdx.x; j < n * n_chunks; j += kWarps * 32) {
@@ -230,7 +227,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
       for (int q = 0; q < NP / 2; ++q) dst[q] = make_uint4(xh[2 * q], xl[2 * q], xh[2 * q + 1], xl[2 * q + 1]);
     }
-    if (inv_early) split_norm_finish(ep, n, inv_parts, norm_inv);
     __syncthreads();
   }
 
@@ -417,7 +413,6 @@ GemvTuning g_tuning = [] {
   t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave);
   t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
   t.preload = env_int("PYENGINE_GEMV_PRELOAD", t.preload);
-  t.norm_inv_early = env_int("PYENGINE_GEMV_NORM_INV_EARLY", t.norm_inv_early) != 0;
   return t;
 }();
 
@@ -438,12 +433,10 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
     }
   }
   const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
-  GemvEpilogue e = ep;
-  e.norm_inv_early = kStagedX && g_tuning.norm_inv_early && ep.norm_parts <= kInvEarlyParts;
   const Plan p = plan_grid(g_tuning, row_blocks_of<DT, T>(w, ep), steps_of<DT, T>(w),
                            static_cast<int64_t>(sm_count()) * kMinBlocks, kSwiglu);
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(p.grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload != 0, e, p.sp, out);
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload != 0, ep, p.sp, out);
   return static_cast<int>(p.row_blocks);
 }
 

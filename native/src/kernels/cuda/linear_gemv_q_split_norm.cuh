@@ -21,29 +21,6 @@ __device__ __forceinline__ void split_norm_inv(const GemvEpilogue& ep, int n, fl
   if (lane == 0) inv[warp] = 1.0f / sqrtf(s / ep.norm_dim + ep.norm_eps);
 }
 
-// The same in two halves, so the partials' round trip overlaps the x staging (GemvEpilogue::
-// norm_inv_early): warp `token` loads them into v (lane + 32 k; 0 past the end), then sums them in
-// split_norm_inv's order (the same bits).
-constexpr int kInvEarlyRegs = 8;
-constexpr int kInvEarlyParts = 32 * kInvEarlyRegs;
-__device__ __forceinline__ void split_norm_load(const GemvEpilogue& ep, int n, float (&v)[kInvEarlyRegs]) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const float* p = ep.norm_partial + static_cast<int64_t>(warp < n ? warp : 0) * ep.norm_parts;
-#pragma unroll
-  for (int k = 0; k < kInvEarlyRegs; ++k) v[k] = warp < n && lane + 32 * k < ep.norm_parts ? load_f32(p + lane + 32 * k) : 0.0f;
-}
-__device__ __forceinline__ void split_norm_finish(const GemvEpilogue& ep, int n, const float (&v)[kInvEarlyRegs],
-                                                  float* inv) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (warp >= n) return;
-  float s = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kInvEarlyRegs; ++k)
-    if (lane + 32 * k < ep.norm_parts) s += v[k];
-  s = warp_sum(s);
-  if (lane == 0) inv[warp] = 1.0f / sqrtf(s / ep.norm_dim + ep.norm_eps);
-}
-
 // The epilogue's store of output `row` of `token` (its sum s, weight scales applied): s times the
 // consumer's 1 / rms where the input was a split norm's h; then out[token, row] = s, or for the
 // producer x += s, h = x * weight. Returns the producer's new x^2 (else 0).
