@@ -2,7 +2,8 @@
 # Builds the library with the CUDA backend on the GPU machine and runs `pytest -m gpu` against it.
 #   tools/gpu/pytest_gpu.sh [pytest args...]        (repo root; OUT defaults to /tmp/out)
 # Env: ARCHS (CMAKE_CUDA_ARCHITECTURES, default "75;90"), BUILD (default build/dev), BUILD_ONLY=1
-# (build the library, install the wheels, run nothing).
+# (build the library, install the wheels, run nothing), CMAKE_EXTRA (more -D options, e.g.
+# -DPYENGINE_GEMV_TRACE=ON).
 # Wheels the machine lacks (cffi, flask, ...) are taken from .whl when it is there
 # (../shared/device/wheels.sh fetches them; name .whl in the device call's carry).
 set -u -o pipefail
@@ -18,7 +19,7 @@ fi
 GEN=""; command -v ninja >/dev/null && GEN="-G Ninja"
 t0=$SECONDS
 cmake -S . -B "$BUILD" $GEN -DPYENGINE_CUDA=ON -DPYENGINE_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES="${ARCHS:-75;90}" \
-  > "$OUT/build.log" 2>&1 && cmake --build "$BUILD" -j"$(nproc)" --target pyengine >> "$OUT/build.log" 2>&1 \
+  ${CMAKE_EXTRA:-} > "$OUT/build.log" 2>&1 && cmake --build "$BUILD" -j"$(nproc)" --target pyengine >> "$OUT/build.log" 2>&1 \
   || { echo "build FAILED"; grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
 echo "build ok ($((SECONDS - t0)) s)"
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0  # the library (and wheels in /tmp/site) only

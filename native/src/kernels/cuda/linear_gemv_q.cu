@@ -35,6 +35,7 @@
 #include "kernels/cuda/linear_gemv_q.cuh"
 #include "kernels/cuda/linear_gemv_q_split_norm.cuh"
 #include "kernels/cuda/linear_gemv_q_stream_k.cuh"
+#include "kernels/cuda/linear_gemv_q_trace.cuh"
 
 namespace pe {
 namespace cuda {
@@ -81,6 +82,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                   bool preload, GemvEpilogue ep, Split sp, float* __restrict__ out) {
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   pdl_trigger();
+  PE_GEMV_TRACE_DECL;
+  PE_GEMV_STAMP(0);
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
   constexpr int C = 8 / T;        // chunks per row group per step
@@ -215,6 +218,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
   pdl_wait();
+  PE_GEMV_STAMP(1);
   if (ep.norm_partial) split_norm_inv(ep, n, norm_inv);
   if constexpr (kStagedX) {
     const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
@@ -229,6 +233,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     __syncthreads();
   }
+  PE_GEMV_STAMP(2);
 
   // Row blocks of this block's units: whole (written here) or a part (summed by the last).
 #pragma unroll 1
@@ -319,6 +324,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
     for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     __syncthreads();
+    PE_GEMV_STAMP(3);
     const bool whole = k0 == 0 && k1 == n_it;
     // A part: its sums to slot (block, first or second row block), then the last to finish sums.
     float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
@@ -399,6 +405,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     __syncthreads();  // red (and fin) are rewritten by the next row block
   }
+  PE_GEMV_TRACE_END(rows, cols);
 }
 
 GemvTuning g_tuning = [] {
