@@ -47,6 +47,11 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   regx.staged_x_max_bytes = 0;
   bal.stream_k_balance_pct = 100;  // stream-K also over several waves (one wave of equal shares)
   roll.roll = 2;  // tiled weights, every dtype: the next step's loads issued through the math
+  roll.stream_k_spin = false;  // split row blocks summed by the last block to finish (a counter)
+  skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
+  // Later row blocks' first steps loaded before the previous sums; split rows summed by their first block.
+  skall.preload = bal.preload = 2;
+  skall.stream_k_spin = bal.stream_k_spin = true;
   rollx = skall;
   rollx.roll = 0;  // no dtype rolled
   rollx.staged_x_max_bytes = 0;
@@ -58,11 +63,11 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   nosk.preload = 0;  // the first step only prefetched to L2 before pdl_wait
   nopdl.pdl = false;
   nosk.stream_k = false;       // one whole row block per block everywhere
-  skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
       {&nosk, " [no stream-k, no preload]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
       {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance]"}};
+  // (skall, rollx and bal: preload 2 and the spinning sum; roll: the counter's sum.)
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
     cuda::linear_gemv_set_tuning(*path.tuning);
@@ -234,7 +239,10 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
   cand.min_blocks = 3;
   regx.preload = 0;  // the first step only prefetched to L2 before pdl_wait
   roll.roll = 2;
+  roll.stream_k_spin = false;
   bal.stream_k_balance_pct = 100;
+  bal.preload = 2;  // later row blocks' first steps before the previous sums, split rows summed
+  bal.stream_k_spin = true;  // by their first block
   const cuda::GemvTuning* tunings[] = {&dflt, &nobal, &regx, &cand, &roll, &bal};
   for (const cuda::GemvTuning* tuning : tunings) {
     cuda::linear_gemv_set_tuning(*tuning);

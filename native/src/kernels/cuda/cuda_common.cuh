@@ -53,6 +53,7 @@ bool pdl_supported();
 bool pdl_enabled();
 int sm_count();    // of the current device (device.cu)
 int smem_optin();  // the current device's shared memory a block may opt in to, bytes (device.cu)
+int smem_per_sm();  // the current device's shared memory per SM, bytes (device.cu)
 
 // A launch that may start before the previous kernel of the stream finishes (programmatic
 // dependent launch) when `pdl`: the kernel MUST then call pdl_wait() before it reads another

@@ -56,6 +56,11 @@ int smem_optin() {
   return device_attr(known, cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
 
+int smem_per_sm() {
+  static std::atomic<int> known[64] = {};
+  return device_attr(known, cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+}
+
 bool device_available() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -79,8 +79,9 @@ __device__ int g_stream_count[kMaxStreamRowBlocks];
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu, bool kRoll>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
-                  bool preload, GemvEpilogue ep, Split sp, float* __restrict__ out) {
+                  int preload, bool sk_spin, GemvEpilogue ep, Split sp, float* __restrict__ out) {
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
+  static_assert(T * 64 <= kWarps * 32, "a row block's sums: one per thread at most");
   pdl_trigger();
   PE_GEMV_TRACE_DECL;
   PE_GEMV_STAMP(0);
@@ -193,7 +194,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   };
   // kRoll, preload: the first step into registers now (the weights do not depend on the previous
   // kernel); without kRoll the step loop then skips its first load.
-  bool preloaded = !kRoll && preload && it_first < it_end;
+  bool preloaded = !kRoll && preload > 0 && it_first < it_end;
+  bool next_set = false;  // preload >= 2: the row block's rows set and first step loaded already
   if ((kRoll || preloaded) && it_first < it_end) load_step(it_first);
   if (pdl && kTiled) {
     // pf_steps steps into L2 while the previous kernel runs (the weights do not depend on it; kRoll:
@@ -240,10 +242,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int rb = rb_lo; rb <= rb_hi; ++rb) {
     const int64_t row0 = static_cast<int64_t>(rb) * kOutRows;
     const int k0 = rb == rb_lo ? k_lo : 0, k1 = rb == rb_hi ? k_hi : n_it;
-    if (rb != rb_lo) {
+    if (rb != rb_lo && !next_set) {
       set_rows(row0);
       if (kRoll && k0 + warp < k1) load_step(k0 + warp);
     }
+    next_set = false;
     float acc[T][4];
 #pragma unroll
     for (int r = 0; r < T; ++r)
@@ -323,13 +326,28 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     // Sum the warps' column slices; C[token g][rows 2t, 2t+1] = hi (c0, c1) + lo (c2, c3).
 #pragma unroll
     for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    // preload >= 2: the next row block's first step in flight while this one's sums are made (a
+    // stream-K part's publication takes L2 round trips); its step loop then skips that load.
+    if (preload >= 2 && rb < rb_hi) {
+      set_rows(row0 + kOutRows);
+      if (warp < (rb + 1 == rb_hi ? k_hi : n_it)) {
+        load_step(warp);
+        preloaded = !kRoll;
+      }
+      next_set = true;
+    }
     __syncthreads();
     PE_GEMV_STAMP(3);
     const bool whole = k0 == 0 && k1 == n_it;
+    // sk_spin (the grid is resident at once): a split row block is summed by its first block (k0 ==
+    // 0), where it is the last row block, from the later blocks' parts, which they published at
+    // their start without waiting; otherwise by the last of its blocks to finish (a counter).
     // A part: its sums to slot (block, first or second row block), then the last to finish sums.
     float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
     float sq = 0.0f;      // the producer's new x^2 of this thread's output
     bool stored = whole;  // this block has the row block's sums (and writes its outputs)
+    const bool spin_sum = sk_spin && !whole && k0 == 0;  // the sum of the first block's own part
+    float own = 0.0f;
     // Sum idx of the row block, whole: to its output (swiglu: to fin, for the pairs below).
     const auto finish = [&](int idx, float s) {
       if constexpr (kSwiglu) {
@@ -353,9 +371,35 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         s += j ? v.y + v.w : v.x + v.z;
       }
       if (whole) finish(idx, s);
+      else if (spin_sum) own = s;
       else part[idx] = s;
     }
-    if (!whole) {
+    if (!whole && sk_spin) {
+      const int64_t nb = gridDim.x;
+      const int64_t b_last = block_of_unit((static_cast<int64_t>(rb) + 1) * n_it - 1, sp, nb);
+      if (!spin_sum) {  // published: parts, then (thread 0, after the barrier) fence and count
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          __threadfence();
+          atomicAdd(&g_stream_count[rb], 1);
+        }
+      } else {
+        if (threadIdx.x == 0) {
+          const int later = static_cast<int>(b_last - blockIdx.x);
+          while (ld_acquire_gpu(&g_stream_count[rb]) < later) {
+          }
+          g_stream_count[rb] = 0;  // every later block has counted: the next launch's
+          __threadfence();
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
+          float s = 0.0f + own;  // the same order as the counter's sum below: block b_first first
+          for (int64_t b = blockIdx.x + 1; b <= b_last; ++b) s += __ldcg(g_stream_part + 2 * b * kPartFloats + idx);
+          finish(idx, s);
+        }
+        stored = true;
+      }
+    } else if (!whole) {
       __shared__ bool last;
       const int64_t nb = gridDim.x;
       const int64_t b_first = block_of_unit(static_cast<int64_t>(rb) * n_it, sp, nb);
@@ -420,6 +464,7 @@ GemvTuning g_tuning = [] {
   t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave);
   t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
   t.preload = env_int("PYENGINE_GEMV_PRELOAD", t.preload);
+  t.stream_k_spin = env_int("PYENGINE_GEMV_STREAM_K_SPIN", t.stream_k_spin) != 0;
   return t;
 }();
 
@@ -442,8 +487,12 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
   const bool pdl = pdl_supported() && g_tuning.pdl;  // the library's sm_90 code (device.cu)
   const Plan p = plan_grid(g_tuning, row_blocks_of<DT, T>(w, ep), steps_of<DT, T>(w),
                            static_cast<int64_t>(sm_count()) * kMinBlocks, kSwiglu);
+  // Stream-K's spinning sum only where the whole grid is resident at once (a block waits for later
+  // ones): at least min(kMinBlocks, what shared memory allows) blocks per SM.
+  const int64_t per_sm = std::min<int64_t>(kMinBlocks, smem_per_sm() / (red_bytes(T, kSwiglu) + xbytes + 1024));
+  const bool spin = g_tuning.stream_k_spin && p.grid != p.row_blocks && p.grid <= per_sm * sm_count();
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(p.grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload != 0, ep, p.sp, out);
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload, spin, ep, p.sp, out);
   return static_cast<int>(p.row_blocks);
 }
 
