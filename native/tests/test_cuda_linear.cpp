@@ -47,11 +47,13 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   regx.staged_x_max_bytes = 0;
   bal.stream_k_balance_pct = 100;  // stream-K also over several waves (one wave of equal shares)
   roll.roll = 2;  // tiled weights, every dtype: the next step's loads issued through the math
-  roll.stream_k_spin = false;  // split row blocks summed by the last block to finish (a counter)
+  roll.stream_k_spin = 0;  // split row blocks summed by the last block to finish (a counter)
+  roll.preload = 1;
   skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
-  // Later row blocks' first steps loaded before the previous sums; split rows summed by their first block.
-  skall.preload = bal.preload = 2;
-  skall.stream_k_spin = bal.stream_k_spin = true;
+  // Split rows summed by their first block from parts published as marked words; bal: a block's
+  // last row block right after its first.
+  skall.stream_k_spin = bal.stream_k_spin = 2;
+  bal.split_first = true;
   rollx = skall;
   rollx.roll = 0;  // no dtype rolled
   rollx.staged_x_max_bytes = 0;
@@ -67,7 +69,8 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
       {&nosk, " [no stream-k, no preload]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
       {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance]"}};
-  // (skall, rollx and bal: preload 2 and the spinning sum; roll: the counter's sum.)
+  // (The default: preload 2, split rows summed by their first block after a count; skall, rollx
+  // and bal: after marked words; roll: preload 1, the counter's sum by the last block.)
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
     cuda::linear_gemv_set_tuning(*path.tuning);
@@ -239,10 +242,11 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
   cand.min_blocks = 3;
   regx.preload = 0;  // the first step only prefetched to L2 before pdl_wait
   roll.roll = 2;
-  roll.stream_k_spin = false;
+  roll.stream_k_spin = 0;  // split rows summed by the last block (a counter), preload 1
+  roll.preload = 1;
   bal.stream_k_balance_pct = 100;
-  bal.preload = 2;  // later row blocks' first steps before the previous sums, split rows summed
-  bal.stream_k_spin = true;  // by their first block
+  bal.stream_k_spin = 2;  // split rows summed by their first block from marked words, a block's
+  bal.split_first = true;  // last row block right after its first
   const cuda::GemvTuning* tunings[] = {&dflt, &nobal, &regx, &cand, &roll, &bal};
   for (const cuda::GemvTuning* tuning : tunings) {
     cuda::linear_gemv_set_tuning(*tuning);

@@ -68,14 +68,15 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
   skall.stream_k_min_steps = 1;
   skall.preload = 0;  // the first step only prefetched to L2 before pdl_wait
   nopdl.pdl = false;
-  skall.stream_k_spin = false;
+  skall.stream_k_spin = 0;  // split rows summed by the last block to finish (a counter)
   roll = skall;
   roll.roll = 2;
   roll.preload = 2;
-  roll.stream_k_spin = true;
+  roll.stream_k_spin = 2;  // summed by their first block, from marked words
+  roll.split_first = true;
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step, no preload, counter]"},
-      {&nopdl, " [no pdl]"}, {&roll, " [roll, stream-k from 1 step, preload 2, spin]"}};
+      {&nopdl, " [no pdl]"}, {&roll, " [roll, stream-k from 1 step, marked parts, split first]"}};
   for (const auto& path : paths) {
     cuda::linear_gemv_set_tuning(*path.tuning);
     DevBuf<float> dx(x0), dh(n * s.H), dpart(n * cuda::split_norm_partial_floats(s.H)), dout(n * s.N);

@@ -56,6 +56,9 @@ __host__ __device__ constexpr int64_t red_bytes(int T, bool sw) {
 // device run in stream order (every launch of the library is on cuda::stream()), and the
 // finisher of a row block resets its counter.
 __device__ float g_stream_part[2 * kMaxStreamBlocks * kPartFloats];
+// sk_mode 2 marks a published part word (bits ^ kPartMark; zero is empty): a NaN payload no fp32
+// operation makes (results that are NaN come out as 0x7fffffff).
+constexpr unsigned kPartMark = 0x7fbadbadu;
 __device__ int g_stream_count[kMaxStreamRowBlocks];
 
 // kStagedX: the block splits x into hi/lo pairs once, into shared memory (StagedX); otherwise
@@ -79,7 +82,7 @@ __device__ int g_stream_count[kMaxStreamRowBlocks];
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu, bool kRoll>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
-                  int preload, bool sk_spin, GemvEpilogue ep, Split sp, float* __restrict__ out) {
+                  int preload, int sk_mode, bool split_first, GemvEpilogue ep, Split sp, float* __restrict__ out) {
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   static_assert(T * 64 <= kWarps * 32, "a row block's sums: one per thread at most");
   pdl_trigger();
@@ -237,12 +240,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
   PE_GEMV_STAMP(2);
 
-  // Row blocks of this block's units: whole (written here) or a part (summed by the last).
+  // Row blocks of this block's units: whole (written here) or a part (summed as sk_mode says), in
+  // order, or with split_first the last (a part to sum) right after the first.
+  const int n_rb = rb_hi - rb_lo + 1;
+  const auto rb_at = [&](int i) { return !split_first || n_rb < 3 || i == 0 ? rb_lo + i : i == 1 ? rb_hi : rb_lo + i - 1; };
 #pragma unroll 1
-  for (int rb = rb_lo; rb <= rb_hi; ++rb) {
+  for (int i = 0; i < n_rb; ++i) {
+    const int rb = rb_at(i);
     const int64_t row0 = static_cast<int64_t>(rb) * kOutRows;
     const int k0 = rb == rb_lo ? k_lo : 0, k1 = rb == rb_hi ? k_hi : n_it;
-    if (rb != rb_lo && !next_set) {
+    if (i != 0 && !next_set) {
       set_rows(row0);
       if (kRoll && k0 + warp < k1) load_step(k0 + warp);
     }
@@ -328,9 +335,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     for (int r = 0; r < T; ++r) red[warp][r][lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
     // preload >= 2: the next row block's first step in flight while this one's sums are made (a
     // stream-K part's publication takes L2 round trips); its step loop then skips that load.
-    if (preload >= 2 && rb < rb_hi) {
-      set_rows(row0 + kOutRows);
-      if (warp < (rb + 1 == rb_hi ? k_hi : n_it)) {
+    if (preload >= 2 && i + 1 < n_rb) {
+      const int rb_next = rb_at(i + 1);  // not rb_lo: from step 0
+      set_rows(static_cast<int64_t>(rb_next) * kOutRows);
+      if (warp < (rb_next == rb_hi ? k_hi : n_it)) {
         load_step(warp);
         preloaded = !kRoll;
       }
@@ -339,14 +347,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     __syncthreads();
     PE_GEMV_STAMP(3);
     const bool whole = k0 == 0 && k1 == n_it;
-    // sk_spin (the grid is resident at once): a split row block is summed by its first block (k0 ==
-    // 0), where it is the last row block, from the later blocks' parts, which they published at
-    // their start without waiting; otherwise by the last of its blocks to finish (a counter).
-    // A part: its sums to slot (block, first or second row block), then the last to finish sums.
+    // A split row block's sums. sk_mode 0: each block's part to its slot (block, first or second row
+    // block), summed by the last of them to finish (a counter). 1 and 2 (the grid resident at once):
+    // summed by its first block (k0 == 0; its last row block), from the later blocks' parts, which
+    // they publish without waiting: 1 by a fence and a count, 2 as words marked nonzero (kPartMark),
+    // each waited for by its reader. Every slot read is zeroed (so 2 finds them empty).
     float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
     float sq = 0.0f;      // the producer's new x^2 of this thread's output
     bool stored = whole;  // this block has the row block's sums (and writes its outputs)
-    const bool spin_sum = sk_spin && !whole && k0 == 0;  // the sum of the first block's own part
+    const bool first_sums = sk_mode >= 1 && !whole && k0 == 0;  // holds its own part: `own`
     float own = 0.0f;
     // Sum idx of the row block, whole: to its output (swiglu: to fin, for the pairs below).
     const auto finish = [&](int idx, float s) {
@@ -371,30 +380,36 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         s += j ? v.y + v.w : v.x + v.z;
       }
       if (whole) finish(idx, s);
-      else if (spin_sum) own = s;
+      else if (first_sums) own = s;
+      else if (sk_mode == 2) st_relaxed_gpu(reinterpret_cast<unsigned*>(part) + idx, __float_as_uint(s) ^ kPartMark);
       else part[idx] = s;
     }
-    if (!whole && sk_spin) {
+    if (!whole && sk_mode >= 1) {
       const int64_t nb = gridDim.x;
       const int64_t b_last = block_of_unit((static_cast<int64_t>(rb) + 1) * n_it - 1, sp, nb);
-      if (!spin_sum) {  // published: parts, then (thread 0, after the barrier) fence and count
+      if (!first_sums && sk_mode == 1) {  // published: parts, then (thread 0, after the barrier) fence, count
         __syncthreads();
         if (threadIdx.x == 0) {
           __threadfence();
           atomicAdd(&g_stream_count[rb], 1);
         }
-      } else {
-        if (threadIdx.x == 0) {
-          const int later = static_cast<int>(b_last - blockIdx.x);
-          while (ld_acquire_gpu(&g_stream_count[rb]) < later) {
+      } else if (first_sums) {
+        if (sk_mode == 1) {
+          if (threadIdx.x == 0) {
+            wait_at_least(&g_stream_count[rb], static_cast<int>(b_last - blockIdx.x));
+            g_stream_count[rb] = 0;  // every later block has counted: the next launch's
+            __threadfence();
           }
-          g_stream_count[rb] = 0;  // every later block has counted: the next launch's
-          __threadfence();
+          __syncthreads();
         }
-        __syncthreads();
         for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
           float s = 0.0f + own;  // the same order as the counter's sum below: block b_first first
-          for (int64_t b = blockIdx.x + 1; b <= b_last; ++b) s += __ldcg(g_stream_part + 2 * b * kPartFloats + idx);
+          for (int64_t b = blockIdx.x + 1; b <= b_last; ++b) {
+            unsigned* const slot = reinterpret_cast<unsigned*>(g_stream_part + 2 * b * kPartFloats) + idx;
+            const unsigned u = sk_mode == 2 ? wait_nonzero(slot) ^ kPartMark : __ldcg(slot);
+            st_relaxed_gpu(slot, 0u);
+            s += __uint_as_float(u);
+          }
           finish(idx, s);
         }
         stored = true;
@@ -413,8 +428,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
           float s = 0.0f;
           for (int64_t b = b_first; b <= b_last; ++b) {  // b's first row block or its last?
-            const int slot = static_cast<int>(2 * b + (rb == unit_start(b, sp, nb) / n_it ? 0 : 1));
-            s += __ldcg(g_stream_part + slot * kPartFloats + idx);
+            float* const slot = g_stream_part + (2 * b + (rb == unit_start(b, sp, nb) / n_it ? 0 : 1)) * kPartFloats + idx;
+            s += __ldcg(slot);
+            *slot = 0.0f;
           }
           finish(idx, s);
         }
@@ -464,7 +480,8 @@ GemvTuning g_tuning = [] {
   t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave);
   t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
   t.preload = env_int("PYENGINE_GEMV_PRELOAD", t.preload);
-  t.stream_k_spin = env_int("PYENGINE_GEMV_STREAM_K_SPIN", t.stream_k_spin) != 0;
+  t.stream_k_spin = env_int("PYENGINE_GEMV_STREAM_K_SPIN", t.stream_k_spin);
+  t.split_first = env_int("PYENGINE_GEMV_SPLIT_FIRST", t.split_first) != 0;
   return t;
 }();
 
@@ -490,9 +507,11 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
   // Stream-K's spinning sum only where the whole grid is resident at once (a block waits for later
   // ones): at least min(kMinBlocks, what shared memory allows) blocks per SM.
   const int64_t per_sm = std::min<int64_t>(kMinBlocks, smem_per_sm() / (red_bytes(T, kSwiglu) + xbytes + 1024));
-  const bool spin = g_tuning.stream_k_spin && p.grid != p.row_blocks && p.grid <= per_sm * sm_count();
+  const bool resident = p.grid != p.row_blocks && p.grid <= per_sm * sm_count();
+  const int sk_mode = resident ? std::clamp(g_tuning.stream_k_spin, 0, 2) : 0;
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(p.grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload, spin, ep, p.sp, out);
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload, sk_mode,
+            g_tuning.split_first, ep, p.sp, out);
   return static_cast<int>(p.row_blocks);
 }
 
