@@ -45,6 +45,7 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const cuda::GemvTuning dflt;
   cuda::GemvTuning regx, cand, nopdl, nosk, skall, roll, rollx, bal;
   regx.staged_x_max_bytes = 0;
+  regx.stream_k_spin = 1;  // split rows summed by their first block after a fence and a count
   bal.stream_k_balance_pct = 100;  // stream-K also over several waves (one wave of equal shares)
   roll.roll = 2;  // tiled weights, every dtype: the next step's loads issued through the math
   roll.stream_k_spin = 0;  // split row blocks summed by the last block to finish (a counter)
@@ -69,8 +70,8 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
       {&nosk, " [no stream-k, no preload]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
       {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance]"}};
-  // (The default: preload 2, split rows summed by their first block after a count; skall, rollx
-  // and bal: after marked words; roll: preload 1, the counter's sum by the last block.)
+  // (The default: preload 2, split rows summed by their first block from marked words; regx: after
+  // a count; roll: preload 1, the counter's sum by the last block; bal: split first.)
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
     cuda::linear_gemv_set_tuning(*path.tuning);

@@ -172,15 +172,18 @@ struct GemvTuning {
                                        // batch 1 / 2 / 8 ms, interleaved: off 8.646 / 9.523 /
                                        // 12.514, 8.690 / 9.586 / 12.493, 8.636 / 9.539 / 12.509;
                                        // on 8.544 / 9.378 / 12.350, 8.546 / 9.386 / 12.365
-  int stream_k_spin = 1;               // 1, 2: a split row block summed by its first block, which
+  int stream_k_spin = 2;               // 1, 2: a split row block summed by its first block, which
                                        // waits for the later blocks' parts (published at their
                                        // start, not waited for: 1 by a fence and a count, 2 as
                                        // marked words); only where the grid is resident at once.
                                        // 0: the last block to finish sums (a counter). Session 22,
-                                       // batch 1 ms, 0 -> 1: 8.674 / 8.695 / 8.659 -> 8.374 /
-                                       // 8.394; with preload 2: 8.338 / 8.316 / 8.377
+                                       // batch 1 ms, call 3, 0 -> 1: 8.674 / 8.695 / 8.659 ->
+                                       // 8.374 / 8.394; with preload 2: 8.338 / 8.316 / 8.377;
+                                       // call 4 (preload 2), 1 -> 2: 8.496 / 8.580 -> 8.235 / 8.206
   bool split_first = false;            // a block's last row block (a part to sum) right after its
-                                       // first, before the whole ones between
+                                       // first, before the whole ones between. Session 22, call 4,
+                                       // batch 1 ms: spin 1 8.506 / 8.475, spin 2 8.125 / 8.228
+                                       // (without: 8.496 / 8.580, 8.235 / 8.206): no gain shown
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
 // PYENGINE_GEMV_STAGE_ONE_WAVE (0/1/2), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,

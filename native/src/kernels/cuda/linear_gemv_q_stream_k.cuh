@@ -15,11 +15,13 @@ namespace gemv_q {
 // block capacity and block b takes units [b U / nb, (b + 1) U / nb) of the U = row blocks x column
 // steps (rounded down to a multiple of GemvTuning::stream_k_quantum; balance: 8, each warp of a
 // part the same steps), in row-block order: first and last row blocks may be parts. A row
-// block whose steps are split over blocks is summed by the last of them to finish (a counter per
-// row block), from the partial sums in kPartFloats slots, in block order: deterministic, and the
-// same partition for every token count. Without stream-K the same code runs one whole row block
-// per block. The scratch is per device and static: the GEMV calls of a device run in stream order
-// (every launch of the library is on cuda::stream()), and the finisher resets its counter.
+// block whose steps are split over blocks is summed from the partial sums in kPartFloats slots, in
+// block order (deterministic, and the same partition for every token count): where the whole grid
+// is resident at once, by its first block at its end, which waits for the later blocks' parts
+// (GemvTuning::stream_k_spin); else by the last of them to finish (a counter per row block).
+// Without stream-K the same code runs one whole row block per block. The scratch is per device and
+// static: the GEMV calls of a device run in stream order (every launch of the library is on
+// cuda::stream()), and the finishers reset the counters and zero the slots they read.
 constexpr int kMaxStreamBlocks = 1024;
 constexpr int kMaxStreamRowBlocks = 8192, kPartFloats = 256;  // the counters; T * 64 at T = 4
 
