@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include "core/env.h"
 #include "kernels/cuda/linear_gemv_q.cuh"
 #include "kernels/cuda/linear_gemv_q_split_norm.cuh"
 #include "kernels/cuda/linear_gemv_q_stream_k.cuh"
@@ -468,23 +467,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   PE_GEMV_TRACE_END(rows, cols);
 }
 
-GemvTuning g_tuning = [] {
-  // A/B switch for tools/bench_gpu.py (whole decode steps): PYENGINE_GEMV_PDL=0/1.
-  GemvTuning t;
-  t.pdl = env_int("PYENGINE_GEMV_PDL", t.pdl) != 0;
-  t.pdl_prefetch_steps = env_int("PYENGINE_GEMV_PDL_PREFETCH", t.pdl_prefetch_steps);
-  t.stream_k = env_int("PYENGINE_GEMV_STREAM_K", t.stream_k) != 0;
-  t.stream_k_balance_pct = env_int("PYENGINE_GEMV_STREAM_K_BALANCE", t.stream_k_balance_pct);
-  t.stream_k_min_steps = env_int("PYENGINE_GEMV_STREAM_K_MIN_STEPS", t.stream_k_min_steps);
-  t.stream_k_quantum = env_int("PYENGINE_GEMV_STREAM_K_QUANTUM", t.stream_k_quantum);
-  t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave);
-  t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
-  t.preload = env_int("PYENGINE_GEMV_PRELOAD", t.preload);
-  t.stream_k_spin = env_int("PYENGINE_GEMV_STREAM_K_SPIN", t.stream_k_spin);
-  t.split_first = env_int("PYENGINE_GEMV_SPLIT_FIRST", t.split_first) != 0;
-  return t;
-}();
-
 // Returns the row blocks (the producer's partials per token, GemvEpilogue::res_partial).
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu, bool kRoll>
 int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int seg_per_block, float* out,
@@ -545,9 +527,7 @@ int run_rows(int T, const float* x, int n, const WeightView& w, const GemvEpilog
   return 0;  // not reached: swiglu takes T >= 2
 }
 
-
 // T of a swiglu launch (gemv_q_swiglu_supported): the tile's, or by the height, at least 2.
-int swiglu_rows_per_warp(const WeightView& w) { return w.tile ? w.tile / 8 : std::max(2, gemv_rows_per_warp(w.rows)); }
 
 template <DType DT>
 int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, float* out, cudaStream_t stream) {
@@ -583,26 +563,7 @@ int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, f
   return run_rows<DT, false, false, false>(T, x, n, w, ep, seg_per_block, out, xbytes, staged, stream);
 }
 
-inline bool aligned(const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; }
-
 }  // namespace
-
-int gemv_rows_per_warp(int64_t rows) {
-  return g_tuning.rows_per_warp > 0 ? g_tuning.rows_per_warp : rows >= 4224 ? 4 : rows >= 2048 ? 2 : 1;
-}
-
-bool gemv_q_supported(const float* x, const WeightView& w) {
-  if (!aligned(x, 16) || !aligned(w.data, 16)) return false;
-  switch (w.dtype) {
-    case DType::FP8_E4M3: return w.cols % 16 == 0 && w.block % 128 == 0;
-    case DType::I8: return w.cols % 16 == 0;
-    case DType::NVFP4: return w.cols % 32 == 0 && aligned(w.group_scale, 2);
-    default: return false;
-  }
-}
-
-void linear_gemv_set_tuning(const GemvTuning& t) { g_tuning = t; }
-GemvTuning linear_gemv_tuning() { return g_tuning; }
 
 int linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvEpilogue& ep, float* out,
                   cudaStream_t stream) {
@@ -612,15 +573,6 @@ int linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvEpil
     case DType::I8: return launch<DType::I8>(x, nn, w, ep, out, stream);
     default: return launch<DType::NVFP4>(x, nn, w, ep, out, stream);
   }
-}
-
-bool gemv_q_swiglu_supported(const float* x, const WeightView& w, int64_t up0, int64_t inter) {
-  if (!gemv_q_supported(x, w) || inter <= 0 || up0 < inter || up0 + inter > w.rows) return false;
-  const int T = swiglu_rows_per_warp(w);
-  if (T < 2 || up0 % 8 != 0) return false;
-  if (w.tile && up0 % (8 * T) != 0) return false;                 // the up rows start a row block's tiles
-  if (w.dtype == DType::FP8_E4M3 && up0 % w.block != 0) return false;  // and a block-scale row
-  return true;
 }
 
 }  // namespace cuda

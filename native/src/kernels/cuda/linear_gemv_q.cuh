@@ -10,6 +10,11 @@ namespace gemv_q {
 
 constexpr int kWarps = 8;  // per block: they split the columns and sum through shared memory
 
+// The tuning every launch reads (GemvTuning, cuda_ops.h; linear_gemv_q_tuning.cu, with its
+// environment switches) and the rows per warp of a swiglu launch (the tile's, or at least 2).
+extern GemvTuning g_tuning;
+int swiglu_rows_per_warp(const WeightView& w);
+
 template <DType DT>
 __host__ __device__ constexpr int values_per_chunk() { return DT == DType::NVFP4 ? 32 : 16; }
 
