@@ -10,6 +10,9 @@ grid), medians over its launches of (us, from the launch's first pdl_wait return
   loop     warps' step loops done: the first, median and last block
   end      the last block's end; epi = median block end - its loop end (sums, stream-K, epilogue)
   GB/s     the launch's weight bytes over the release-to-last-end window
+Then, for shapes whose blocks differ in how many row blocks they take (stream-K), the blocks
+grouped by that count and whether their first / last row block is a part split with a
+neighbour: how many, and the medians of their loop end and end.
 GPU machine, repo root, the trace build's library:
 
   PYENGINE_LIBRARY=build/trace/libpyengine.so PYTHONPATH=. python3 tools/gpu/gemv_trace.py [--steps 8]
@@ -32,7 +35,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 REC = np.dtype([("t", "<u8", 5), ("smid", "<i4"), ("grid", "<i4"), ("block", "<i4"), ("rows", "<i4"),
-                ("cols", "<i4"), ("pad", "<i4")])  # fmt: skip
+                ("cols", "<i4"), ("parts", "<i4")])  # fmt: skip
 
 
 def dump(lib, path: str) -> int:
@@ -93,6 +96,7 @@ def main() -> None:
     ls = launches(recs)
     print(f"{len(recs)} block records, {len(ls)} launches; decode step {step_s * 1e3:.3f} ms (traced build)")
     stats = defaultdict(lambda: defaultdict(list))
+    groups = defaultdict(lambda: defaultdict(list))  # shape -> (row blocks, lead part, tail part) -> times
     prev_end, prev_key = None, "-"
     for L in ls:
         t = L["t"].astype(np.int64)
@@ -111,19 +115,32 @@ def main() -> None:
         s["loop_last"].append(loop.max())
         s["end"].append((t[:, 4].max() - t0) / 1e3)
         s["epi"].append(float(np.median(t[:, 4] - t[:, 3])) / 1e3)
+        for p, loop_end, end in zip(L["parts"].tolist(), (t[:, 3] - t0) / 1e3, (t[:, 4] - t0) / 1e3):
+            groups[key][(p & 0xFFFF, bool(p & 0x10000), bool(p & 0x20000))].append((loop_end, end))
         window = (t[:, 4].max() - (prev_end if prev_end is not None else t0)) / 1e3
         s["gbps"].append(key[0] * key[1] * args.bytes_per_weight / max(window, 1e-3) / 1e3)
         prev_end, prev_key = t[:, 4].max(), f"{key[0]}x{key[1]}"
     med = statistics.median
     print(f"{'rows x cols':>13} {'grid':>5} {'n':>4} {'prev':>11} {'release':>8} {'entry 1st/last':>15} "
           f"{'staged':>7} {'loop 1st / med / last':>22} {'end':>7} {'epi':>6} {'GB/s':>6}")  # fmt: skip
-    for key, s in sorted(stats.items(), key=lambda kv: -med(kv[1]["end"]) * len(kv[1]["end"])):
+    order = sorted(stats, key=lambda k: -med(stats[k]["end"]) * len(stats[k]["end"]))
+    for key in order:
+        s = stats[key]
         prev = max(set(s["prev"]), key=s["prev"].count) if s["prev"] else "-"
         rel = med(s["release"]) if s["release"] else float("nan")
         print(f"{key[0]:>6}x{key[1]:<6} {key[2]:>5} {len(s['end']):>4} {prev:>11} {rel:>8.2f} "
               f"{med(s['entry_first']):>7.2f}/{med(s['entry_last']):<7.2f} {med(s['staged']):>7.2f} "
               f"{med(s['loop_first']):>6.2f} / {med(s['loop_med']):>6.2f} / {med(s['loop_last']):>6.2f} "
               f"{med(s['end']):>7.2f} {med(s['epi']):>6.2f} {med(s['gbps']):>6.0f}")  # fmt: skip
+
+    for key in order:
+        g = groups[key]
+        if len({k[0] for k in g}) < 2:
+            continue
+        print(f"{key[0]}x{key[1]} grid {key[2]}, blocks by row blocks taken (lead / tail part):")
+        for (nrb, lead, tail), v in sorted(g.items()):
+            print(f"  {nrb} row blocks{' lead' if lead else ''}{' tail' if tail else ''}: {len(v) // len(stats[key]['end'])} "
+                  f"blocks, loop end {med(x[0] for x in v):.2f}, end {med(x[1] for x in v):.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

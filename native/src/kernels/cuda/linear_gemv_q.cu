@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     __syncthreads();  // red (and fin) are rewritten by the next row block
   }
-  PE_GEMV_TRACE_END(rows, cols);
+  PE_GEMV_TRACE_END(rows, cols, n_rb + (k_lo != 0 ? 65536 : 0) + (k_hi != n_it ? 131072 : 0));
 }
 
 // Returns the row blocks (the producer's partials per token, GemvEpilogue::res_partial).

@@ -15,7 +15,8 @@ namespace gemv_q {
 
 struct GemvTraceRec {  // 64 bytes; tools/gpu/gemv_trace.py reads them in this layout
   unsigned long long t[5];
-  int smid, grid, block, rows, cols, pad;
+  int smid, grid, block, rows, cols;
+  int parts;  // the block's row blocks, + 65536 if its first starts mid-row, + 131072 if its last ends mid-row
 };
 constexpr unsigned kGemvTraceCap = 1u << 20;
 __device__ GemvTraceRec g_gemv_trace[kGemvTraceCap];
@@ -54,7 +55,7 @@ extern "C" long long pe_debug_gemv_trace_dump(const char* path) {
 #define PE_GEMV_TRACE_DECL __shared__ unsigned long long pe_trace_t[4]
 #define PE_GEMV_STAMP(i) \
   if (threadIdx.x == 0) pe_trace_t[i] = gemv_trace_now()
-#define PE_GEMV_TRACE_END(rows_, cols_)                                            \
+#define PE_GEMV_TRACE_END(rows_, cols_, parts_)                                    \
   if (threadIdx.x == 0) {                                                          \
     const unsigned k = atomicAdd(&g_gemv_trace_n, 1u);                             \
     if (k < kGemvTraceCap) {                                                       \
@@ -68,10 +69,11 @@ extern "C" long long pe_debug_gemv_trace_dump(const char* path) {
       rec.block = static_cast<int>(blockIdx.x);                                    \
       rec.rows = static_cast<int>(rows_);                                          \
       rec.cols = static_cast<int>(cols_);                                          \
+      rec.parts = (parts_);                                                        \
     }                                                                              \
   }
 #else
 #define PE_GEMV_TRACE_DECL
 #define PE_GEMV_STAMP(i)
-#define PE_GEMV_TRACE_END(rows_, cols_)
+#define PE_GEMV_TRACE_END(rows_, cols_, parts_)
 #endif
