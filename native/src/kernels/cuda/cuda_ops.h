@@ -163,15 +163,15 @@ struct GemvTuning {
                                        // 86.4, qkv|z|a|b 78.0 -> 86.1, q_proj 68.0 -> 73.2; FP8
                                        // gate|up 87.7 -> 83.5, and the FP8 27B decode step 8.56
                                        // -> 8.85 ms (NVFP4 +-1.5 points)
-  int preload = 2;                     // without roll: the warp's first step loaded into registers
-                                       // before pdl_wait (as roll does; pdl_prefetch_steps then
-                                       // count from the second); 2: also each later row block's
-                                       // first step, before the previous one's sums (roll too;
-                                       // session 22, batch 1, 1 -> 2: 8.674 / 8.695 / 8.659 ->
-                                       // 8.547 / 8.587 ms). H200, session 21, 27B FP8 decode
-                                       // batch 1 / 2 / 8 ms, interleaved: off 8.646 / 9.523 /
-                                       // 12.514, 8.690 / 9.586 / 12.493, 8.636 / 9.539 / 12.509;
-                                       // on 8.544 / 9.378 / 12.350, 8.546 / 9.386 / 12.365
+  int preload = 2;                     // 1, without roll: the warp's first step loaded into
+                                       // registers before pdl_wait (as roll does; pdl_prefetch_steps
+                                       // then count from the second); 2: also each later row
+                                       // block's first step, before the previous one's sums (roll
+                                       // too). H200, 27B FP8 decode ms, interleaved: session 21,
+                                       // batch 1 / 2 / 8, 0: 8.646 / 9.523 / 12.514, 8.690 / 9.586 /
+                                       // 12.493, 8.636 / 9.539 / 12.509; 1: 8.544 / 9.378 / 12.350,
+                                       // 8.546 / 9.386 / 12.365. Session 22, batch 1, 1 -> 2: 8.674
+                                       // / 8.695 / 8.659 -> 8.547 / 8.587
   int stream_k_spin = 2;               // 1, 2: a split row block summed by its first block, which
                                        // waits for the later blocks' parts (published at their
                                        // start, not waited for: 1 by a fence and a count, 2 as

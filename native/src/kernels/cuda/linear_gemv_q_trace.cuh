@@ -8,6 +8,7 @@
 #ifdef PE_GEMV_TRACE
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
 namespace pe {
 namespace cuda {
@@ -38,18 +39,16 @@ extern "C" long long pe_debug_gemv_trace_dump(const char* path) {
   if (cudaDeviceSynchronize() != cudaSuccess) return -1;
   unsigned n = 0;
   if (cudaMemcpyFromSymbol(&n, g_gemv_trace_n, sizeof(n)) != cudaSuccess) return -1;
-  const unsigned m = n < kGemvTraceCap ? n : kGemvTraceCap;
-  GemvTraceRec* host = new GemvTraceRec[m > 0 ? m : 1];
-  const bool ok = cudaMemcpyFromSymbol(host, g_gemv_trace, m * sizeof(GemvTraceRec)) == cudaSuccess;
+  std::vector<GemvTraceRec> host(n < kGemvTraceCap ? n : kGemvTraceCap);
+  const bool ok = cudaMemcpyFromSymbol(host.data(), g_gemv_trace, host.size() * sizeof(GemvTraceRec)) == cudaSuccess;
   FILE* f = ok && path && *path ? std::fopen(path, "wb") : nullptr;
   if (f) {
-    std::fwrite(host, sizeof(GemvTraceRec), m, f);
+    std::fwrite(host.data(), sizeof(GemvTraceRec), host.size(), f);
     std::fclose(f);
   }
-  delete[] host;
   const unsigned zero = 0;
   cudaMemcpyToSymbol(g_gemv_trace_n, &zero, sizeof(zero));
-  return ok ? static_cast<long long>(m) : -1;
+  return ok ? static_cast<long long>(host.size()) : -1;
 }
 
 #define PE_GEMV_TRACE_DECL __shared__ unsigned long long pe_trace_t[4]
