@@ -45,16 +45,12 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const cuda::GemvTuning dflt;
   cuda::GemvTuning regx, cand, nopdl, nosk, skall, roll, rollx, bal;
   regx.staged_x_max_bytes = 0;
-  regx.stream_k_spin = 1;  // split rows summed by their first block after a fence and a count
-  bal.stream_k_balance_pct = 100;  // stream-K also over several waves (one wave of equal shares)
+  bal.stream_k_balance_pct = 50;  // stream-K over several waves only where the last is <= half full
   roll.roll = 2;  // tiled weights, every dtype: the next step's loads issued through the math
-  roll.stream_k_spin = 0;  // split row blocks summed by the last block to finish (a counter)
+  roll.stream_k_spin = false;  // split row blocks summed by the last block to finish (a counter)
   roll.preload = 1;
+  roll.x_early = 0;  // one x chunk a thread in flight while staging
   skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
-  // Split rows summed by their first block from parts published as marked words; bal: a block's
-  // last row block right after its first.
-  skall.stream_k_spin = bal.stream_k_spin = 2;
-  bal.split_first = true;
   rollx = skall;
   rollx.roll = 0;  // no dtype rolled
   rollx.staged_x_max_bytes = 0;
@@ -69,9 +65,10 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
       {&nosk, " [no stream-k, no preload]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
-      {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance]"}};
-  // (The default: preload 2, split rows summed by their first block from marked words; regx: after
-  // a count; roll: preload 1, the counter's sum by the last block; bal: split first.)
+      {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance at 50 %]"}};
+  // (The default: preload 2, split rows summed by their first block from marked words, stream-k
+  // balance wherever the last wave is part full; roll: preload 1, the counter's sum by the last
+  // block, one x chunk a thread in flight while staging.)
   for (const auto& path : paths) {
     if (!q_gemv && path.tuning != &dflt) break;
     cuda::linear_gemv_set_tuning(*path.tuning);
@@ -127,7 +124,8 @@ TEST(cuda_linear_gemv_staged_x_edges) {
   for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 300, 17408, 810 + n);
   check_linear(DType::FP8_E4M3, 1, 5123, 6144, 812);
   for (int64_t n : {1, 4}) check_linear(DType::FP8_E4M3, n, 4500, 5120, 815 + n);
-  // More row blocks than a wave holds (H200: 282 for 264 slots): stream-k balance splits them.
+  // More row blocks than a wave holds (H200: 282 for 264 slots; 18 in the last wave, 7 %): stream-k
+  // balance splits them.
   for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
     for (int64_t n : {1, 3, 8}) check_linear(t, n, 9000, n == 3 ? 2080 : 2048, 840 + n, 128, n == 3 ? 0 : 32);
   for (int64_t n : {1, 8}) check_linear(DType::FP8_E4M3, n, 5123, 5136, 820 + n, 256);
@@ -234,20 +232,18 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
   const cuda::GemvTuning dflt;
   cuda::GemvTuning nobal, regx, cand, roll, bal;
   // Bit for bit against linear + swiglu where neither splits a row block over blocks (stream-k
-  // balance: the default on shapes whose last wave is short, and bal everywhere, split the
-  // swiglu's row blocks and linear's differently): nobal (the default without it), regx, cand
-  // and roll leave it off.
+  // balance: the default wherever the last wave is part full, and bal where it is at most half
+  // full, split the swiglu's row blocks and linear's differently): nobal (the default without
+  // it), regx, cand and roll leave it off.
   nobal.stream_k_balance_pct = regx.stream_k_balance_pct = cand.stream_k_balance_pct = roll.stream_k_balance_pct = 0;
   regx.staged_x_max_bytes = 0;
   cand.staged_x_max_bytes = 128 * 1024;
   cand.min_blocks = 3;
   regx.preload = 0;  // the first step only prefetched to L2 before pdl_wait
   roll.roll = 2;
-  roll.stream_k_spin = 0;  // split rows summed by the last block (a counter), preload 1
+  roll.stream_k_spin = false;  // split rows summed by the last block (a counter), preload 1
   roll.preload = 1;
-  bal.stream_k_balance_pct = 100;
-  bal.stream_k_spin = 2;  // split rows summed by their first block from marked words, a block's
-  bal.split_first = true;  // last row block right after its first
+  bal.stream_k_balance_pct = 50;
   const cuda::GemvTuning* tunings[] = {&dflt, &nobal, &regx, &cand, &roll, &bal};
   for (const cuda::GemvTuning* tuning : tunings) {
     cuda::linear_gemv_set_tuning(*tuning);
@@ -268,7 +264,7 @@ void check_swiglu(DType t, int64_t n, int64_t inter, int64_t up0, int64_t cols, 
     const std::string cfg = name + (tuning == &nobal  ? " [no stream-k balance]"
                                     : tuning == &regx ? " [x in registers]"
                                     : tuning == &cand ? " [candidates]"
-                                    : tuning == &bal  ? " [stream-k balance]"
+                                    : tuning == &bal  ? " [stream-k balance at 50 %]"
                                                       : "");
     EXPECT_CLOSE("linear_swiglu", cfg, fused, ref, 1e-5);
     // The same bits where both take the same rows per warp (below 2048 rows the plain GEMV takes

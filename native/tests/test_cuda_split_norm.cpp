@@ -68,15 +68,15 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
   skall.stream_k_min_steps = 1;
   skall.preload = 0;  // the first step only prefetched to L2 before pdl_wait
   nopdl.pdl = false;
-  skall.stream_k_spin = 0;  // split rows summed by the last block to finish (a counter)
+  skall.stream_k_spin = false;  // split rows summed by the last block to finish (a counter)
+  skall.x_early = 0;  // the partials summed before x is staged, one x chunk a thread in flight
   roll = skall;
   roll.roll = 2;
   roll.preload = 2;
-  roll.stream_k_spin = 2;  // summed by their first block, from marked words
-  roll.split_first = true;
+  // the default: split rows summed by their first block, from marked words
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
-      {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step, no preload, counter]"},
-      {&nopdl, " [no pdl]"}, {&roll, " [roll, stream-k from 1 step, marked parts, split first]"}};
+      {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step, no preload, counter, no early loads]"},
+      {&nopdl, " [no pdl]"}, {&roll, " [roll, stream-k from 1 step, marked parts]"}};
   for (const auto& path : paths) {
     cuda::linear_gemv_set_tuning(*path.tuning);
     DevBuf<float> dx(x0), dh(n * s.H), dpart(n * cuda::split_norm_partial_floats(s.H)), dout(n * s.N);

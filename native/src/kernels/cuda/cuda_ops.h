@@ -148,12 +148,15 @@ struct GemvTuning {
                                        // blocks x column steps, split rows summed by the last
                                        // block to finish them. Session 6: mlp down 35.7 -> 32.8
                                        // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
-  int stream_k_balance_pct = 50;       // stream-K also where the row blocks take more than one
+  int stream_k_balance_pct = 100;      // stream-K also where the row blocks take more than one
                                        // wave and the last is at most this % full (0: never, 100:
                                        // wherever it is part full): one wave of equal shares.
                                        // Session 18 (bench_kernels, % of copy, FP8 n = 1, off ->
-                                       // always): gate|up (1088 blocks on 264 slots, 12 %) 75.9 ->
-                                       // 83.0, q|k|v (70 %) 77.6 -> 67.6, qkv|z|a|b (95 %) 82.8 -> 71.5
+                                       // always; split rows summed by a counter): gate|up (1088
+                                       // blocks on 264 slots, 12 %) 75.9 -> 83.0, q|k|v (70 %) 77.6
+                                       // -> 67.6, qkv|z|a|b (95 %) 82.8 -> 71.5. Session 22's spinning
+                                       // sum made 100 a gain: session 23, 27B batch 1 ms, 50 -> 100:
+                                       // 8.100 / 8.099 -> 8.043
   int stream_k_quantum = 0;            // stream-K block boundaries on multiples of this many
                                        // steps; 0: 1 (fill), 8 = the warps (balance)
   int roll = 1;                        // tiled weights, the next step loaded in halves during this
@@ -172,23 +175,22 @@ struct GemvTuning {
                                        // 12.493, 8.636 / 9.539 / 12.509; 1: 8.544 / 9.378 / 12.350,
                                        // 8.546 / 9.386 / 12.365. Session 22, batch 1, 1 -> 2: 8.674
                                        // / 8.695 / 8.659 -> 8.547 / 8.587
-  int stream_k_spin = 2;               // 1, 2: a split row block summed by its first block, which
-                                       // waits for the later blocks' parts (published at their
-                                       // start, not waited for: 1 by a fence and a count, 2 as
-                                       // marked words); only where the grid is resident at once.
-                                       // 0: the last block to finish sums (a counter). Session 22,
-                                       // batch 1 ms, call 3, 0 -> 1: 8.674 / 8.695 / 8.659 ->
-                                       // 8.374 / 8.394; with preload 2: 8.338 / 8.316 / 8.377;
-                                       // call 4 (preload 2), 1 -> 2: 8.496 / 8.580 -> 8.235 / 8.206
-  bool split_first = false;            // a block's last row block (a part to sum) right after its
-                                       // first, before the whole ones between. Session 22, call 4,
-                                       // batch 1 ms: spin 1 8.506 / 8.475, spin 2 8.125 / 8.228
-                                       // (without: 8.496 / 8.580, 8.235 / 8.206): no gain shown
+  bool stream_k_spin = true;           // a split row block summed by its first block, from the
+                                       // later blocks' parts, published at their start as marked
+                                       // words (not waited for); only where the grid is resident
+                                       // at once. false: the last block to finish sums (a counter).
+                                       // Session 22, batch 1 ms: counter 8.674 / 8.695 / 8.659;
+                                       // first block after a fence and a count (removed) 8.374 /
+                                       // 8.394; call 4, fence + count 8.496 / 8.580 -> marked
+                                       // words 8.235 / 8.206. (Also removed: a block's last row
+                                       // block right after its first, no gain: 8.125 / 8.228.)
+  int x_early = 3;                     // after pdl_wait, loads in flight together: 1 the split
+                                       // norm's partials (one a thread) with x's; 2 two of x's
+                                       // chunks a thread where x is staged
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
 // PYENGINE_GEMV_STAGE_ONE_WAVE (0/1/2), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
-// PYENGINE_GEMV_PRELOAD (0/1/2), PYENGINE_GEMV_STREAM_K_SPIN (0/1/2),
-// PYENGINE_GEMV_SPLIT_FIRST (0/1),
+// PYENGINE_GEMV_PRELOAD (0/1/2), PYENGINE_GEMV_STREAM_K_SPIN (0/1), PYENGINE_GEMV_X_EARLY (0-3),
 // PYENGINE_GEMV_STREAM_K_MIN_STEPS / _QUANTUM (steps), PYENGINE_GEMV_STREAM_K_BALANCE (percent)
 // from the environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py).
 // (Measured and removed: K split over thread-block clusters, summed in distributed shared memory,
@@ -324,6 +326,11 @@ using cpu::GdnDecodeArgs;
 // set) needs dv <= kGdnDecodeFusedNormMaxDv (same tolerance).
 constexpr int64_t kGdnDecodeFusedNormMaxDv = 128;
 void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream);
+// A head's state columns split over blocks of 32 (the fused norm's sum through a thread-block
+// cluster, sm_90 code only): 0 never, 1 where the split blocks fit 2 a SM (small batches,
+// latency-bound: the default), 2 wherever it can. Initially PYENGINE_GDN_SPLIT. Same
+// answers within the op's tolerance. For the tests and A/B runs; not while other threads launch.
+void gdn_decode_set_split(int mode);
 
 }  // namespace cuda
 }  // namespace pe

@@ -73,13 +73,8 @@ __device__ __forceinline__ float4 load_nc_f4(const float* p) {
   asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
   return v;
 }
-// Loads and stores between blocks of one grid (sm_70+): acquire (what the writer published before
-// its release is visible after) and relaxed (one word, its own flag), at GPU scope.
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
+// Loads and stores between blocks of one grid (sm_70+): relaxed (one word, its own flag), at GPU
+// scope.
 __device__ __forceinline__ unsigned ld_relaxed_gpu(const unsigned* p) {
   unsigned v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -98,10 +93,6 @@ __device__ __forceinline__ unsigned wait_nonzero(const unsigned* p) {
   unsigned v = ld_relaxed_gpu(p);
   for (const long long t0 = clock64(); v == 0; v = ld_relaxed_gpu(p)) spin_check(t0);
   return v;
-}
-// Until *p >= n (acquire polls).
-__device__ __forceinline__ void wait_at_least(const int* p, int n) {
-  for (const long long t0 = clock64(); ld_acquire_gpu(p) < n;) spin_check(t0);
 }
 __device__ __forceinline__ float load_nc_f32(const float* p) {
   float v;

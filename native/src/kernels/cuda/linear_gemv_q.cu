@@ -45,17 +45,18 @@ using namespace gemv_q;
 // Largest staged x any tuning may ask for (the kernels' dynamic shared-memory limit).
 constexpr int kStagedXLimit = 128 * 1024;
 
-// The staged kernel's static shared memory besides x: the warps' sums (red), the split norm's 1 / rms
-// and x^2 sums (norm_inv, sq_rg), swiglu's row-block sums (fin) and the stream-K flag.
+// The staged kernel's static shared memory besides x: the warps' sums (red), the split norm's 1 / rms,
+// partials and x^2 sums (norm_inv, norm_np, sq_rg), swiglu's row-block sums (fin) and the stream-K
+// flag.
 __host__ __device__ constexpr int64_t red_bytes(int T, bool sw) {
-  return kWarps * T * 512 + 32 + T * 32 + (sw ? T * 256 : 4) + 16;
+  return kWarps * T * 512 + 32 + kWarps * 128 + T * 32 + (sw ? T * 256 : 4) + 16;
 }
 
 // Stream-K scratch (linear_gemv_q_stream_k.cuh): per device and static: the GEMV calls of a
 // device run in stream order (every launch of the library is on cuda::stream()), and the
 // finisher of a row block resets its counter.
 __device__ float g_stream_part[2 * kMaxStreamBlocks * kPartFloats];
-// sk_mode 2 marks a published part word (bits ^ kPartMark; zero is empty): a NaN payload no fp32
+// With spin, a published part word is marked (bits ^ kPartMark; zero is empty): a NaN payload no fp32
 // operation makes (results that are NaN come out as 0x7fffffff).
 constexpr unsigned kPartMark = 0x7fbadbadu;
 __device__ int g_stream_count[kMaxStreamRowBlocks];
@@ -81,7 +82,7 @@ __device__ int g_stream_count[kMaxStreamRowBlocks];
 template <DType DT, int T, bool kStagedX, bool kCvt, int kMinBlocks, bool kTiled, bool kSwiglu, bool kRoll>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     gemv_q_kernel(const float* __restrict__ x, int n, WeightView w, int seg_per_block, bool pdl, int pf_steps,
-                  int preload, int sk_mode, bool split_first, GemvEpilogue ep, Split sp, float* __restrict__ out) {
+                  int preload, bool spin, int x_early, GemvEpilogue ep, Split sp, float* __restrict__ out) {
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   static_assert(T * 64 <= kWarps * 32, "a row block's sums: one per thread at most");
   pdl_trigger();
@@ -95,9 +96,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   using SX = StagedX<DT>;
   __shared__ float4 red[kWarps][T][32];
   __shared__ float norm_inv[8];  // the consumer's 1 / rms per token
+  __shared__ float norm_np[kWarps * 32];  // its partials, one per thread (split_norm_early)
   __shared__ float sq_rg[T][8];  // the producer's x^2 per row group and token
   __shared__ float fin[kSwiglu ? T * 64 : 1];  // swiglu: the row block's gate and up sums
-  static_assert(sizeof(red) + sizeof(norm_inv) + sizeof(sq_rg) + sizeof(fin) + 16 == red_bytes(T, kSwiglu),
+  static_assert(sizeof(red) + sizeof(norm_inv) + sizeof(norm_np) + sizeof(sq_rg) + sizeof(fin) + 16 == red_bytes(T, kSwiglu),
                 "red_bytes: the static shared memory");
   extern __shared__ uint4 xs[];
 
@@ -223,29 +225,48 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
   pdl_wait();
   PE_GEMV_STAMP(1);
-  if (ep.norm_partial) split_norm_inv(ep, n, norm_inv);
+  // The split norm's partials (x_early & 1): loaded now, summed once x is staged (or after the first
+  // row block's steps); else (or more than one a thread) summed now by warps 0 .. n-1, which then
+  // stage x or start their steps one L2 round trip after the others.
+  const bool norm_early = (x_early & 1) && split_norm_early(ep, n, kWarps * 32);
+  float norm_part = 0.0f;
+  if (norm_early) norm_part = split_norm_load(ep, n);
+  else if (ep.norm_partial) split_norm_inv(ep, n, ep.norm_partial, norm_inv);
   if constexpr (kStagedX) {
-    const int64_t n_chunks = cols / VPC;  // cols % VPC == 0 (gemv_q_supported)
-    for (int64_t j = threadIdx.x; j < n * n_chunks; j += kWarps * 32) {
-      const int64_t token = j / n_chunks, ci = j % n_chunks;
+    // x's chunks (cols % VPC == 0, gemv_q_supported: chunk j at x + j VPC) into StagedX; with
+    // x_early & 2 two a thread in flight at once (gate|up's 320 and out_proj's 384 chunks at n = 1
+    // took two L2 round trips with one).
+    const int64_t n_chunks = cols / VPC, total = n * n_chunks;
+    const int per = x_early & 2 ? 2 : 1;
+    const auto stage = [&](int64_t j, const float* f) {
       uint32_t xh[NP], xl[NP];
-      x_pairs<DT>(x + token * cols + ci * VPC, true, xh, xl);
-      uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(xs) + token * x_pitch +
-                                            ci * SX::kChunkPitch);
+      x_split<DT>(f, xh, xl);
+      uint4* dst = reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(xs) + (j / n_chunks) * x_pitch +
+                                            (j % n_chunks) * SX::kChunkPitch);
 #pragma unroll
       for (int q = 0; q < NP / 2; ++q) dst[q] = make_uint4(xh[2 * q], xl[2 * q], xh[2 * q + 1], xl[2 * q + 1]);
+    };
+    for (int64_t j = threadIdx.x; j < total; j += per * kWarps * 32) {
+      const int64_t j2 = j + kWarps * 32;
+      const bool second = per == 2 && j2 < total;
+      float f0[VPC], f1[VPC];
+      x_load<DT>(x + j * VPC, true, f0);
+      x_load<DT>(x + j2 * VPC, second, f1);
+      stage(j, f0);
+      if (second) stage(j2, f1);
     }
+    if (norm_early) norm_np[threadIdx.x] = norm_part;
     __syncthreads();
+    if (norm_early) split_norm_inv(ep, n, norm_np, norm_inv);  // read after the epilogue's barrier
   }
   PE_GEMV_STAMP(2);
 
-  // Row blocks of this block's units: whole (written here) or a part (summed as sk_mode says), in
-  // order, or with split_first the last (a part to sum) right after the first.
+  // Row blocks of this block's units, in order: whole (written here) or a part (summed as `spin`
+  // says).
   const int n_rb = rb_hi - rb_lo + 1;
-  const auto rb_at = [&](int i) { return !split_first || n_rb < 3 || i == 0 ? rb_lo + i : i == 1 ? rb_hi : rb_lo + i - 1; };
 #pragma unroll 1
   for (int i = 0; i < n_rb; ++i) {
-    const int rb = rb_at(i);
+    const int rb = rb_lo + i;
     const int64_t row0 = static_cast<int64_t>(rb) * kOutRows;
     const int k0 = rb == rb_lo ? k_lo : 0, k1 = rb == rb_hi ? k_hi : n_it;
     if (i != 0 && !next_set) {
@@ -335,7 +356,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     // preload >= 2: the next row block's first step in flight while this one's sums are made (a
     // stream-K part's publication takes L2 round trips); its step loop then skips that load.
     if (preload >= 2 && i + 1 < n_rb) {
-      const int rb_next = rb_at(i + 1);  // not rb_lo: from step 0
+      const int rb_next = rb + 1;  // not rb_lo: from step 0
       set_rows(static_cast<int64_t>(rb_next) * kOutRows);
       if (warp < (rb_next == rb_hi ? k_hi : n_it)) {
         load_step(warp);
@@ -343,18 +364,23 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       next_set = true;
     }
+    if (!kStagedX && norm_early && i == 0) norm_np[threadIdx.x] = norm_part;
     __syncthreads();
+    if (!kStagedX && norm_early && i == 0) {  // the 1 / rms before the first outputs
+      split_norm_inv(ep, n, norm_np, norm_inv);
+      __syncthreads();
+    }
     PE_GEMV_STAMP(3);
     const bool whole = k0 == 0 && k1 == n_it;
-    // A split row block's sums. sk_mode 0: each block's part to its slot (block, first or second row
-    // block), summed by the last of them to finish (a counter). 1 and 2 (the grid resident at once):
-    // summed by its first block (k0 == 0; its last row block), from the later blocks' parts, which
-    // they publish without waiting: 1 by a fence and a count, 2 as words marked nonzero (kPartMark),
-    // each waited for by its reader. Every slot read is zeroed (so 2 finds them empty).
+    // A split row block's sums. Without spin: each block's part to its slot (block, first or second
+    // row block), summed by the last of them to finish (a counter). With spin (the grid resident at
+    // once): summed by its first block (k0 == 0; its last row block), from the later blocks' parts,
+    // which they publish at once as words marked nonzero (kPartMark), each waited for by its reader.
+    // Every slot read is zeroed (so the next spinning launch finds them empty).
     float* const part = g_stream_part + (2 * blockIdx.x + (rb == rb_lo ? 0 : 1)) * kPartFloats;
     float sq = 0.0f;      // the producer's new x^2 of this thread's output
     bool stored = whole;  // this block has the row block's sums (and writes its outputs)
-    const bool first_sums = sk_mode >= 1 && !whole && k0 == 0;  // holds its own part: `own`
+    const bool first_sums = spin && !whole && k0 == 0;  // holds its own part: `own`
     float own = 0.0f;
     // Sum idx of the row block, whole: to its output (swiglu: to fin, for the pairs below).
     const auto finish = [&](int idx, float s) {
@@ -380,34 +406,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       }
       if (whole) finish(idx, s);
       else if (first_sums) own = s;
-      else if (sk_mode == 2) st_relaxed_gpu(reinterpret_cast<unsigned*>(part) + idx, __float_as_uint(s) ^ kPartMark);
+      else if (spin) st_relaxed_gpu(reinterpret_cast<unsigned*>(part) + idx, __float_as_uint(s) ^ kPartMark);
       else part[idx] = s;
     }
-    if (!whole && sk_mode >= 1) {
-      const int64_t nb = gridDim.x;
-      const int64_t b_last = block_of_unit((static_cast<int64_t>(rb) + 1) * n_it - 1, sp, nb);
-      if (!first_sums && sk_mode == 1) {  // published: parts, then (thread 0, after the barrier) fence, count
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          __threadfence();
-          atomicAdd(&g_stream_count[rb], 1);
-        }
-      } else if (first_sums) {
-        if (sk_mode == 1) {
-          if (threadIdx.x == 0) {
-            wait_at_least(&g_stream_count[rb], static_cast<int>(b_last - blockIdx.x));
-            g_stream_count[rb] = 0;  // every later block has counted: the next launch's
-            __threadfence();
-          }
-          __syncthreads();
-        }
+    if (!whole && spin) {
+      if (first_sums) {  // the later blocks publish and go on
+        const int64_t b_last = block_of_unit((static_cast<int64_t>(rb) + 1) * n_it - 1, sp, gridDim.x);
         for (int idx = threadIdx.x; idx < T * 64; idx += kWarps * 32) {
           float s = 0.0f + own;  // the same order as the counter's sum below: block b_first first
           for (int64_t b = blockIdx.x + 1; b <= b_last; ++b) {
             unsigned* const slot = reinterpret_cast<unsigned*>(g_stream_part + 2 * b * kPartFloats) + idx;
-            const unsigned u = sk_mode == 2 ? wait_nonzero(slot) ^ kPartMark : __ldcg(slot);
+            s += __uint_as_float(wait_nonzero(slot) ^ kPartMark);
             st_relaxed_gpu(slot, 0u);
-            s += __uint_as_float(u);
           }
           finish(idx, s);
         }
@@ -489,11 +499,10 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
   // Stream-K's spinning sum only where the whole grid is resident at once (a block waits for later
   // ones): at least min(kMinBlocks, what shared memory allows) blocks per SM.
   const int64_t per_sm = std::min<int64_t>(kMinBlocks, smem_per_sm() / (red_bytes(T, kSwiglu) + xbytes + 1024));
-  const bool resident = p.grid != p.row_blocks && p.grid <= per_sm * sm_count();
-  const int sk_mode = resident ? std::clamp(g_tuning.stream_k_spin, 0, 2) : 0;
+  const bool spin = g_tuning.stream_k_spin && p.grid != p.row_blocks && p.grid <= per_sm * sm_count();
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(p.grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload, sk_mode,
-            g_tuning.split_first, ep, p.sp, out);
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload, spin, g_tuning.x_early, ep, p.sp,
+            out);
   return static_cast<int>(p.row_blocks);
 }
 

@@ -93,22 +93,30 @@ __device__ __forceinline__ void decode_chunk(const uint4& raw, uint32_t gsc, uin
 
 // The x values of one chunk (VPC floats at xp, or zeros) as hi/lo pairs matching decode_chunk:
 // fp8/int8 pair p = columns (2p, 2p+1); e2m1 pair 4q + i = columns (8q + i, 8q + i + 4).
+// x_load + x_split = x_pairs, for callers that put several chunks' loads in flight first.
 template <DType DT>
-__device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* xh, uint32_t* xl) {
-  constexpr int VPC = values_per_chunk<DT>();
-  float f[VPC];
+__device__ __forceinline__ void x_load(const float* xp, bool valid, float* f) {
 #pragma unroll
-  for (int e = 0; e < VPC; e += 4) {
+  for (int e = 0; e < values_per_chunk<DT>(); e += 4) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (valid) v = load_nc_f4(xp + e);
     f[e] = v.x; f[e + 1] = v.y; f[e + 2] = v.z; f[e + 3] = v.w;
   }
+}
+template <DType DT>
+__device__ __forceinline__ void x_split(const float* f, uint32_t* xh, uint32_t* xl) {
 #pragma unroll
-  for (int p = 0; p < VPC / 2; ++p) {
+  for (int p = 0; p < values_per_chunk<DT>() / 2; ++p) {
     const int c0 = DT == DType::NVFP4 ? 8 * (p / 4) + p % 4 : 2 * p;
     const int c1 = DT == DType::NVFP4 ? c0 + 4 : c0 + 1;
     split_x(f[c0], f[c1], xh[p], xl[p]);
   }
+}
+template <DType DT>
+__device__ __forceinline__ void x_pairs(const float* xp, bool valid, uint32_t* xh, uint32_t* xl) {
+  float f[values_per_chunk<DT>()];
+  x_load<DT>(xp, valid, f);
+  x_split<DT>(f, xh, xl);
 }
 
 // x staged in shared memory as the mma A operands: token -> chunk -> NQ uint4 {hi, lo, hi, lo},

@@ -10,15 +10,27 @@ namespace gemv_q {
 
 // Consumer, after pdl_wait: inv[token] = 1 / sqrt(sum of the token's partials / dim + eps), warp
 // `token` for each of the n <= 8 tokens (lanes over the partials, then the warp's tree): the
-// rms_norm kernel's formula. Read by the epilogue after its first __syncthreads.
-__device__ __forceinline__ void split_norm_inv(const GemvEpilogue& ep, int n, float* inv) {
+// rms_norm kernel's formula. The partials [n, parts] from `src`: ep.norm_partial, or the block's
+// shared copy (split_norm_load). Read by the epilogue after its first __syncthreads.
+__device__ __forceinline__ void split_norm_inv(const GemvEpilogue& ep, int n, const float* src, float* inv) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (warp >= n) return;
-  const float* p = ep.norm_partial + static_cast<int64_t>(warp) * ep.norm_parts;
+  const float* p = src + static_cast<int64_t>(warp) * ep.norm_parts;
   float s = 0.0f;
   for (int i = lane; i < ep.norm_parts; i += 32) s += p[i];
   s = warp_sum(s);
   if (lane == 0) inv[warp] = 1.0f / sqrtf(s / ep.norm_dim + ep.norm_eps);
+}
+
+// Where the n * parts partials are at most one per thread (split_norm_early): thread i loads
+// partial i right after pdl_wait, so its round trip overlaps x's (a warp summing them first
+// delayed its x staging or its first step by one); the caller puts the value in shared memory once
+// it has waited for x, or after its first row block's steps, and sums from there.
+__device__ __forceinline__ bool split_norm_early(const GemvEpilogue& ep, int n, int threads) {
+  return ep.norm_partial && n * ep.norm_parts <= threads;
+}
+__device__ __forceinline__ float split_norm_load(const GemvEpilogue& ep, int n) {
+  return threadIdx.x < n * ep.norm_parts ? ep.norm_partial[threadIdx.x] : 0.0f;
 }
 
 // The epilogue's store of output `row` of `token` (its sum s, weight scales applied): s times the

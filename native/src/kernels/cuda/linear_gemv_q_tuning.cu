@@ -21,8 +21,8 @@ GemvTuning g_tuning = [] {
   t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave);
   t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
   t.preload = env_int("PYENGINE_GEMV_PRELOAD", t.preload);
-  t.stream_k_spin = env_int("PYENGINE_GEMV_STREAM_K_SPIN", t.stream_k_spin);
-  t.split_first = env_int("PYENGINE_GEMV_SPLIT_FIRST", t.split_first) != 0;
+  t.stream_k_spin = env_int("PYENGINE_GEMV_STREAM_K_SPIN", t.stream_k_spin) != 0;
+  t.x_early = env_int("PYENGINE_GEMV_X_EARLY", t.x_early);
   return t;
 }();
 
