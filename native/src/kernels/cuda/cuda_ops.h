@@ -156,7 +156,8 @@ struct GemvTuning {
                                        // blocks on 264 slots, 12 %) 75.9 -> 83.0, q|k|v (70 %) 77.6
                                        // -> 67.6, qkv|z|a|b (95 %) 82.8 -> 71.5. Session 22's spinning
                                        // sum made 100 a gain: session 23, 27B batch 1 ms, 50 -> 100:
-                                       // 8.100 / 8.099 -> 8.043
+                                       // call 2 8.100 / 8.099 -> 8.043; call 3 8.096 / 8.090 ->
+                                       // 8.001 / 8.016 (batch 2 8.910 / 8.917 -> 8.833 / 8.831)
   int stream_k_quantum = 0;            // stream-K block boundaries on multiples of this many
                                        // steps; 0: 1 (fill), 8 = the warps (balance)
   int roll = 1;                        // tiled weights, the next step loaded in halves during this
@@ -186,7 +187,9 @@ struct GemvTuning {
                                        // block right after its first, no gain: 8.125 / 8.228.)
   int x_early = 3;                     // after pdl_wait, loads in flight together: 1 the split
                                        // norm's partials (one a thread) with x's; 2 two of x's
-                                       // chunks a thread where x is staged
+                                       // chunks a thread where x is staged. Session 23, call 2,
+                                       // batch 1 ms: 0: 8.125 / 8.137, 1: 8.124, 2: 8.087, 3: 8.100 /
+                                       // 8.099
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
 // PYENGINE_GEMV_STAGE_ONE_WAVE (0/1/2), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,

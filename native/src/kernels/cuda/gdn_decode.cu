@@ -6,7 +6,10 @@
 // 4l .. 4l+3 (one float4), warp w rows w, w + W, ... of the head's state [dk, dv] in registers.
 // A warp's load is one contiguous 512-byte row, a block's the head's whole state (64 KiB at
 // dk = dv = 128): contiguous, so DRAM pages are opened once (blocks of 32 columns, each touching
-// 128 bytes of every row, ran at ~35 % of the copy bandwidth). The block
+// 128 bytes of every row, ran at ~35 % of the copy bandwidth of a large batch). At small batches,
+// where one block per head leaves SMs idle and the step is latency-bound, the split kernel takes
+// 32 columns a block instead (8 lanes across a row, 4 rows a warp; launch says where), the fused
+// norm's sum then crossing the head's blocks in a thread-block cluster. The block
 //   1. issues its state loads first (they fly while the rest is computed), then the gate inputs
 //      and the fused norm's z and weights,
 //   2. computes the conv + SiLU of the q and k channels of its key head (the r = Hv/Hk value
@@ -394,9 +397,12 @@ int g_split = env_int("PYENGINE_GDN_SPLIT", 1);
 // 12.825 / 12.823 / 12.862 against 12.820 / 12.642 / 12.670. PYENGINE_GDN_WARPS=8 / 16 forces one.
 // Split (gdn_decode_set_split): where the split blocks fit 2 a SM (or always, mode 2), a head's
 // columns over blocks of kSplitCols, 8 warps each; with the fused norm only where the sm_90 code
-// runs (clusters) and the head's blocks make a portable cluster (<= 8). H200, 27B step, session 23
-// (split where the whole-row blocks fit the SMs, two interleaved rounds, ms): batch 1 8.100 / 8.099
-// against 8.172 / 8.174 unsplit; batch 2 (384 split blocks) 9.109 / 9.097 against 8.942 / 8.946.
+// runs (clusters) and the head's blocks make a portable cluster (<= 8). H200, 27B step, session 23,
+// two interleaved rounds, ms: call 2 (split where the whole-row blocks fit the SMs; GEMV stream-K
+// balance at 50 %) batch 1 8.100 / 8.099 against 8.172 / 8.174 unsplit, batch 2 (384 split blocks)
+// 9.109 / 9.097 against 8.942 / 8.946 (hence 2 a SM); call 3 (this rule, balance at 100 %) batch 1
+// 8.001 / 8.016 against 8.014 / 8.009: no gain left at batch 1 once the in-projection GEMV before
+// it ran as one wave (timeline: gdn_decode 0.29 -> 0.24 ms exclusive a step).
 template <int DK>
 void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   const int64_t blocks = grid_1d(a.dv, kBlockCols) * a.Hv * a.n_seqs;
