@@ -73,7 +73,8 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
   roll = skall;
   roll.roll = 2;
   roll.preload = 2;
-  // the default: split rows summed by their first block, from marked words
+  roll.stream_k_spin = true;  // split rows summed by their first block, from marked words
+  roll.x_early = 3;
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step, no preload, counter, no early loads]"},
       {&nopdl, " [no pdl]"}, {&roll, " [roll, stream-k from 1 step, marked parts]"}};
