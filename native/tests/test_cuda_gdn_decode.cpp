@@ -4,8 +4,7 @@
 // sequences prefilled (conv1d_causal) to different positions, then several decode steps with
 // both states carried (the positions pass through every conv ring row), the test
 // checkpoints' head shapes, awkward ones (dk != dv, dv not a multiple of 4 or above 128, dk > 128,
-// conv widths 1 to 6) and the 27B shape; whole rows a block and 32 columns a block (with the fused
-// norm: the head's blocks a cluster where the sm_90 code runs).
+// conv widths 1 to 6) and the 27B shape.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -25,9 +24,7 @@ struct Shape {
 
 // fused_norm: the gated RMSNorm fused (z rows with a stride wider than Hv * dv, as the fused
 // projection's z part), against the CPU twin's fused form.
-// split: cuda::gdn_decode_set_split's mode (0: whole rows a block, 2: 32 columns a block wherever it
-// can, 1: the default's choice).
-void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fused_norm, int split) {
+void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fused_norm = false) {
   pe_test::Rng rng(seed);
   const int64_t C = s.conv_dim(), n_slots = n + 5;
   const int64_t conv_layer = s.K * C, rec_layer = s.hv * s.dk * s.dv;
@@ -75,10 +72,9 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fuse
     }
     return r;
   };
-  const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld K%lld n=%lld%s split %d", (long long)s.hk,
+  const std::string cfg = cfgs("Hk%lld Hv%lld dk%lld dv%lld K%lld n=%lld%s", (long long)s.hk,
                                (long long)s.hv, (long long)s.dk, (long long)s.dv, (long long)s.K,
-                               (long long)n, fused_norm ? " fused norm" : "", split);
-  cuda::gdn_decode_set_split(split);
+                               (long long)n, fused_norm ? " fused norm" : "");
   for (int step = 0; step < steps; ++step) {
     const auto qkv = rng.normals(n * C), a = rng.normals(n * s.hv, 2.0f), b = rng.normals(n * s.hv, 2.0f);
     std::vector<float> want(n * s.hv * s.dv);
@@ -97,7 +93,6 @@ void check_decode(const Shape& s, int64_t n, int steps, uint64_t seed, bool fuse
   }
   EXPECT_CLOSE("gdn_decode", cfg + " rec state", d_rec.download(), rec_pool, 1e-5);
   EXPECT_CLOSE("gdn_decode", cfg + " conv state", d_conv.download(), conv_pool, 0.0);
-  cuda::gdn_decode_set_split(1);
 }
 
 }  // namespace
@@ -107,24 +102,21 @@ TEST(cuda_gdn_decode) {
   // and three column blocks); dk > 128; K 1 (a ring of one row), 2, 3, and 6 (past the taps the
   // conv loads at once: its loop; dk 128 as the 27B kernel); K + 2 steps. Readers of a key head's
   // q/k rows (Hv/Hk x column blocks, one of which writes their new ring row): 1 ({2, 2, ...}), 2,
-  // 3, 4 ({1, 2, 64, 160}) and 12 ({1, 4, 32, 260}). Split into 32 columns a block: dv > 32 (dv 50
-  // on the scalar path).
+  // 3, 4 ({1, 2, 64, 160}) and 12 ({1, 4, 32, 260}).
   const Shape shapes[] = {{2, 4, 32, 32, 4}, {2, 2, 64, 64, 4},   {1, 3, 24, 40, 2},  {2, 6, 20, 8, 4},
                           {2, 4, 32, 30, 4}, {1, 2, 64, 160, 4},  {1, 2, 200, 48, 3}, {2, 4, 32, 32, 1},
-                          {1, 2, 128, 64, 6}, {1, 4, 32, 260, 6}, {2, 2, 16, 16, 6}, {1, 2, 32, 50, 4}};
+                          {1, 2, 128, 64, 6}, {1, 4, 32, 260, 6}, {2, 2, 16, 16, 6}};
   for (const Shape& s : shapes)
-    for (int64_t n : {1, 3, 17})
-      for (int split : {0, 2}) check_decode(s, n, static_cast<int>(s.K + 2), 200 + n, false, split);
+    for (int64_t n : {1, 3, 17}) check_decode(s, n, static_cast<int>(s.K + 2), 200 + n);
 }
 
 TEST(cuda_gdn_decode_fused_norm) {
-  // The gated RMSNorm fused (dv <= 128): the shapes above that take it (dv 8, 30 and 50 on the
-  // scalar path, 128; 48, 50 and 128 split over 2, 2 and 4 blocks), and the op's refusal above 128.
+  // The gated RMSNorm fused (dv <= 128): the shapes above that take it (dv 8, 30 on the scalar
+  // path, 128), and the op's refusal above 128.
   const Shape shapes[] = {{2, 4, 32, 32, 4}, {2, 6, 20, 8, 4}, {2, 4, 32, 30, 4}, {1, 2, 200, 48, 3},
-                          {16, 48, 128, 128, 4}, {1, 2, 32, 50, 4}};
+                          {16, 48, 128, 128, 4}};
   for (const Shape& s : shapes)
-    for (int64_t n : {1, 3, 17})
-      for (int split : {0, 2}) check_decode(s, n, 2, 400 + n, true, split);
+    for (int64_t n : {1, 3, 17}) check_decode(s, n, 2, 400 + n, true);
   cpu::GdnDecodeArgs big{};
   big.n_seqs = 1, big.Hk = 1, big.Hv = 1, big.dk = 8, big.dv = 160, big.K = 4;
   float w = 1.0f;
@@ -141,7 +133,6 @@ TEST(cuda_gdn_decode_fused_norm) {
 TEST(cuda_gdn_decode_27b_shape) {
   for (int64_t n : {1, 3, 17}) {
     if (small_only() && n > 3) continue;
-    for (int split : {1, 0}) check_decode({16, 48, 128, 128, 4}, n, 5, 300 + n, false, split);
-    check_decode({16, 48, 128, 128, 4}, n, 3, 310 + n, true, 1);  // fused norm, split into a cluster at n = 1
+    check_decode({16, 48, 128, 128, 4}, n, 5, 300 + n);
   }
 }

@@ -59,36 +59,20 @@ int smem_per_sm();  // the current device's shared memory per SM, bytes (device.
 // dependent launch) when `pdl`: the kernel MUST then call pdl_wait() before it reads another
 // kernel's output or writes anything; before that it may only read what no kernel of the step
 // writes (weights, its arguments). Otherwise a plain launch.
-// cluster_x > 1: blocks in thread-block clusters of cluster_x along x (sm_90 code; gridDim.x a
-// multiple of it).
 template <typename... Params, typename... Args>
-void launch_cluster_ex(bool pdl, unsigned cluster_x, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                       cudaStream_t stream, Args&&... args) {
+void launch_ex(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+               Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster_x > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster_x;
-    attr[n].val.clusterDim.y = 1;
-    attr[n++].val.clusterDim.z = 1;
-  }
-  cfg.attrs = n ? attr : nullptr;
-  cfg.numAttrs = n;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl ? &attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
   PE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...));
-}
-template <typename... Params, typename... Args>
-void launch_ex(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-               Args&&... args) {
-  launch_cluster_ex(pdl, 1, kernel, grid, block, smem, stream, static_cast<Args&&>(args)...);
 }
 
 // launch_ex with PDL where pdl_enabled().

@@ -329,11 +329,6 @@ using cpu::GdnDecodeArgs;
 // set) needs dv <= kGdnDecodeFusedNormMaxDv (same tolerance).
 constexpr int64_t kGdnDecodeFusedNormMaxDv = 128;
 void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream);
-// A head's state columns split over blocks of 32 (the fused norm's sum through a thread-block
-// cluster, sm_90 code only): 0 never, 1 where the split blocks fit 2 a SM (small batches,
-// latency-bound: the default), 2 wherever it can. Initially PYENGINE_GDN_SPLIT. Same
-// answers within the op's tolerance. For the tests and A/B runs; not while other threads launch.
-void gdn_decode_set_split(int mode);
 
 }  // namespace cuda
 }  // namespace pe

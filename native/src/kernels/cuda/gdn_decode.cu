@@ -6,10 +6,7 @@
 // 4l .. 4l+3 (one float4), warp w rows w, w + W, ... of the head's state [dk, dv] in registers.
 // A warp's load is one contiguous 512-byte row, a block's the head's whole state (64 KiB at
 // dk = dv = 128): contiguous, so DRAM pages are opened once (blocks of 32 columns, each touching
-// 128 bytes of every row, ran at ~35 % of the copy bandwidth of a large batch). At small batches,
-// where one block per head leaves SMs idle and the step is latency-bound, the split kernel takes
-// 32 columns a block instead (8 lanes across a row, 4 rows a warp; launch says where), the fused
-// norm's sum then crossing the head's blocks in a thread-block cluster. The block
+// 128 bytes of every row, ran at ~35 % of the copy bandwidth). The block
 //   1. issues its state loads first (they fly while the rest is computed), then the gate inputs
 //      and the fused norm's z and weights,
 //   2. computes the conv + SiLU of the q and k channels of its key head (the r = Hv/Hk value
@@ -36,8 +33,6 @@
 // (Session 13 did the shifting conv state step inside this launch, its last q/k reader found by a
 // counter per (sequence, key head): 0.035 ms a step slower, removed in session 14. The ring needs
 // no counter: nobody reads the row that is written.)
-#include <cooperative_groups.h>
-
 #include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -47,21 +42,15 @@ namespace {
 
 constexpr int kBlockCols = 128;  // 32 lanes x 4 columns
 static_assert(kBlockCols == kGdnDecodeFusedNormMaxDv, "a head's row in one block for the fused norm");
-constexpr int kSplitCols = 32;  // the split kernel's columns a block (8 lanes x 4, 4 rows a warp)
 constexpr int kMaxK = 16;
 constexpr int kConvTaps = 4;  // conv_silu loads this many taps at once (K above: a loop)
 
 // kW: warps per block (0: 8 up to dk 128, else 16; launch picks 16 at dk 128 for small batches).
-// kCols: state columns per block (kBlockCols, or kSplitCols: a head's columns over 4 blocks, each
-// warp over 4 rows at once).
-template <int DK, int kW = 0, int kCols = kBlockCols>
+template <int DK, int kW = 0>
 struct Tile {
   static constexpr int kWarps = kW > 0 ? kW : DK <= 128 ? 8 : 16;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kLanesRow = kCols / 4;        // lanes across a row (4 columns each)
-  static constexpr int kRowsPass = 32 / kLanesRow;   // rows a warp holds at once
-  static constexpr int kRows = DK / (kWarps * kRowsPass);  // float4 registers of state per thread
-  static_assert(kRows >= 1, "a row per thread at least");
+  static constexpr int kRows = DK / kWarps;  // float4 registers of state per thread
 };
 
 // Ring row of tap j (position p - K + 1 + j; j = K - 1: p % K, the row the new input takes) given
@@ -73,36 +62,28 @@ __device__ __forceinline__ int ring_row(int r_old, int j, int K) {
 
 // silu(sum_j w[c, j] x_j[c]) over the taps j = 0 .. K-1 in order: the ring rows of the K-1 older
 // positions, then the new raw row u, which takes row p % K (position p - K) when `store`.
-// conv_load issues the new row's tap and the first kConvTaps - 1 old rows' (one memory round trip
-// for K <= kConvTaps; Qwen3.5: K = 4; a runtime-K loop waited one per tap); conv_silu sums them,
-// continues over further rows in a loop (wider kernels) and stores the new row after every load.
-struct ConvIn {
-  float wl, ul, wj[kConvTaps - 1], xj[kConvTaps - 1];
-};
-__device__ __forceinline__ ConvIn conv_load(const float* cs, const float* u, const float* w, int C, int K, int r_old,
-                                            int c) {
-  ConvIn in;
-  in.wl = w[c * K + K - 1];
-  in.ul = u[c];
+// The new row's tap and the first kConvTaps - 1 old rows' are loaded before the first FMA: one
+// memory round trip for K <= kConvTaps (Qwen3.5: K = 4; a runtime-K loop waited one per tap).
+// Wider kernels continue over their further rows in a loop. The store comes after every load.
+__device__ __forceinline__ float conv_silu(float* cs, const float* u, const float* w, int C, int K,
+                                           int r_old, bool store, int c) {
+  const float wl = w[c * K + K - 1], ul = u[c];
+  float wj[kConvTaps - 1], xj[kConvTaps - 1];
 #pragma unroll
   for (int j = 0; j < kConvTaps - 1; ++j)
     if (j < K - 1) {
-      in.wj[j] = w[c * K + j];
-      in.xj[j] = cs[ring_row(r_old, j, K) * C + c];
+      wj[j] = w[c * K + j];
+      xj[j] = cs[ring_row(r_old, j, K) * C + c];
     }
-  return in;
-}
-__device__ __forceinline__ float conv_silu(const ConvIn& in, float* cs, const float* w, int C, int K, int r_old,
-                                           bool store, int c) {
   float acc = 0.0f;
 #pragma unroll
   for (int j = 0; j < kConvTaps - 1; ++j)
-    if (j < K - 1) acc = fmaf(in.wj[j], in.xj[j], acc);
+    if (j < K - 1) acc = fmaf(wj[j], xj[j], acc);
 #pragma unroll 1
   for (int j = kConvTaps - 1; j < K - 1; ++j)
     acc = fmaf(w[c * K + j], cs[ring_row(r_old, j, K) * C + c], acc);
-  if (store) cs[ring_row(r_old, K - 1, K) * C + c] = in.ul;
-  return silu_f(fmaf(in.wl, in.ul, acc));
+  if (store) cs[ring_row(r_old, K - 1, K) * C + c] = ul;
+  return silu_f(fmaf(wl, ul, acc));
 }
 
 // 4 consecutive floats of which the first n are in range (VEC: 16-byte aligned, n >= 4 or <= 0).
@@ -138,29 +119,23 @@ __device__ __forceinline__ void add4(float4 b, float4& acc) {
   acc.w += b.w;
 }
 
-// kCluster (kCols < dv, fused norm, sm_90 code only): the head's column blocks are one thread-block
-// cluster, whose blocks add their parts of the norm's sum of squares through distributed shared
-// memory (in rank order: the same bits on every run).
-template <int DK, bool VEC, int kW = 0, int kCols = kBlockCols, bool kCluster = false>
-__global__ void __launch_bounds__(Tile<DK, kW, kCols>::kThreads, Tile<DK, kW, kCols>::kWarps <= 8 ? 2 : 1)
+template <int DK, bool VEC, int kW = 0>
+__global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <= 8 ? 2 : 1)
     gdn_decode_kernel(GdnDecodeArgs a, bool early_state) {
   pdl_trigger();  // the out_proj GEMV may start prefetching its weights
   if (!early_state) pdl_wait();  // (A/B: PYENGINE_GDN_EARLY_STATE=0; a second wait returns at once)
-  using TL = Tile<DK, kW, kCols>;
-  constexpr int W = TL::kWarps, T = TL::kThreads, NR = TL::kRows, LR = TL::kLanesRow, RP = TL::kRowsPass;
+  constexpr int W = Tile<DK, kW>::kWarps, T = Tile<DK, kW>::kThreads, NR = Tile<DK, kW>::kRows;
   __shared__ float qs[DK], ks[DK];
-  __shared__ float4 vs[LR];
-  __shared__ float4 red_kv[W][LR], red_o[W][LR];
+  __shared__ float4 vs[32];
+  __shared__ float4 red_kv[W][32], red_o[W][32];
   __shared__ float red_qk[2][W];
   const int seq = blockIdx.z, h = blockIdx.y;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const int cl = lane % LR, rsub = lane / LR;  // the lane's 4 columns in the block, its row in the warp's RP
-  const int row0 = w * RP + rsub;              // its first state row; then every W * RP rows
   const int dk = static_cast<int>(a.dk), dv = static_cast<int>(a.dv), K = static_cast<int>(a.K);
   const int kh = h / static_cast<int>(a.Hv / a.Hk);
   const int64_t C = 2 * a.Hk * a.dk + a.Hv * a.dv;
-  const int col0 = blockIdx.x * kCols;
-  const int c = col0 + 4 * cl;    // this lane's first column
+  const int col0 = blockIdx.x * kBlockCols;
+  const int c = col0 + 4 * lane;  // this lane's first column
   const int n_cols = dv - c;      // of its 4 columns, those < dv
   const int64_t slot = a.slots[seq];
   // Ring row of the oldest tap (position pos - K + 1). The position is read before pdl_wait, as
@@ -176,7 +151,7 @@ __global__ void __launch_bounds__(Tile<DK, kW, kCols>::kThreads, Tile<DK, kW, kC
   float4 s[NR];
 #pragma unroll
   for (int m = 0; m < NR; ++m) {
-    const int i = row0 + W * RP * m;
+    const int i = w + W * m;
     s[m] = load4<VEC>(S + static_cast<int64_t>(i) * dv + c, i < dk ? n_cols : 0);
   }
   const float dt_b = a.dt_bias[h], a_log = a.A_log[h];
@@ -211,52 +186,22 @@ __global__ void __launch_bounds__(Tile<DK, kW, kCols>::kThreads, Tile<DK, kW, kC
   // math hoisted out of this loop spilled the state at dk = 128.
   const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
   float ssq_q = 0.0f, ssq_k = 0.0f;
-  // Items t < 2 DK + kCols: q, k, v channels: whether valid, the channel, where the result goes.
-  struct Item {
-    bool valid, is_v, is_k;
-    int i, ch;
-  };
-  const auto item = [&](int t) {
-    Item it;
-    it.is_v = t >= 2 * DK;
-    it.is_k = !it.is_v && t >= DK;
-    it.i = it.is_v ? t - 2 * DK : it.is_k ? t - DK : t;
-    it.valid = t < 2 * DK + kCols && (it.is_v ? col0 + it.i < dv : it.i < dk);
-    it.ch = it.is_v ? 2 * Hk * dk + h * dv + col0 + it.i : (it.is_k ? Hk * dk : 0) + kh * dk + it.i;
-    return it;
-  };
-  const auto put = [&](const Item& it, float y) {
-    if (it.is_v) {
-      vsf[it.i] = y;
-    } else if (it.is_k) {
-      ks[it.i] = y;
+  for (int t = threadIdx.x; t < 2 * DK + kBlockCols; t += T) {
+    // One conv_silu call site for q, k and v: with two inlined copies (one for q/k, one for v)
+    // the ring indexing spilled the state at dk 128 (sm_90, 8 warps, float4: 104 bytes).
+    const bool is_v = t >= 2 * DK, is_k = !is_v && t >= DK;
+    const int i = is_v ? t - 2 * DK : is_k ? t - DK : t;
+    const bool valid = is_v ? col0 + i < dv : i < dk;
+    const int ch = is_v ? 2 * Hk * dk + h * dv + col0 + i : (is_k ? Hk * dk : 0) + kh * dk + i;
+    const float y = valid ? conv_silu(cs, u, a.conv_w, Ci, K, r_old, is_v || qk_store, ch) : 0.0f;
+    if (is_v) {
+      vsf[i] = y;
+    } else if (is_k) {
+      ks[i] = y;
       ssq_k = fmaf(y, y, ssq_k);
     } else {
-      qs[it.i] = y;
+      qs[i] = y;
       ssq_q = fmaf(y, y, ssq_q);
-    }
-  };
-  if constexpr (kCols == kBlockCols) {
-    // One item a thread at a time, one conv_silu call site for q, k and v: with two inlined copies
-    // the ring indexing spilled the state at dk 128 (sm_90, 8 warps, float4: 104 bytes).
-    for (int t = threadIdx.x; t < 2 * DK + kCols; t += T) {
-      const Item it = item(t);
-      const bool store = it.is_v || qk_store;
-      put(it, it.valid ? conv_silu(conv_load(cs, u, a.conv_w, Ci, K, r_old, it.ch), cs, a.conv_w, Ci, K, r_old,
-                                   store, it.ch)
-                       : 0.0f);
-    }
-  } else {
-    // The split kernel (256 threads for 288 items at dk 128): two items a thread, both loads out
-    // first (one round trip; the ring's stores come after them).
-    for (int t0 = threadIdx.x; t0 < 2 * DK + kCols; t0 += 2 * T) {
-      const Item i0 = item(t0), i1 = item(t0 + T);
-      ConvIn in0, in1;
-      if (i0.valid) in0 = conv_load(cs, u, a.conv_w, Ci, K, r_old, i0.ch);
-      if (i1.valid) in1 = conv_load(cs, u, a.conv_w, Ci, K, r_old, i1.ch);
-      put(i0, i0.valid ? conv_silu(in0, cs, a.conv_w, Ci, K, r_old, i0.is_v || qk_store, i0.ch) : 0.0f);
-      if (t0 + T < 2 * DK + kCols)
-        put(i1, i1.valid ? conv_silu(in1, cs, a.conv_w, Ci, K, r_old, i1.is_v || qk_store, i1.ch) : 0.0f);
     }
   }
   ssq_q = warp_sum(ssq_q);
@@ -271,8 +216,7 @@ __global__ void __launch_bounds__(Tile<DK, kW, kCols>::kThreads, Tile<DK, kW, kC
   const float beta = 1.0f / (1.0f + expf(-b_in));
   __syncthreads();
 
-  // 3. S = e^g S; kv = S^T k; delta = beta (v - kv); S += k delta^T; o = S^T q. Column sums: the
-  // thread's rows, then the warp's RP rows (lanes LR apart), then the warps through shared memory.
+  // 3. S = e^g S; kv = S^T k; delta = beta (v - kv); S += k delta^T; o = S^T q.
   ssq_q = 0.0f;
   ssq_k = 0.0f;
 #pragma unroll
@@ -282,16 +226,6 @@ __global__ void __launch_bounds__(Tile<DK, kW, kCols>::kThreads, Tile<DK, kW, kC
   }
   const float fq = rsqrtf(static_cast<float>(dk)) / sqrtf(ssq_q + 1e-6f);
   const float fk = 1.0f / sqrtf(ssq_k + 1e-6f);
-  const auto rows_sum = [&](float4 v) {
-#pragma unroll
-    for (int o = LR; o < 32; o <<= 1) {
-      v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
-      v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
-      v.z += __shfl_xor_sync(0xffffffffu, v.z, o);
-      v.w += __shfl_xor_sync(0xffffffffu, v.w, o);
-    }
-    return v;
-  };
   float4 kv = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int m = 0; m < NR; ++m) {
@@ -299,15 +233,14 @@ __global__ void __launch_bounds__(Tile<DK, kW, kCols>::kThreads, Tile<DK, kW, kC
     s[m].y *= decay;
     s[m].z *= decay;
     s[m].w *= decay;
-    fma4(ks[row0 + W * RP * m], s[m], kv);
+    fma4(ks[w + W * m], s[m], kv);
   }
-  kv = rows_sum(kv);
-  if (rsub == 0) red_kv[w][cl] = kv;
+  red_kv[w][lane] = kv;
   __syncthreads();
   kv = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-  for (int v = 0; v < W; ++v) add4(red_kv[v][cl], kv);
-  const float4 vj = vs[cl];
+  for (int v = 0; v < W; ++v) add4(red_kv[v][lane], kv);
+  const float4 vj = vs[lane];
   // delta * fk: the update adds k_raw[i] * fk * delta = k[i] * delta.
   const float bk = beta * fk;
   const float4 dl = make_float4(bk * (vj.x - fk * kv.x), bk * (vj.y - fk * kv.y),
@@ -315,44 +248,23 @@ __global__ void __launch_bounds__(Tile<DK, kW, kCols>::kThreads, Tile<DK, kW, kC
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int m = 0; m < NR; ++m) {
-    const int i = row0 + W * RP * m;
+    const int i = w + W * m;
     fma4(ks[i], dl, s[m]);
     fma4(qs[i], s[m], o);
     store4<VEC>(S + static_cast<int64_t>(i) * dv + c, i < dk ? n_cols : 0, s[m]);
   }
-  o = rows_sum(o);
-  if (rsub == 0) red_o[w][cl] = o;
+  red_o[w][lane] = o;
   __syncthreads();
-  float ss = 0.0f;  // fused norm: warp 0's sum of squares of the block's columns (columns >= dv are 0)
   if (w == 0) {
     o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int v = 0; v < W; ++v) add4(red_o[v][cl], o);
+    for (int v = 0; v < W; ++v) add4(red_o[v][lane], o);
     o.x *= fq;
     o.y *= fq;
     o.z *= fq;
     o.w *= fq;
-    if (a.norm_w) ss = warp_sum(rsub == 0 ? o.x * o.x + o.y * o.y + o.z * o.z + o.w * o.w : 0.0f);
-  }
-  if constexpr (kCluster) {  // the head's sum over its blocks (ranks 0 .. gridDim.x - 1)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    __shared__ float ss_block;
-    if (threadIdx.x == 0) ss_block = ss;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every block's part written
-    if (w == 0) {
-      float tot = 0.0f;
-      for (unsigned r = 0; r < cluster.num_blocks(); ++r) tot += *cluster.map_shared_rank(&ss_block, r);
-      ss = tot;
-    }
-    cluster.sync();  // read by all before any block exits
-#else
-    __trap();  // launched only where the sm_90 code runs (gdn_decode's launch)
-#endif
-  }
-  if (w == 0 && rsub == 0) {
-    if (a.norm_w) {  // fused gated RMSNorm over the head's row (dv <= 128)
+    if (a.norm_w) {  // fused gated RMSNorm: this warp holds the head's whole row (dv <= 128)
+      const float ss = warp_sum(o.x * o.x + o.y * o.y + o.z * o.z + o.w * o.w);  // columns >= dv are 0
       const float inv = 1.0f / sqrtf(ss / static_cast<float>(dv) + a.norm_eps);
       float y[4] = {o.x, o.y, o.z, o.w};
 #pragma unroll
@@ -364,62 +276,33 @@ __global__ void __launch_bounds__(Tile<DK, kW, kCols>::kThreads, Tile<DK, kW, kC
   }
 }
 
-// Split: the head's columns over blocks of kSplitCols (GdnDecodeSplit); cluster: those blocks one
-// cluster (the fused norm's sum).
-template <int DK, int kW = 0, int kCols = kBlockCols>
-void launch_w(const GdnDecodeArgs& a, bool vec, unsigned cluster, cudaStream_t stream) {
-  const dim3 grid(grid_1d(a.dv, kCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
+template <int DK, int kW = 0>
+void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
+  const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
   // The state loads before pdl_wait (the kernel's step 1); PYENGINE_GDN_EARLY_STATE=0: after it (A/B).
   static const bool early = env_int("PYENGINE_GDN_EARLY_STATE", 1) != 0;
-  constexpr int kThreads = Tile<DK, kW, kCols>::kThreads;
-  const bool pdl = pdl_enabled();
-  if constexpr (kCols != kBlockCols) {
-    if (cluster > 1) {
-      if (vec) launch_cluster_ex(pdl, cluster, gdn_decode_kernel<DK, true, kW, kCols, true>, grid, dim3(kThreads), 0,
-                                 stream, a, early);
-      else launch_cluster_ex(pdl, cluster, gdn_decode_kernel<DK, false, kW, kCols, true>, grid, dim3(kThreads), 0,
-                             stream, a, early);
-      PE_CUDA_LAUNCH_CHECK();
-      return;
-    }
-  }
-  if (vec) launch_ex(pdl, gdn_decode_kernel<DK, true, kW, kCols>, grid, dim3(kThreads), 0, stream, a, early);
-  else launch_ex(pdl, gdn_decode_kernel<DK, false, kW, kCols>, grid, dim3(kThreads), 0, stream, a, early);
+  constexpr int kThreads = Tile<DK, kW>::kThreads;
+  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
+  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
   PE_CUDA_LAUNCH_CHECK();
 }
-
-int g_split = env_int("PYENGINE_GDN_SPLIT", 1);
 
 // dk 128: 16 warps a block (1 block per SM, 8 state rows a thread) where the blocks fit on the
 // SMs at once, else 8 (2 per SM). H200, 27B step (session 16, three interleaved rounds, ms): batch
 // 1 8.583 / 8.586 / 8.603 against 8.687 / 8.627 / 8.704 (gdn_decode 241 -> 190 us exclusive a
 // step), batch 2 9.485 / 9.494 / 9.515 against 9.532 / 9.496 / 9.571, batch 8 (384 blocks)
 // 12.825 / 12.823 / 12.862 against 12.820 / 12.642 / 12.670. PYENGINE_GDN_WARPS=8 / 16 forces one.
-// Split (gdn_decode_set_split): where the split blocks fit 2 a SM (or always, mode 2), a head's
-// columns over blocks of kSplitCols, 8 warps each; with the fused norm only where the sm_90 code
-// runs (clusters) and the head's blocks make a portable cluster (<= 8). H200, 27B step, session 23,
-// two interleaved rounds, ms: call 2 (split where the whole-row blocks fit the SMs; GEMV stream-K
-// balance at 50 %) batch 1 8.100 / 8.099 against 8.172 / 8.174 unsplit, batch 2 (384 split blocks)
-// 9.109 / 9.097 against 8.942 / 8.946 (hence 2 a SM); call 3 (this rule, balance at 100 %) batch 1
-// 8.001 / 8.016 against 8.014 / 8.009: no gain left at batch 1 once the in-projection GEMV before
-// it ran as one wave (timeline: gdn_decode 0.29 -> 0.24 ms exclusive a step).
 template <int DK>
 void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
-  const int64_t blocks = grid_1d(a.dv, kBlockCols) * a.Hv * a.n_seqs;
-  const unsigned parts = grid_1d(a.dv, kSplitCols);
-  const bool can_split = parts > 1 && (!a.norm_w || (pdl_supported() && parts <= 8));
-  if (can_split && (g_split >= 2 || (g_split == 1 && parts * a.Hv * a.n_seqs <= 2 * sm_count())))
-    return launch_w<DK, 0, kSplitCols>(a, vec, a.norm_w ? parts : 1, stream);
   if constexpr (DK == 128) {
     static const int forced = env_int("PYENGINE_GDN_WARPS", 0);
-    if (forced == 16 || (forced != 8 && blocks <= sm_count())) return launch_w<128, 16>(a, vec, 1, stream);
+    const int64_t blocks = grid_1d(a.dv, kBlockCols) * a.Hv * a.n_seqs;
+    if (forced == 16 || (forced != 8 && blocks <= sm_count())) return launch_w<128, 16>(a, vec, stream);
   }
-  launch_w<DK>(a, vec, 1, stream);
+  launch_w<DK>(a, vec, stream);
 }
 
 }  // namespace
-
-void gdn_decode_set_split(int mode) { g_split = mode; }
 
 void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream) {
   if (a.n_seqs <= 0) return;

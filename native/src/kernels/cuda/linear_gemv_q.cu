@@ -536,8 +536,6 @@ int run_rows(int T, const float* x, int n, const WeightView& w, const GemvEpilog
   return 0;  // not reached: swiglu takes T >= 2
 }
 
-// T of a swiglu launch (gemv_q_swiglu_supported): the tile's, or by the height, at least 2.
-
 template <DType DT>
 int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
