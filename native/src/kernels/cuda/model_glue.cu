@@ -42,27 +42,46 @@ struct HalfInvFreq {
 // the next Hkv key heads (k normed + rotated), the last Hkv value heads (v copied). The normed row
 // is staged in shared memory and rotated there (RoPE pairs d with d + half across lanes; in-place
 // k is read whole before it is written), then stored from it. The norm and the rotation repeat
-// rms_norm's and rope_neox's arithmetic. Each lane loads its whole share of the row, the norm
-// weight and the gate row (kInputRegs values each) before the first use, so the warp waits for
-// one memory round trip instead of one per value (as the norms in rms_norm.cu; a load-use loop
-// over a runtime length ran them one at a time). kCache: the k and v warps encode their rows
+// rms_norm's and rope_neox's arithmetic. Each lane loads its whole share of the row and the gate
+// row (kInputRegs values each; the norm weight and cos / sin come before pdl_wait) before the
+// first use, so the warp waits for one memory round trip instead of one per value (as the norms
+// in rms_norm.cu; a load-use loop over a runtime length ran them one at a time). kCache: the k and v warps encode their rows
 // straight into the cache (kv_encode_row.cuh, the bytes kv_write writes from the same values)
 // instead of dense rows; k and v in separate warps keep the two encodes' latencies apart.
-constexpr int kInputRegs = kMaxInputDim / 32;
+constexpr int kInputRegs = kMaxInputDim / 32, kRotRegs = kMaxHalfRot / 32;
 template <DType KV, bool kCache>
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half, PagedKV kv,
                                         const int32_t* __restrict__ cache_rows) {
-  pdl_wait();  // launched as a programmatic dependent (launch_pdl)
-  pdl_trigger();
   __shared__ float rows[kInputWarps][kMaxInputDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slots = a.Hq + 2 * a.Hkv, D = a.D;
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kInputWarps + warp;
   if (task >= a.n_tokens * slots) return;
   const int64_t t = task / slots, h = task % slots;
+  // Before pdl_wait (launched as a programmatic dependent, launch_pdl): what no kernel of the step
+  // writes -- the positions and cache rows (copied by the host before the step), the norm weights --
+  // and the rotation's cos / sin, so they leave the wait-to-store path.
   const int64_t r = kCache ? static_cast<int64_t>(cache_rows[t]) * kv.n_kv_heads : 0;  // the token's first cache row
   const int64_t rb = kv_row_bytes(KV, D), rs = kv_row_scales(KV, D);
-  if (h >= a.Hq + a.Hkv) {  // a value head: copied, or encoded into the cache
+  const bool is_v = h >= a.Hq + a.Hkv, is_q = h < a.Hq;
+  const float* w = is_q ? a.q_norm : a.k_norm;
+  float wv[kInputRegs], cs[kRotRegs], sn[kRotRegs];
+  if (!is_v) {
+#pragma unroll
+    for (int i = 0; i < kInputRegs; ++i) wv[i] = lane + 32 * i < D ? w[lane + 32 * i] : 0.0f;
+    const float p = static_cast<float>(a.pos[t]);
+#pragma unroll
+    for (int i = 0; i < kRotRegs; ++i) {
+      const int d = lane + 32 * i;
+      double sd = 0.0, cd = 1.0;
+      if (d < half) sincos(static_cast<double>(p * inv.v[d]), &sd, &cd);
+      cs[i] = static_cast<float>(cd);
+      sn[i] = static_cast<float>(sd);
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (is_v) {  // a value head: copied, or encoded into the cache
     const int64_t hh = h - a.Hq - a.Hkv;
     const float* src = a.v_in + t * a.v_stride + hh * D;
     if constexpr (kCache) {
@@ -79,19 +98,15 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
     }
     return;
   }
-  const bool is_q = h < a.Hq;
   const int64_t hh = is_q ? h : h - a.Hq;
   const float* src = is_q ? a.qg + t * a.qg_stride + hh * 2 * D : a.k_in + t * a.k_stride + hh * D;
-  const float* w = is_q ? a.q_norm : a.k_norm;
   float* row = rows[warp];
-  const float p = static_cast<float>(a.pos[t]);
-  float x[kInputRegs], wv[kInputRegs], c2[kInputRegs];
+  float x[kInputRegs], c2[kInputRegs];
 #pragma unroll
   for (int i = 0; i < kInputRegs; ++i) {
     const int d = lane + 32 * i;
     const bool in = d < D;
     x[i] = in ? src[d] : 0.0f;
-    wv[i] = in ? w[d] : 0.0f;
     c2[i] = is_q && in ? src[D + d] : 0.0f;  // the gate row follows the query row
   }
   float ss = 0.0f;
@@ -105,13 +120,13 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
     if (d < D) row[d] = x[i] * inv_rms * (1.0f + wv[i]);
   }
   __syncwarp();
-  for (int d = lane; d < half; d += 32) {  // each lane rotates its own pairs in place
-    double sd, cd;
-    sincos(static_cast<double>(p * inv.v[d]), &sd, &cd);
-    const float c = static_cast<float>(cd), s = static_cast<float>(sd);
+#pragma unroll
+  for (int i = 0; i < kRotRegs; ++i) {  // each lane rotates its own pairs in place
+    const int d = lane + 32 * i;
+    if (d >= half) break;
     const float x0 = row[d], x1 = row[d + half];
-    row[d] = x0 * c - x1 * s;
-    row[d + half] = x1 * c + x0 * s;
+    row[d] = x0 * cs[i] - x1 * sn[i];
+    row[d + half] = x1 * cs[i] + x0 * sn[i];
   }
   __syncwarp();
   if constexpr (kCache) {
