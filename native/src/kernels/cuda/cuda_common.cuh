@@ -33,13 +33,6 @@ namespace cuda {
 // now (else it starts when every block of this one has exited).
 // Asks L2 for the line holding p (no registers, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-__device__ __forceinline__ void prefetch_l2_evict_last(const void* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-#else
-  prefetch_l2(p);
-#endif
-}
 
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

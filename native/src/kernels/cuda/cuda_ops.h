@@ -190,15 +190,10 @@ struct GemvTuning {
                                        // chunks a thread where x is staged. Session 23, call 2,
                                        // batch 1 ms: 0: 8.125 / 8.137, 1: 8.124, 2: 8.087, 3: 8.100 /
                                        // 8.099
-  int one_wave_prefetch = 0;           // with pdl, tiled, where each block takes one whole row
-                                       // block (out_proj / o_proj): all of the warp's steps to L2
-                                       // before pdl_wait (1; 2 with the evict_last priority), while
-                                       // gdn_decode / attention leave HBM idle. 0: pdl_prefetch_steps
 };
 // The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
 // PYENGINE_GEMV_STAGE_ONE_WAVE (0/1/2), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
 // PYENGINE_GEMV_PRELOAD (0/1/2), PYENGINE_GEMV_STREAM_K_SPIN (0/1), PYENGINE_GEMV_X_EARLY (0-3),
-// PYENGINE_GEMV_ONE_WAVE_PF (0/1/2),
 // PYENGINE_GEMV_STREAM_K_MIN_STEPS / _QUANTUM (steps), PYENGINE_GEMV_STREAM_K_BALANCE (percent)
 // from the environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py).
 // (Measured and removed: K split over thread-block clusters, summed in distributed shared memory,

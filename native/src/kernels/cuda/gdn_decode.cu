@@ -7,8 +7,8 @@
 // A warp's load is one contiguous 512-byte row, a block's the head's whole state (64 KiB at
 // dk = dv = 128): contiguous, so DRAM pages are opened once (blocks of 32 columns, each touching
 // 128 bytes of every row, ran at ~35 % of the copy bandwidth). The block
-//   1. issues its state loads first (they fly while the rest is computed), then the gate inputs
-//      and the fused norm's z and weights,
+//   1. issues its state loads first (they fly while the rest is computed), the fused norm's
+//      weights and its first conv item's older taps, then (after pdl_wait) the gate inputs and z,
 //   2. computes the conv + SiLU of the q and k channels of its key head (the r = Hv/Hk value
 //      heads of a key head repeat this small work from L2 instead of exchanging it) and of its
 //      v channels, the sums of squares of q and k, and the gates. The conv state is a ring
@@ -43,7 +43,7 @@ namespace {
 constexpr int kBlockCols = 128;  // 32 lanes x 4 columns
 static_assert(kBlockCols == kGdnDecodeFusedNormMaxDv, "a head's row in one block for the fused norm");
 constexpr int kMaxK = 16;
-constexpr int kConvTaps = 4;  // conv_silu loads this many taps at once (K above: a loop)
+constexpr int kConvTaps = 4;  // conv_taps loads this many taps at once (K above: a loop)
 
 // kW: warps per block (0: 8 up to dk 128, else 16; launch picks 16 at dk 128 for small batches).
 template <int DK, int kW = 0>
@@ -62,28 +62,36 @@ __device__ __forceinline__ int ring_row(int r_old, int j, int K) {
 
 // silu(sum_j w[c, j] x_j[c]) over the taps j = 0 .. K-1 in order: the ring rows of the K-1 older
 // positions, then the new raw row u, which takes row p % K (position p - K) when `store`.
-// The new row's tap and the first kConvTaps - 1 old rows' are loaded before the first FMA: one
-// memory round trip for K <= kConvTaps (Qwen3.5: K = 4; a runtime-K loop waited one per tap).
+// conv_taps loads the weights and the first kConvTaps - 1 old rows' taps (the kernel does so before
+// pdl_wait: no kernel of the step writes them), conv_apply the new row's tap, the rest, the sum:
+// one memory round trip for K <= kConvTaps (Qwen3.5: K = 4; a runtime-K loop waited one per tap).
 // Wider kernels continue over their further rows in a loop. The store comes after every load.
-__device__ __forceinline__ float conv_silu(float* cs, const float* u, const float* w, int C, int K,
-                                           int r_old, bool store, int c) {
-  const float wl = w[c * K + K - 1], ul = u[c];
-  float wj[kConvTaps - 1], xj[kConvTaps - 1];
+struct ConvTaps {
+  float wl, wj[kConvTaps - 1], xj[kConvTaps - 1];
+};
+__device__ __forceinline__ ConvTaps conv_taps(const float* cs, const float* w, int C, int K, int r_old, int c) {
+  ConvTaps tp;
+  tp.wl = w[c * K + K - 1];
 #pragma unroll
   for (int j = 0; j < kConvTaps - 1; ++j)
     if (j < K - 1) {
-      wj[j] = w[c * K + j];
-      xj[j] = cs[ring_row(r_old, j, K) * C + c];
+      tp.wj[j] = w[c * K + j];
+      tp.xj[j] = cs[ring_row(r_old, j, K) * C + c];
     }
+  return tp;
+}
+__device__ __forceinline__ float conv_apply(const ConvTaps& tp, float* cs, const float* u, const float* w, int C,
+                                            int K, int r_old, bool store, int c) {
+  const float ul = u[c];
   float acc = 0.0f;
 #pragma unroll
   for (int j = 0; j < kConvTaps - 1; ++j)
-    if (j < K - 1) acc = fmaf(wj[j], xj[j], acc);
+    if (j < K - 1) acc = fmaf(tp.wj[j], tp.xj[j], acc);
 #pragma unroll 1
   for (int j = kConvTaps - 1; j < K - 1; ++j)
     acc = fmaf(w[c * K + j], cs[ring_row(r_old, j, K) * C + c], acc);
   if (store) cs[ring_row(r_old, K - 1, K) * C + c] = ul;
-  return silu_f(fmaf(wl, ul, acc));
+  return silu_f(fmaf(tp.wl, ul, acc));
 }
 
 // 4 consecutive floats of which the first n are in range (VEC: 16-byte aligned, n >= 4 or <= 0).
@@ -161,6 +169,20 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
     for (int e = 0; e < 4; ++e)
       if (e < n_cols) nwv[e] = a.norm_w[c + e];
   }
+  // The conv's channel for item t of step 2 (q, k of key head kh, then v columns col0..), whether
+  // it is in range, and the thread's first item's older taps and weights (early_state: before the
+  // wait, as the state).
+  float* cs = a.conv_state + slot * a.conv_slot_stride;
+  const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
+  const auto item = [&](int t, int& ch) {
+    const bool is_v = t >= 2 * DK, is_k = !is_v && t >= DK;
+    const int i = is_v ? t - 2 * DK : is_k ? t - DK : t;
+    ch = is_v ? 2 * Hk * dk + h * dv + col0 + i : (is_k ? Hk * dk : 0) + kh * dk + i;
+    return is_v ? col0 + i < dv : i < dk;
+  };
+  int ch0 = 0;
+  ConvTaps taps0{};
+  if (threadIdx.x < 2 * DK + kBlockCols && item(threadIdx.x, ch0)) taps0 = conv_taps(cs, a.conv_w, Ci, K, r_old, ch0);
   pdl_wait();
 
   // The gate inputs and (warp 0, fused norm) the z row go out with the conv's loads: their round
@@ -178,22 +200,24 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
 
   // 2. Conv + SiLU of q | k (key head kh) | v (columns col0.. of head h); sums of squares; gates.
   // The new raw row goes into the ring: q/k by one block of the key head, v by every block.
-  float* cs = a.conv_state + slot * a.conv_slot_stride;
   const bool qk_store = h == kh * static_cast<int>(a.Hv / a.Hk) && blockIdx.x == 0;
   const float* u = a.qkv + seq * C;
   float* vsf = reinterpret_cast<float*>(vs);
   // 32-bit conv indices (C * K < 2^31, checked): with the taps loaded at once, the 64-bit index
   // math hoisted out of this loop spilled the state at dk = 128.
-  const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
   float ssq_q = 0.0f, ssq_k = 0.0f;
   for (int t = threadIdx.x; t < 2 * DK + kBlockCols; t += T) {
-    // One conv_silu call site for q, k and v: with two inlined copies (one for q/k, one for v)
+    // One conv_apply call site for q, k and v: with two inlined copies (one for q/k, one for v)
     // the ring indexing spilled the state at dk 128 (sm_90, 8 warps, float4: 104 bytes).
     const bool is_v = t >= 2 * DK, is_k = !is_v && t >= DK;
     const int i = is_v ? t - 2 * DK : is_k ? t - DK : t;
-    const bool valid = is_v ? col0 + i < dv : i < dk;
-    const int ch = is_v ? 2 * Hk * dk + h * dv + col0 + i : (is_k ? Hk * dk : 0) + kh * dk + i;
-    const float y = valid ? conv_silu(cs, u, a.conv_w, Ci, K, r_old, is_v || qk_store, ch) : 0.0f;
+    int ch;
+    const bool valid = item(t, ch);
+    float y = 0.0f;
+    if (valid) {
+      const ConvTaps tp = t == threadIdx.x ? taps0 : conv_taps(cs, a.conv_w, Ci, K, r_old, ch);
+      y = conv_apply(tp, cs, u, a.conv_w, Ci, K, r_old, is_v || qk_store, ch);
+    }
     if (is_v) {
       vsf[i] = y;
     } else if (is_k) {

@@ -42,9 +42,6 @@ namespace {
 
 using namespace gemv_q;
 
-// pf_steps at or above this: the L2 prefetches with the evict_last priority (one_wave_prefetch 2).
-constexpr int kPfEvictLast = 1 << 16;
-
 // Largest staged x any tuning may ask for (the kernels' dynamic shared-memory limit).
 constexpr int kStagedXLimit = 128 * 1024;
 
@@ -211,12 +208,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const uint8_t* step0 = tile_base - lane * 16;
     const uint8_t* up_step0 = nullptr;
     if constexpr (kSwiglu) up_step0 = tile_up - lane * 16;
-    const bool last = pf_steps >= kPfEvictLast;
-    for (int s = kRoll || preloaded ? 1 : 0; s < pf_steps % kPfEvictLast + (preloaded ? 1 : 0); ++s) {
+    for (int s = kRoll || preloaded ? 1 : 0; s < pf_steps + (preloaded ? 1 : 0); ++s) {
       const int it = it_first + s * kWarps;
       if (it >= it_end) break;
       if constexpr (kSwiglu) prefetch_l2((lane < 16 ? step0 : up_step0) + static_cast<int64_t>(it) * 4096 + (lane & 15) * 128);
-      else if (last) prefetch_l2_evict_last(step0 + static_cast<int64_t>(it) * 4096 + lane * 128);
       else prefetch_l2(step0 + static_cast<int64_t>(it) * 4096 + lane * 128);
     }
   } else if (pdl && !kRoll && !preloaded && it_first < it_end) {  // row-major: the lane's chunks of its first step
@@ -505,13 +500,9 @@ int run(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, int 
   // ones): at least min(kMinBlocks, what shared memory allows) blocks per SM.
   const int64_t per_sm = std::min<int64_t>(kMinBlocks, smem_per_sm() / (red_bytes(T, kSwiglu) + xbytes + 1024));
   const bool spin = g_tuning.stream_k_spin && p.grid != p.row_blocks && p.grid <= per_sm * sm_count();
-  // one_wave_prefetch: every step of the block's one row block (pf_steps past its steps; 2: + kPfEvictLast).
-  const bool whole_pf = kTiled && g_tuning.one_wave_prefetch > 0 && p.grid == p.row_blocks &&
-                        p.grid <= per_sm * sm_count();
-  const int pf_steps = whole_pf ? static_cast<int>(steps_of<DT, T>(w)) + (g_tuning.one_wave_prefetch == 2 ? kPfEvictLast : 0)
-                                : g_tuning.pdl_prefetch_steps;
   launch_ex(pdl, kernel, dim3(static_cast<unsigned>(p.grid)), dim3(kWarps * 32), static_cast<size_t>(xbytes), stream,
-            x, n, w, seg_per_block, pdl, pf_steps, g_tuning.preload, spin, g_tuning.x_early, ep, p.sp, out);
+            x, n, w, seg_per_block, pdl, g_tuning.pdl_prefetch_steps, g_tuning.preload, spin, g_tuning.x_early, ep, p.sp,
+            out);
   return static_cast<int>(p.row_blocks);
 }
 

@@ -23,7 +23,6 @@ GemvTuning g_tuning = [] {
   t.preload = env_int("PYENGINE_GEMV_PRELOAD", t.preload);
   t.stream_k_spin = env_int("PYENGINE_GEMV_STREAM_K_SPIN", t.stream_k_spin) != 0;
   t.x_early = env_int("PYENGINE_GEMV_X_EARLY", t.x_early);
-  t.one_wave_prefetch = env_int("PYENGINE_GEMV_ONE_WAVE_PF", t.one_wave_prefetch);
   return t;
 }();
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/env.h"
 #include "kernels/cuda/kv_encode_row.cuh"
 
 namespace pe {
@@ -51,7 +52,8 @@ struct HalfInvFreq {
 constexpr int kInputRegs = kMaxInputDim / 32, kRotRegs = kMaxHalfRot / 32;
 template <DType KV, bool kCache>
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half, PagedKV kv,
-                                        const int32_t* __restrict__ cache_rows) {
+                                        const int32_t* __restrict__ cache_rows, bool early) {
+  if (!early) pdl_wait();  // (A/B: PYENGINE_INPUTS_EARLY=0; a second wait returns at once)
   __shared__ float rows[kInputWarps][kMaxInputDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slots = a.Hq + 2 * a.Hkv, D = a.D;
@@ -198,12 +200,14 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const Pa
   }
   const dim3 grid(grid_1d(tasks, kInputWarps)), block(kInputWarps * 32);
   const PagedKV none{};
+  static const bool early = env_int("PYENGINE_INPUTS_EARLY", 1) != 0;  // the prep before pdl_wait (A/B)
   if (!kv) {
-    launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows);
+    launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows,
+               early);
   } else {
     kv_row::with_cache_dtype(*kv, "cuda::attention_inputs", [&](auto t) {
       launch_pdl(attention_inputs_kernel<decltype(t)::value, true>, grid, block, 0, stream, a, inv, half, *kv,
-                 cache_rows);
+                 cache_rows, early);
     });
   }
   PE_CUDA_LAUNCH_CHECK();
