@@ -28,7 +28,9 @@
 // n=8 24.9 (2.02), n=32 74.2 (2.71 TB/s, 64 % of the 4.25 TB/s copy); the per-sequence ops: 14.8,
 // 29.7, 119, 494 us. Small n is bound by the latency of one block per head. Session 9: the gate /
 // z / norm-weight loads moved up to the state's: 8.06 -> 7.90 us exclusive per call in the 27B
-// step's timeline (timeline_decode.py).
+// step's timeline (timeline_decode.py). Session 24: the first conv item's older taps and weights
+// before pdl_wait too: 269 -> 251 us exclusive a step (27B batch 1, 48 calls; whole-step A/B
+// within the run-to-run spread).
 // dv % 4 != 0 takes a scalar path (spills a little; unused by Qwen3.5).
 // (Session 13 did the shifting conv state step inside this launch, its last q/k reader found by a
 // counter per (sequence, key head): 0.035 ms a step slower, removed in session 14. The ring needs
