@@ -46,9 +46,10 @@ struct HalfInvFreq {
 // rms_norm's and rope_neox's arithmetic. Each lane loads its whole share of the row and the gate
 // row (kInputRegs values each; the norm weight and cos / sin come before pdl_wait) before the
 // first use, so the warp waits for one memory round trip instead of one per value (as the norms
-// in rms_norm.cu; a load-use loop over a runtime length ran them one at a time). kCache: the k and v warps encode their rows
-// straight into the cache (kv_encode_row.cuh, the bytes kv_write writes from the same values)
-// instead of dense rows; k and v in separate warps keep the two encodes' latencies apart.
+// in rms_norm.cu; a load-use loop over a runtime length ran them one at a time). kCache: the k
+// and v warps encode their rows straight into the cache (kv_encode_row.cuh, the bytes kv_write
+// writes from the same values) instead of dense rows; k and v in separate warps keep the two
+// encodes' latencies apart.
 constexpr int kInputRegs = kMaxInputDim / 32, kRotRegs = kMaxHalfRot / 32;
 template <DType KV, bool kCache>
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half, PagedKV kv,
