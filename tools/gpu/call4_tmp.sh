@@ -1,7 +1,0 @@
-set -u
-export PE_TEST_SMALL=1 ARCHS=90 TESTS="test_cuda_glue" BENCH="" PYTEST_K="" TIMELINE_ENVS=""
-export DECODE_ENVS="PYENGINE_GEMV_STAGE_ONE_WAVE=1 PYENGINE_GEMV_STAGE_ONE_WAVE=0 PYENGINE_GEMV_PDL_PREFETCH=0 PYENGINE_GEMV_PDL_PREFETCH=2 PYENGINE_GEMV_PRELOAD=1 PYENGINE_GEMV_X_EARLY=2 PYENGINE_NONE=0 PYENGINE_GEMV_STAGE_ONE_WAVE=1 PYENGINE_GEMV_STAGE_ONE_WAVE=0 PYENGINE_GEMV_PDL_PREFETCH=0 PYENGINE_GEMV_PDL_PREFETCH=2 PYENGINE_GEMV_PRELOAD=1 PYENGINE_GEMV_X_EARLY=2 PYENGINE_NONE=0"
-bash tools/gpu/ab_call.sh
-export PYENGINE_LIBRARY=$PWD/build/dev/libpyengine.so PYTHONPATH=$PWD:/tmp/site
-timeout 120 python3 tools/gpu/timeline_decode.py --steps 24 --csv /tmp/tl.csv > $OUT/timeline.log 2>&1; head -12 $OUT/timeline.log | grep -E "step wall|gaps|memcpy"
-gzip -c /tmp/tl.csv > $OUT/tl.csv.gz; ls -la $OUT
