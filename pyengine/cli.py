@@ -51,6 +51,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load_format", default="auto", choices=["auto", "dummy"],
                    help="dummy: random weights of the config's shapes (benchmarks)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: all cores)")
+    p.add_argument("--overlap_schedule", default="auto", choices=["auto", "on", "off"],
+                   help="queue the next decode step before reading the current one's tokens (auto: on for cuda)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -68,6 +70,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         kv_cache_dtype=args.kv_cache_dtype,
         weight_quant=args.weight_quant,
         load_format=args.load_format,
+        overlap_schedule=None if args.overlap_schedule == "auto" else args.overlap_schedule == "on",
     )
 
 

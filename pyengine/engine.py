@@ -34,6 +34,8 @@ class EngineArgs:
     weight_quant: str | None = None  # on-load quantization of 16-bit weights: int8, fp8, nvfp4
     load_format: str = "auto"  # auto (the checkpoint's safetensors) or dummy (random weights, benchmarks)
     cuda_graphs: bool = False  # CUDA: replay decode steps from captured graphs
+    # Queue the next decode step before the current one's tokens are read (None: on for CUDA).
+    overlap_schedule: bool | None = None
 
 
 # kv_cache_dtype names -> PE_DTYPE_* codes.
@@ -83,6 +85,7 @@ class NativeEngine:
         p.gpu_mem_ratio = float(args.gpu_mem_ratio)
         p.kv_cache_dtype = kv_dtype_code(args.kv_cache_dtype, model.device)
         p.cuda_graphs = int(bool(args.cuda_graphs))
+        p.overlap_schedule = -1 if args.overlap_schedule is None else int(bool(args.overlap_schedule))
         for i in range(8):
             p.eos_token_ids[i] = eos_token_ids[i] if i < len(eos_token_ids) else -1
         out = n.ffi.new("pe_engine**")

@@ -238,3 +238,44 @@ def test_cuda_graphs_decode_equals_eager_decode(model, capfd):
             assert [t[0] for t in la["top"]] == [t[0] for t in lb["top"]]
     print(f"cuda_graphs {model}: {sum(len(o.token_ids) for o in res[True])} tokens, max |logprob diff| {worst:.1e}")
     assert worst <= 1e-5
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_overlapped_steps_equal_one_step_at_a_time(graphs):
+    """overlap_schedule (on by default on CUDA) queues each decode step before the previous one's
+    tokens are read; its input tokens are fed on the device. Greedy and seeded requests with
+    logprobs, half of them stopping on a token of their own continuation (taken from a first
+    run), so a step is queued for them after they end: tokens equal, logprobs within rounding,
+    pools back, and the stats show the overlapped steps and the dropped tokens."""
+    path = os.path.join(DATA, "ckpt_text_bf16")
+    rng = random.Random(5)
+    prompts = [[rng.randrange(1, 500) for _ in range(n)] for n in (1, 5, 17, 40, 3, 90)]
+
+    def params(stops):
+        return [SamplingParams(max_tokens=n, temperature=t, seed=3 + i, logprobs=3, ignore_eos=True,
+                               stop_token_ids=stops[i] if stops else None)
+                for i, (n, t) in enumerate(zip((24, 9, 31, 5, 40, 16), (0.0, 0.8, 0.0, 1.0, 0.7, 0.0)))]  # fmt: skip
+
+    kw = dict(max_model_len=256, max_batch=8, chunked_prefill_size=1, cuda_graphs=graphs)
+    with cuda_llm(path, overlap_schedule=False, **kw) as llm:
+        free = llm.generate(prompt_token_ids=prompts, sampling_params=params(None))
+        stops = [[o.token_ids[len(o.token_ids) // 2]] if i % 2 == 0 else None for i, o in enumerate(free)]
+        ref = llm.generate(prompt_token_ids=prompts, sampling_params=params(stops))
+        assert llm.stats()["overlapped_steps"] == 0
+    with cuda_llm(path, overlap_schedule=True, **kw) as llm:
+        base = llm.stats()
+        got = llm.generate(prompt_token_ids=prompts, sampling_params=params(stops))
+        time.sleep(0.05)
+        after = llm.stats()
+    assert [o.finish_reason for o in ref].count("stop") >= 3
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(ref, got)):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason, f"request {i}"
+        for la, lb in zip(a.logprobs, b.logprobs):
+            worst = max(worst, abs(la["logprob"] - lb["logprob"]))
+    print(f"overlap ({'graphs' if graphs else 'eager'}): {after['overlapped_steps']} of {after['steps']} steps "
+          f"overlapped, {after['overlap_dropped_tokens']} tokens dropped, max |logprob diff| {worst:.1e}")
+    assert worst <= 1e-4
+    assert after["overlapped_steps"] >= after["steps"] // 2 and after["overlap_dropped_tokens"] >= 3
+    for key in ("kv_pages_free", "gdn_slots_free", "running", "waiting"):
+        assert after[key] == base[key], key

@@ -22,6 +22,9 @@ Measures in ONE run, on the GPU it runs on:
              model, a second engine), and the same A/B on the embedded default model (tiny, so
              launch-bound: where replaying graphs matters most)
 
+Every engine runs with the engine option overlap_schedule at its default (on for CUDA) unless
+PYENGINE_BENCH_OVERLAP=0 / 1 is set (A/B runs; tools/gpu/ab_call.sh DECODE_ENVS passes it).
+
   PYTHONPATH=. python3 tools/bench_gpu.py [--hf] [--skip-depth] [--cuda-graphs] [--prefill-sizes N ...]
                                           [--out results.json]     (--prefill-sizes with no sizes: none)
 """
@@ -150,6 +153,9 @@ def engine_on(model, kv: str, max_len: int, max_batch: int, chunk: int, cuda_gra
     from pyengine.engine import EngineArgs, NativeEngine
 
     kw.setdefault("gpu_mem_ratio", 0.92)
+    overlap = os.environ.get("PYENGINE_BENCH_OVERLAP")
+    if overlap is not None:
+        kw.setdefault("overlap_schedule", overlap != "0")
     args = EngineArgs(max_batch=max_batch, max_model_len=max_len, chunked_prefill_size=chunk,
                       max_num_batched_tokens=chunk + max_batch, kv_cache_dtype=kv, prefix_cache=True,
                       cuda_graphs=cuda_graphs, **kw)  # fmt: skip

@@ -162,11 +162,13 @@ typedef struct pe_engine_params {
   int32_t kv_cache_dtype;        /* PE_DTYPE_*: F32 (CPU default), F16, BF16, FP8_E4M3, I8, NVFP4 */
   int32_t eos_token_ids[8];      /* ids that end a request unless ignore_eos (-1: unused) */
   int32_t cuda_graphs;           /* CUDA: replay decode steps from captured graphs (0: off) */
+  int32_t overlap_schedule;      /* 1: queue the next decode step before reading the current one's
+                                    tokens; 0: one step at a time; -1: on for CUDA, off on the CPU */
 } pe_engine_params;
 
 /* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,
  * prefix_cache 1, kv_page_size 16, snapshot_interval_pages 16, gpu_mem_ratio 0.9, no eos,
- * kv_cache_dtype F32. */
+ * kv_cache_dtype F32, cuda_graphs 0, overlap_schedule -1. */
 pe_engine_params pe_engine_default_params(void);
 
 typedef struct pe_memory_plan {
@@ -267,6 +269,8 @@ typedef struct pe_engine_stats {
   int64_t generated_tokens;
   int64_t device_bytes_in_use;    /* CUDA: device memory in use now (driver view); CPU: 0 */
   int64_t device_bytes_baseline;  /* the same right after the engine started */
+  int64_t overlapped_steps;       /* steps queued before the previous step's tokens were read */
+  int64_t overlap_dropped_tokens; /* tokens such steps computed for requests that had ended */
 } pe_engine_stats;
 
 int32_t pe_engine_get_stats(pe_engine* engine, pe_engine_stats* out);

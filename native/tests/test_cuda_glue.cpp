@@ -1,4 +1,5 @@
-// The model's glue ops (kernels/cuda/model_glue.h) against their CPU twins: head gathers out of
+// The model's glue ops (kernels/cuda/model_glue.h) against their CPU twins: token ids fed from
+// sampled ids, head gathers out of
 // fused projection rows, in-place l2 norms of q/k heads inside the conv output rows, and the
 // sampling penalties (vs cpu::apply_penalties on the same history), and the attention inputs
 // (q/gate split, q/k norms and RoPE in one launch, vs cpu::attention_inputs).
@@ -15,6 +16,22 @@
 
 using namespace pe;
 using pe_test::DevBuf;
+
+TEST(cuda_feed_tokens) {
+  pe_test::Rng rng(7);
+  for (int64_t n : {1, 3, 17, 300}) {
+    std::vector<int32_t> tokens(n), from(n), sampled(n + 5), ref(n);
+    for (int64_t i = 0; i < n; ++i) {
+      tokens[i] = static_cast<int32_t>(rng.next() % 1000);
+      from[i] = i % 3 == 1 ? -1 : static_cast<int32_t>(rng.next() % (n + 5));
+    }
+    for (auto& s : sampled) s = static_cast<int32_t>(rng.next() % 200000);
+    for (int64_t i = 0; i < n; ++i) ref[i] = from[i] >= 0 ? sampled[from[i]] : tokens[i];
+    DevBuf<int32_t> dt(tokens), df(from), ds(sampled);
+    cuda::feed_tokens(dt.p, df.p, ds.p, n, nullptr);
+    CHECK(dt.download() == ref);
+  }
+}
 
 TEST(cuda_gather_heads) {
   pe_test::Rng rng(1);

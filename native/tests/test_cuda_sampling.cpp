@@ -63,8 +63,8 @@ TEST(cuda_logprobs_match_cpu) {
       std::vector<float> lps(n);
       cpu::logprobs(logits.data(), V, token, n_top, &lp, ids.data(), lps.data());
       DevBuf<float> dl(logits), dlp(1), dlps(std::max(n, 1));
-      DevBuf<int32_t> dids(std::max(n, 1));
-      cuda::logprobs(dl.p, V, token, n_top, dlp.p, dids.p, dlps.p, nullptr);
+      DevBuf<int32_t> dids(std::max(n, 1)), dtok(std::vector<int32_t>{token});
+      cuda::logprobs(dl.p, V, dtok.p, n_top, dlp.p, dids.p, dlps.p, nullptr);
       CHECK_NEAR(dlp.download()[0], lp, 1e-5);
       const auto gids = dids.download();
       const auto glps = dlps.download();

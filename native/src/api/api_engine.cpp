@@ -25,6 +25,7 @@ pe_engine_params pe_engine_default_params(void) {
   p.num_threads = 0;
   p.kv_cache_dtype = PE_DTYPE_F32;
   for (int32_t& id : p.eos_token_ids) id = -1;
+  p.overlap_schedule = -1;
   return p;
 }
 

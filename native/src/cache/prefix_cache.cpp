@@ -108,13 +108,13 @@ int32_t PrefixCache::take_snapshot_slot() {
   return slot;
 }
 
-std::vector<SnapshotPoint> PrefixCache::plan_snapshots(const Request& r, int64_t n) {
+std::vector<SnapshotPoint> PrefixCache::plan_snapshots(const Request& r, int64_t start, int64_t n) {
   std::vector<SnapshotPoint> out;
-  for (int64_t pos = (r.n_computed / page_ + 1) * page_; pos <= r.n_computed + n; pos += page_) {
+  for (int64_t pos = (start / page_ + 1) * page_; pos <= start + n; pos += page_) {
     if (!is_snapshot_point(r, pos)) continue;
     int32_t slot = take_snapshot_slot();
     if (slot < 0) break;
-    out.push_back({pos - r.n_computed, slot});
+    out.push_back({pos - start, slot});
   }
   return out;
 }

@@ -34,9 +34,10 @@ class PrefixCache {
   // At admission: shares the longest cached prefix with r (refs its pages, copies its snapshot
   // into r's running slot, sets n_computed / n_cached). At least one token is left to compute.
   void attach(Request& r);
-  // Snapshot points for the chunk [r.n_computed, r.n_computed + n): slots are taken from the
-  // snapshot pool (evicting old snapshots when needed).
-  std::vector<SnapshotPoint> plan_snapshots(const Request& r, int64_t n);
+  // Snapshot points for the chunk [start, start + n) of r: slots are taken from the snapshot pool
+  // (evicting old snapshots when needed). start is r.n_computed unless tokens before the chunk
+  // are still in flight (overlapped steps).
+  std::vector<SnapshotPoint> plan_snapshots(const Request& r, int64_t start, int64_t n);
   // After the forward: offers r's newly completed blocks and the snapshots taken in them.
   void on_computed(Request& r, const std::vector<SnapshotPoint>& taken, int64_t chunk_start);
   // r ended: its decode snapshot stays cached but no longer moves with it.

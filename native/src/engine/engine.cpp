@@ -12,11 +12,6 @@
 
 namespace pe {
 
-static double now_seconds() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
 static void check_params(const pe_engine_params& p) {
   if (p.max_batch < 1) fail(PE_ERR_INVALID_ARGUMENT, "max_batch must be >= 1, got ", p.max_batch);
   if (p.max_model_len < 2) fail(PE_ERR_INVALID_ARGUMENT, "max_model_len must be >= 2, got ", p.max_model_len);
@@ -30,6 +25,8 @@ static void check_params(const pe_engine_params& p) {
     fail(PE_ERR_INVALID_ARGUMENT, "snapshot_interval_pages must be >= 1, got ", p.snapshot_interval_pages);
   if (p.kv_cache_bytes < 0) fail(PE_ERR_INVALID_ARGUMENT, "kv_cache_bytes must be >= 0, got ", p.kv_cache_bytes);
   if (!dtype_valid(p.kv_cache_dtype)) fail(PE_ERR_INVALID_ARGUMENT, "kv_cache_dtype: unknown code ", p.kv_cache_dtype);
+  if (p.overlap_schedule < -1 || p.overlap_schedule > 1)
+    fail(PE_ERR_INVALID_ARGUMENT, "overlap_schedule must be -1 (auto), 0 or 1, got ", p.overlap_schedule);
   if (!(p.gpu_mem_ratio > 0.0f && p.gpu_mem_ratio <= 1.0f))
     fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
 }
@@ -69,6 +66,7 @@ Engine::Engine(Model& model, const pe_engine_params& params) : model_(model), pa
   if (params_.prefix_cache && plan_.snapshot_slots > 0)
     cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
   sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get());
+  overlap_ = params_.overlap_schedule == 1 || (params_.overlap_schedule < 0 && dev == Device::CUDA);
   for (int32_t id : params_.eos_token_ids)
     if (id >= 0) eos_.push_back(id);
   device_bytes_baseline_ = device_bytes_in_use(dev);
@@ -226,6 +224,7 @@ void Engine::finish(Request* r, int32_t reason, const char* message) {
   ev.prompt_tokens = r->n_prompt;
   ev.cached_tokens = r->n_cached;
   if (message) std::snprintf(ev.error_message, sizeof(ev.error_message), "%s", message);
+  leave_launched(r);
   sched_->remove(r);
   push_event(ev);
 }
@@ -244,95 +243,6 @@ void Engine::drain_inbox() {
     if (Request* r = sched_->find(id)) finish(r, PE_FINISH_CANCELLED);
 }
 
-int32_t Engine::emit_token(Request& r, const SampleOut& so, int64_t step) {
-  const int32_t tok = so.token;
-  pe_event ev{};
-  ev.request_id = r.id;
-  ev.kind = PE_EVENT_TOKEN;
-  ev.token = tok;
-  ev.step = step;
-  ev.time = now_seconds();
-  if (r.logprobs >= 0) {
-    // Logprobs of the model's own distribution (raw logits: before penalties and temperature).
-    ev.n_top = r.logprobs;
-    ev.logprob = so.logprob;
-    std::memcpy(ev.top_ids, so.top_ids, sizeof(int32_t) * r.logprobs);
-    std::memcpy(ev.top_logprobs, so.top_logprobs, sizeof(float) * r.logprobs);
-  }
-  push_event(ev);
-  r.tokens.push_back(tok);
-  ++generated_tokens_;
-
-  const bool is_eos = std::find(eos_.begin(), eos_.end(), tok) != eos_.end();
-  const bool is_stop = std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end();
-  if ((is_eos && !r.ignore_eos) || is_stop) return PE_FINISH_STOP;
-  if (r.n_generated() >= r.max_tokens || static_cast<int64_t>(r.tokens.size()) >= params_.max_model_len)
-    return PE_FINISH_LENGTH;
-  return PE_FINISH_NONE;
-}
-
-void Engine::run_step() {
-  std::vector<ScheduledChunk> chunks = sched_->schedule();
-  if (chunks.empty()) {
-    // Nothing can run and nothing running will free memory: the head request can never fit.
-    const auto& w = sched_->waiting();
-    const auto& run = sched_->running();
-    Request* r = !run.empty() ? run.front().get() : !w.empty() ? w.front().get() : nullptr;
-    if (r) finish(r, PE_FINISH_ERROR, "request cannot be scheduled: not enough KV pages or GDN slots");
-    return;
-  }
-  Batch batch;
-  batch.host_outputs = model_.device() == Device::CPU;
-  batch.cuda_graph = params_.cuda_graphs != 0;
-  for (const ScheduledChunk& c : chunks) {
-    Request& r = *c.req;
-    SeqChunk s;
-    s.n_past = r.n_computed;
-    s.n_new = c.n_tokens;
-    s.gdn_slot = r.gdn_slot;
-    s.page_table = r.pages.data();
-    s.logits = r.n_computed + c.n_tokens == static_cast<int64_t>(r.tokens.size()) ? LogitsMode::Last : LogitsMode::None;
-    for (const SnapshotPoint& p : c.snapshots) s.snapshots.emplace_back(p.offset, p.slot);
-    batch.tokens.insert(batch.tokens.end(), r.tokens.begin() + r.n_computed,
-                        r.tokens.begin() + r.n_computed + c.n_tokens);
-    batch.seqs.push_back(std::move(s));
-  }
-  try {
-    model_.forward(batch, *kv_, *gdn_, result_);
-    jobs_.clear();
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      if (batch.seqs[i].logits != LogitsMode::Last) continue;
-      const Request& r = *chunks[i].req;
-      SampleJob j;
-      j.row = result_.logit_row_begin[i];
-      j.cfg = r.sampling;
-      j.u = uniform_at(r.sampling.seed, static_cast<uint64_t>(r.n_generated()));
-      j.n_logprobs = r.logprobs;
-      j.prompt = r.tokens.data();
-      j.n_prompt = r.n_prompt;
-      j.out = r.tokens.data() + r.n_prompt;
-      j.n_out = r.n_generated();
-      jobs_.push_back(j);
-    }
-    model_.sample(result_, jobs_, samples_);
-  } catch (const std::exception& e) {
-    sched_->abandon(chunks);
-    for (const ScheduledChunk& c : chunks) finish(c.req, PE_FINISH_ERROR, e.what());
-    return;
-  }
-  for (const ScheduledChunk& c : chunks)
-    prompt_tokens_ += std::max<int64_t>(0, std::min(c.req->n_prompt, c.req->n_computed + c.n_tokens) - c.req->n_computed);
-  sched_->commit(chunks);
-  const int64_t step = steps_++;
-  std::vector<std::pair<Request*, int32_t>> finished;
-  for (size_t i = 0, k = 0; i < chunks.size(); ++i) {
-    if (batch.seqs[i].logits != LogitsMode::Last) continue;
-    const int32_t reason = emit_token(*chunks[i].req, samples_[k++], step);
-    if (reason != PE_FINISH_NONE) finished.emplace_back(chunks[i].req, reason);
-  }
-  for (auto& [r, reason] : finished) finish(r, reason);
-}
-
 void Engine::publish_stats() {
   pe_engine_stats s{};
   s.running = static_cast<int32_t>(sched_->n_running());
@@ -349,6 +259,8 @@ void Engine::publish_stats() {
   s.prompt_tokens = prompt_tokens_;
   s.generated_tokens = generated_tokens_;
   s.device_bytes_baseline = device_bytes_baseline_;
+  s.overlapped_steps = overlapped_steps_;
+  s.overlap_dropped_tokens = overlap_dropped_tokens_;
   std::lock_guard<std::mutex> g(stats_mu_);
   stats_ = s;
 }
@@ -369,16 +281,23 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lk(in_mu_);
       in_cv_.wait(lk, [&] {
-        return stop_ || !inbox_.empty() || !cancels_.empty() || sched_->n_running() > 0 || sched_->n_waiting() > 0;
+        return stop_ || !inbox_.empty() || !cancels_.empty() || sched_->n_running() > 0 || sched_->n_waiting() > 0 ||
+               launched_;
       });
       if (stop_) break;
     }
     drain_inbox();
-    if (sched_->n_running() > 0 || sched_->n_waiting() > 0) run_step();
+    if (sched_->n_running() > 0 || sched_->n_waiting() > 0 || launched_) run_step();
     publish_stats();
     flush_events();
   }
-  // Shutdown: every request still known ends as cancelled.
+  // Shutdown: the queued step is read (its tokens are emitted), then every request still known
+  // ends as cancelled.
+  if (launched_) {
+    LaunchedStep s = std::move(*launched_);
+    launched_.reset();
+    collect(s);
+  }
   drain_inbox();
   while (!sched_->running().empty()) finish(sched_->running().front().get(), PE_FINISH_CANCELLED);
   while (!sched_->waiting().empty()) finish(sched_->waiting().front().get(), PE_FINISH_CANCELLED);

@@ -1,11 +1,25 @@
 // The engine: a thread that loops schedule -> forward -> sample -> events over a model, with a
 // thread-safe inbox (add, cancel) and outbox (events) for the C API.
+//
+// Overlapped steps (engine option overlap_schedule; on by default on CUDA): while every running
+// request is decoding, the next step is queued on the model before the current step's tokens are
+// read back, its input tokens taken from where the model sampled them (Batch::token_from_sample).
+// The host's work between two steps (reading the tokens, events, scheduling, the next upload and
+// launches) then runs while the device computes, instead of between the device's steps. The
+// next step is known without the tokens except for requests that stop on a sampled token
+// (eos, a stop id) or are cancelled: they have computed one token too many when they finish,
+// which is dropped; their pages and slot go back at once, since any later use of them is queued
+// behind that step. Steps that admit, prefill or preempt run one at a time as before
+// (engine_step.cpp).
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,6 +32,12 @@
 #include "pyengine.h"
 
 namespace pe {
+
+// Event times: seconds on the steady clock.
+inline double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
 
 class Engine {
  public:
@@ -43,7 +63,23 @@ class Engine {
   void enqueue(std::vector<std::unique_ptr<Request>>& requests, uint64_t* out_ids);
   void loop();
   void drain_inbox();
+  // Step execution (engine_step.cpp).
+  struct LaunchedStep {
+    std::vector<ScheduledChunk> chunks;
+    std::vector<int32_t> job_of;  // per chunk: its sample job, -1 when it samples no token
+  };
   void run_step();
+  // Queues a step's forward and sampling. in_flight non-empty: an overlapped step, chunk i's
+  // request has in_flight[i] tokens queued before it and its input token is job from[i] of the
+  // previous launch. On failure returns false with the error in `error` (nothing to collect).
+  bool launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_t>& in_flight,
+              const std::vector<int32_t>& from, LaunchedStep& out, std::string& error);
+  // The overlapped step behind `prev`, when the step after it is known without its tokens.
+  bool launch_follow(const LaunchedStep& prev, LaunchedStep& out, std::string& error);
+  // Reads a launched step's tokens, commits its chunks and emits its events.
+  void collect(LaunchedStep& s);
+  // A request that finishes leaves the queued step (its output there is dropped).
+  void leave_launched(Request* r);
   // Emits r's sampled token; returns the finish reason it causes (PE_FINISH_NONE: none).
   int32_t emit_token(Request& r, const SampleOut& s, int64_t step);
   int64_t memory_budget(const PlanRequest& pr);
@@ -79,6 +115,9 @@ class Engine {
 
   int64_t steps_ = 0;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  int64_t overlapped_steps_ = 0, overlap_dropped_tokens_ = 0;
+  bool overlap_ = false;
+  std::optional<LaunchedStep> launched_;  // queued on the model, tokens not yet read
   ForwardResult result_;
   std::vector<SampleJob> jobs_;
   std::vector<SampleOut> samples_;

@@ -100,7 +100,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       if (r->n_remaining() > 1 && r->n_computed > 0) {
         int64_t n = std::min({r->n_remaining(), p_.chunked_prefill_size, budget});
         if (ensure_pages(*r, n)) out.push_back({r.get(), n, {}});
-        if (cache_ && !out.empty()) out[0].snapshots = cache_->plan_snapshots(*r, n);
+        if (cache_ && !out.empty()) out[0].snapshots = cache_->plan_snapshots(*r, r->n_computed, n);
         return out;
       }
   }
@@ -163,8 +163,17 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     budget -= n;
   }
   if (cache_)
-    for (ScheduledChunk& c : out) c.snapshots = cache_->plan_snapshots(*c.req, c.n_tokens);
+    for (ScheduledChunk& c : out) c.snapshots = cache_->plan_snapshots(*c.req, c.req->n_computed, c.n_tokens);
   return out;
+}
+
+bool Scheduler::schedule_follow(Request& r, int64_t in_flight, ScheduledChunk& out) {
+  if (!ensure_pages(r, in_flight + 1)) return false;
+  out.req = &r;
+  out.n_tokens = 1;
+  out.snapshots.clear();
+  if (cache_) out.snapshots = cache_->plan_snapshots(r, r.n_computed + in_flight, 1);
+  return true;
 }
 
 void Scheduler::abandon(const std::vector<ScheduledChunk>& chunks) {

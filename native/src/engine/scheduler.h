@@ -42,6 +42,10 @@ class Scheduler {
   std::vector<ScheduledChunk> schedule();
   // After the forward: the chunks' tokens are now computed (and offered to the prefix cache).
   void commit(const std::vector<ScheduledChunk>& chunks);
+  // Overlapped steps (engine.h): r's decode chunk after `in_flight` tokens of it that are queued
+  // but not committed yet (their step runs). Allocates its pages and plans its snapshots; false
+  // when a page is not free (nothing is preempted for it).
+  bool schedule_follow(Request& r, int64_t in_flight, ScheduledChunk& out);
   // Returns the snapshot slots of chunks that will not run (the step failed).
   void abandon(const std::vector<ScheduledChunk>& chunks);
   // Removes a request (finished or cancelled), releases its slot and pages.

@@ -66,13 +66,18 @@ void Model::load_dummy(DType matrix_dtype, uint64_t seed) {
   finalize();
 }
 
-void Model::sample(const ForwardResult& res, const std::vector<SampleJob>& jobs, std::vector<SampleOut>& outs) {
+void Model::sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs) {
+  if (static_cast<int>(pending_samples_.size()) >= kMaxPendingSamples)
+    fail(PE_ERR_INTERNAL, "sample_launch: ", kMaxPendingSamples, " launches are already waiting to be collected");
   const int64_t V = cfg_.vocab;
   sample_work_.resize(static_cast<size_t>(2 * V));
   sample_idx_.resize(static_cast<size_t>(V));
-  outs.assign(jobs.size(), SampleOut{});
+  std::vector<SampleOut> outs(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     const SampleJob& j = jobs[i];
+    if (j.row < 0 || (j.row + 1) * V > static_cast<int64_t>(res.logits.size()))
+      fail(PE_ERR_INTERNAL, "sample_launch: job ", i, " reads logits row ", j.row, " of ",
+           static_cast<int64_t>(res.logits.size()) / V);
     const float* logits = res.logits.data() + j.row * V;
     float* work = sample_work_.data();
     std::memcpy(work, logits, sizeof(float) * V);
@@ -81,6 +86,32 @@ void Model::sample(const ForwardResult& res, const std::vector<SampleJob>& jobs,
     if (j.n_logprobs >= 0)
       cpu::logprobs(logits, V, outs[i].token, j.n_logprobs, &outs[i].logprob, outs[i].top_ids, outs[i].top_logprobs);
   }
+  last_tokens_.resize(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) last_tokens_[i] = outs[i].token;
+  pending_samples_.push_back(std::move(outs));
+}
+
+void Model::sample_collect(std::vector<SampleOut>& outs) {
+  if (pending_samples_.empty()) fail(PE_ERR_INTERNAL, "sample_collect: nothing was launched");
+  outs = std::move(pending_samples_.front());
+  pending_samples_.pop_front();
+}
+
+const std::vector<int32_t>& Model::host_tokens(const Batch& b) {
+  fed_tokens_ = b.tokens;
+  if (b.token_from_sample.empty()) return fed_tokens_;
+  if (b.token_from_sample.size() != b.tokens.size())
+    fail(PE_ERR_INTERNAL, "batch has ", b.tokens.size(), " tokens but ", b.token_from_sample.size(),
+         " token_from_sample entries");
+  for (size_t i = 0; i < fed_tokens_.size(); ++i) {
+    const int32_t k = b.token_from_sample[i];
+    if (k < 0) continue;
+    if (k >= static_cast<int32_t>(last_tokens_.size()))
+      fail(PE_ERR_INTERNAL, "token_from_sample: row ", i, " takes job ", k, " of a launch with ", last_tokens_.size(),
+           " jobs");
+    fed_tokens_[i] = last_tokens_[k];
+  }
+  return fed_tokens_;
 }
 
 }  // namespace pe

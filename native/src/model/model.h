@@ -7,6 +7,7 @@
 // logits and sampling on the GPU and hands back only token ids and requested logprobs.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,10 @@ struct Batch {
   // CUDA: a decode-only step (one token per sequence, no snapshots, no host outputs) may run as a
   // replayed CUDA graph (engine option cuda_graphs). Ignored elsewhere.
   bool cuda_graph = false;
+  // Rows whose token is still where the model sampled it: row i's token is the one sampled for job
+  // token_from_sample[i] of the latest sample_launch (-1: tokens[i] as given; empty: every row as
+  // given). The engine's overlapped steps (engine.h) feed one step's tokens to the next this way.
+  std::vector<int32_t> token_from_sample;
 };
 
 struct ForwardResult {
@@ -106,8 +111,19 @@ class Model {
   virtual void forward(const Batch& batch, KvPool& kv, GdnPool& gdn, ForwardResult& out) = 0;
 
   // Samples one token per job from the last forward's logits; penalties and temperature apply,
-  // logprobs are of the raw distribution. Host implementation on out.logits by default.
-  virtual void sample(const ForwardResult& res, const std::vector<SampleJob>& jobs, std::vector<SampleOut>& outs);
+  // logprobs are of the raw distribution. In two halves, so the engine can queue the next forward
+  // between them: sample_launch queues the sampling, sample_collect returns the outputs of the
+  // oldest launch not yet collected (at most kMaxPendingSamples launches are outstanding; a launch
+  // that throws leaves none). The next forward may take the latest launch's tokens before they are
+  // collected (Batch::token_from_sample). Host implementation on out.logits by default (it samples
+  // at launch).
+  static constexpr int kMaxPendingSamples = 2;
+  virtual void sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs);
+  virtual void sample_collect(std::vector<SampleOut>& outs);
+  void sample(const ForwardResult& res, const std::vector<SampleJob>& jobs, std::vector<SampleOut>& outs) {
+    sample_launch(res, jobs);
+    sample_collect(outs);
+  }
 
   // Prepares workspace for steps of up to max_tokens tokens over max_seqs sequences with contexts
   // up to max_context, so no step allocates afterwards.
@@ -118,6 +134,9 @@ class Model {
   virtual int64_t weight_bytes() const { return weights_.bytes_total(); }
 
  protected:
+  // The batch's tokens with its token_from_sample rows filled from the latest host sample_launch.
+  const std::vector<int32_t>& host_tokens(const Batch& b);
+
   ModelConfig cfg_;
   WeightStore weights_;
   DType weight_quant_ = DType::F32;
@@ -125,6 +144,9 @@ class Model {
  private:
   std::vector<float> sample_work_;
   std::vector<int32_t> sample_idx_;
+  std::deque<std::vector<SampleOut>> pending_samples_;  // host launches not yet collected
+  std::vector<int32_t> last_tokens_;  // the latest launch's tokens
+  std::vector<int32_t> fed_tokens_;
 };
 
 }  // namespace pe

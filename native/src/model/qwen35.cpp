@@ -205,11 +205,12 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
   const int64_t T = static_cast<int64_t>(b.tokens.size());
   const int64_t H = c.hidden;
   set_positions(b, ws);
-  for (int32_t t : b.tokens)
+  const std::vector<int32_t>& tokens = host_tokens(b);
+  for (int32_t t : tokens)
     if (t < 0 || t >= c.vocab) fail(PE_ERR_INVALID_ARGUMENT, "token id ", t, " outside the vocabulary");
 
   float* x = Workspace::get(ws.x, T * H);
-  cpu::embedding(weights_.matrix("embed_tokens.weight"), b.tokens.data(), T, x);
+  cpu::embedding(weights_.matrix("embed_tokens.weight"), tokens.data(), T, x);
   int64_t gi = 0, ai = 0;
   for (const LayerViews& L : layers_) decoder_layer(L, L.full ? ai++ : gi++, b, kv, &gdn, x, ws);
   res.hidden.resize(T * H);

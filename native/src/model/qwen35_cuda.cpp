@@ -99,8 +99,10 @@ void CudaQwen35Model::reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_
     if (n <= max_tokens)
       scratch = std::max(scratch, cuda::attention_paged_scratch_bytes(n, std::max<int64_t>(0, max_context - n),
                                                                       c.n_heads, c.n_kv_heads, c.head_dim));
-  const int64_t pages_per_seq = max_context + 1;  // page size >= 1
-  ensure_workspace(max_tokens, max_seqs, 2 * max_tokens + max_seqs * pages_per_seq, scratch);
+  // forward's ints: tokens, positions, cache rows and fed-token indices per token; pages (page
+  // size >= 1) and the GDN slot per sequence.
+  const int64_t pages_per_seq = max_context + 1;
+  ensure_workspace(max_tokens, max_seqs, 4 * max_tokens + max_seqs * (pages_per_seq + 1), scratch);
 }
 
 void CudaQwen35Model::linear(const float* x, int64_t n, const Projection& p, float* out, const cuda::SplitNorm* norm) {
@@ -318,8 +320,17 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
     fail(PE_ERR_INVALID_ARGUMENT, "the CUDA model needs KV and GDN pools in device memory");
   const ModelConfig& c = cfg_;
   const int64_t T = static_cast<int64_t>(b.tokens.size()), H = c.hidden;
-  for (int32_t t : b.tokens)
-    if (t < 0 || t >= c.vocab) fail(PE_ERR_INVALID_ARGUMENT, "token id ", t, " outside the vocabulary");
+  const bool fed = !b.token_from_sample.empty();
+  if (fed && static_cast<int64_t>(b.token_from_sample.size()) != T)
+    fail(PE_ERR_INTERNAL, "batch has ", T, " tokens but ", b.token_from_sample.size(), " token_from_sample entries");
+  for (int64_t i = 0; i < T; ++i) {
+    const int32_t from = fed ? b.token_from_sample[i] : -1;
+    if (from >= last_sample_jobs_)
+      fail(PE_ERR_INTERNAL, "token_from_sample: row ", i, " takes job ", from, " of a launch with ", last_sample_jobs_,
+           " jobs");
+    if (from < 0 && (b.tokens[i] < 0 || b.tokens[i] >= c.vocab))
+      fail(PE_ERR_INVALID_ARGUMENT, "token id ", b.tokens[i], " outside the vocabulary");
+  }
 
   // Token ids, positions and page tables go up in one copy.
   host_ints_.assign(b.tokens.begin(), b.tokens.end());
@@ -342,15 +353,28 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   for (const SeqChunk& s : b.seqs)
     for (int64_t t = s.n_past; t < s.n_past + s.n_new; ++t)
       host_ints_.push_back(static_cast<int32_t>(static_cast<int64_t>(s.page_table[t / ps]) * ps + t % ps));
+  const int64_t from_off = static_cast<int64_t>(host_ints_.size());
+  if (fed) host_ints_.insert(host_ints_.end(), b.token_from_sample.begin(), b.token_from_sample.end());
   size_t scratch = 0;
   for (const SeqChunk& s : b.seqs)
     scratch = std::max(scratch, cuda::attention_paged_scratch_bytes(s.n_new, s.n_past, c.n_heads, c.n_kv_heads,
                                                                      c.head_dim));
-  // Every buffer the step uses exists before its launches (a captured step must not allocate).
-  ensure_workspace(T, b.host_outputs ? 1 : std::max<int64_t>(n_rows, 1), static_cast<int64_t>(host_ints_.size()),
-                   scratch);
+  // Every buffer the step uses exists before its launches (a captured step must not allocate). Fed
+  // tokens are read from sample_out_, which must not move (it would, were the rows to grow).
+  const int64_t rows_needed = b.host_outputs ? 1 : std::max<int64_t>(n_rows, 1);
+  if (fed && (b.host_outputs || rows_needed > cap_rows_))
+    fail(PE_ERR_INTERNAL, "token_from_sample: a step of ", rows_needed, " logit rows after a sampling of ", cap_rows_);
+  ensure_workspace(T, rows_needed, static_cast<int64_t>(host_ints_.size()), scratch);
   int32_t* d_ints = ints_.as<int32_t>();
-  mem_upload(Device::CUDA, d_ints, host_ints_.data(), host_ints_.size() * sizeof(int32_t));
+  // ints_ itself is rewritten only in stream order; the host staging waits for its last upload.
+  Staging& up = upload_[upload_turn_ ^= 1];
+  const size_t ints_bytes = host_ints_.size() * sizeof(int32_t);
+  up.consumed.wait();
+  if (up.host.size() < ints_bytes) up.host = cuda::PinnedBuffer(std::max<size_t>(ints_bytes, 4096));
+  std::memcpy(up.host.data(), host_ints_.data(), ints_bytes);
+  cuda::upload_async(d_ints, up.host, ints_bytes);
+  up.consumed.record();
+  if (fed) cuda::feed_tokens(d_ints, d_ints + from_off, sample_out_.as<int32_t>(), T, cuda::stream());
   d_pos_ = d_ints + T;
   d_pages_ = d_ints + 2 * T;
   d_slots_ = d_ints + slots_off;

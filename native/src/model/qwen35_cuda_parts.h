@@ -8,6 +8,7 @@
 
 #include "core/buffer.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/step_graphs.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -63,7 +64,8 @@ class CudaQwen35Model : public Model {
   void finalize() override;
   void load_dummy(DType matrix_dtype, uint64_t seed) override;
   void forward(const Batch& batch, KvPool& kv, GdnPool& gdn, ForwardResult& out) override;
-  void sample(const ForwardResult& res, const std::vector<SampleJob>& jobs, std::vector<SampleOut>& outs) override;
+  void sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs) override;
+  void sample_collect(std::vector<SampleOut>& outs) override;
   void reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) override;
   int64_t weight_bytes() const override { return weight_bytes_; }
 
@@ -106,6 +108,24 @@ class CudaQwen35Model : public Model {
   int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
   const float* last_logits_ = nullptr;
   std::vector<int32_t> host_ints_;
+  // The step's ints go up from page-locked staging, two in turn: a step's upload is queued behind
+  // the previous step's work without the host waiting for it (overlapped steps, engine.h).
+  struct Staging {
+    cuda::PinnedBuffer host;
+    cuda::StreamEvent consumed;  // the upload that reads `host` is done
+  };
+  Staging upload_[2];
+  int upload_turn_ = 0;
+  // Launched samplings not yet collected (FIFO): their outputs come back into `host`.
+  struct PendingSample {
+    cuda::PinnedBuffer host;
+    cuda::StreamEvent done;
+    int64_t rows = 0;                 // the output layout's row capacity (sample_out_)
+    std::vector<int32_t> n_logprobs;  // per job
+  };
+  PendingSample samples_[kMaxPendingSamples];
+  int64_t samples_launched_ = 0, samples_collected_ = 0;
+  int64_t last_sample_jobs_ = 0;  // jobs of the latest launch (token_from_sample's range)
   std::vector<int64_t> page_table_off_;
   const int32_t* d_pos_ = nullptr;
   const int32_t* d_pages_ = nullptr;

@@ -1,5 +1,5 @@
 // CUDA model, sampling: penalties, sampling and logprobs run on the device logits of the last
-// forward; only the token ids (and requested logprobs) are copied back, in one transfer each.
+// forward; only the token ids (and requested logprobs) are copied back, in one transfer.
 #ifdef PE_WITH_CUDA  // the CUDA model exists only in builds with the CUDA backend
 #include <algorithm>
 #include <unordered_map>
@@ -45,13 +45,15 @@ void penalty_table(const SampleJob& j, int64_t V, std::vector<int32_t>& ids, std
 
 }  // namespace
 
-void CudaQwen35Model::sample(const ForwardResult& res, const std::vector<SampleJob>& jobs,
-                             std::vector<SampleOut>& outs) {
+// Queues penalties, sampling and logprobs of every job, then one copy of the outputs into the
+// launch's page-locked buffer; sample_collect waits for that copy alone. Logprobs read the sampled
+// id on the device, so nothing waits for the host between the sampling and the next forward.
+void CudaQwen35Model::sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs) {
   std::lock_guard<std::mutex> lock(forward_mu_);
   const int64_t V = cfg_.vocab, n = static_cast<int64_t>(jobs.size());
-  outs.assign(jobs.size(), SampleOut{});
-  if (n == 0) return;
-  if (!last_logits_) fail(PE_ERR_STATE, "sample before any forward");
+  if (samples_launched_ - samples_collected_ >= kMaxPendingSamples)
+    fail(PE_ERR_INTERNAL, "sample_launch: ", kMaxPendingSamples, " launches are already waiting to be collected");
+  if (n > 0 && !last_logits_) fail(PE_ERR_STATE, "sample before any forward");
   if (n > cap_rows_) fail(PE_ERR_INTERNAL, "sample: ", n, " jobs but the last forward had ", cap_rows_, " rows");
   cudaStream_t st = cuda::stream();
   // sample_out_: tokens [rows] | logprob [rows] | top ids [rows, 20] | top logprobs [rows, 20]
@@ -60,6 +62,7 @@ void CudaQwen35Model::sample(const ForwardResult& res, const std::vector<SampleJ
   int32_t* d_top = reinterpret_cast<int32_t*>(d_lp + cap_rows_);
   float* d_top_lp = reinterpret_cast<float*>(d_top + cap_rows_ * PE_MAX_TOP_LOGPROBS);
   std::vector<int32_t> ids, counts;
+  bool any_lp = false;
   for (int64_t i = 0; i < n; ++i) {
     const SampleJob& j = jobs[i];
     const float* row = last_logits_ + j.row * V;
@@ -77,30 +80,43 @@ void CudaQwen35Model::sample(const ForwardResult& res, const std::vector<SampleJ
       src = pen;
     }
     cuda::sample(src, V, j.cfg, j.u, d_tok + i, sample_scratch_.data(), sample_scratch_.size(), st);
+    if (j.n_logprobs >= 0) {
+      any_lp = true;
+      cuda::logprobs(row, V, d_tok + i, j.n_logprobs, d_lp + i, d_top + i * PE_MAX_TOP_LOGPROBS,
+                     d_top_lp + i * PE_MAX_TOP_LOGPROBS, st);
+    }
   }
-  std::vector<int32_t> toks(static_cast<size_t>(n));
-  mem_download(Device::CUDA, toks.data(), d_tok, sizeof(int32_t) * n);
-  bool any_lp = false;
+  PendingSample& p = samples_[samples_launched_ % kMaxPendingSamples];
+  // The slot's previous launch was collected (the count above), so its copy is done.
+  const size_t bytes = any_lp ? sample_out_.size() : sizeof(int32_t) * std::max<int64_t>(n, 1);
+  if (p.host.size() < sample_out_.size()) p.host = cuda::PinnedBuffer(sample_out_.size());
+  if (n > 0) cuda::download_async(p.host, sample_out_.data(), bytes);
+  p.done.record();
+  p.rows = cap_rows_;
+  p.n_logprobs.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p.n_logprobs[i] = jobs[i].n_logprobs;
+  ++samples_launched_;
+  last_sample_jobs_ = n;
+}
+
+void CudaQwen35Model::sample_collect(std::vector<SampleOut>& outs) {
+  std::lock_guard<std::mutex> lock(forward_mu_);
+  if (samples_collected_ == samples_launched_) fail(PE_ERR_INTERNAL, "sample_collect: nothing was launched");
+  PendingSample& p = samples_[samples_collected_++ % kMaxPendingSamples];
+  const int64_t n = static_cast<int64_t>(p.n_logprobs.size());
+  outs.assign(static_cast<size_t>(n), SampleOut{});
+  p.done.wait();
+  const int32_t* tok = p.host.as<int32_t>();
+  const float* lp = reinterpret_cast<const float*>(tok + p.rows);
+  const int32_t* top = reinterpret_cast<const int32_t*>(lp + p.rows);
+  const float* top_lp = reinterpret_cast<const float*>(top + p.rows * PE_MAX_TOP_LOGPROBS);
   for (int64_t i = 0; i < n; ++i) {
-    outs[i].token = toks[i];
-    const SampleJob& j = jobs[i];
-    if (j.n_logprobs < 0) continue;
-    any_lp = true;
-    cuda::logprobs(last_logits_ + j.row * V, V, toks[i], j.n_logprobs, d_lp + i, d_top + i * PE_MAX_TOP_LOGPROBS,
-                   d_top_lp + i * PE_MAX_TOP_LOGPROBS, st);
-  }
-  if (!any_lp) return;
-  std::vector<float> lp(static_cast<size_t>(n));
-  std::vector<int32_t> top(static_cast<size_t>(n * PE_MAX_TOP_LOGPROBS));
-  std::vector<float> top_lp(static_cast<size_t>(n * PE_MAX_TOP_LOGPROBS));
-  mem_download(Device::CUDA, lp.data(), d_lp, sizeof(float) * n);
-  mem_download(Device::CUDA, top.data(), d_top, sizeof(int32_t) * top.size());
-  mem_download(Device::CUDA, top_lp.data(), d_top_lp, sizeof(float) * top_lp.size());
-  for (int64_t i = 0; i < n; ++i) {
-    if (jobs[i].n_logprobs < 0) continue;
+    outs[i].token = tok[i];
+    const int32_t k = p.n_logprobs[i];
+    if (k < 0) continue;
     outs[i].logprob = lp[i];
-    std::copy_n(top.data() + i * PE_MAX_TOP_LOGPROBS, jobs[i].n_logprobs, outs[i].top_ids);
-    std::copy_n(top_lp.data() + i * PE_MAX_TOP_LOGPROBS, jobs[i].n_logprobs, outs[i].top_logprobs);
+    std::copy_n(top + i * PE_MAX_TOP_LOGPROBS, k, outs[i].top_ids);
+    std::copy_n(top_lp + i * PE_MAX_TOP_LOGPROBS, k, outs[i].top_logprobs);
   }
 }
 

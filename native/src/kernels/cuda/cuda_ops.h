@@ -299,8 +299,9 @@ size_t sample_scratch_bytes(int64_t V);
 void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, int32_t* token,
             void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
-// Device outputs: *token_logprob, top_ids[n_top], top_logprobs[n_top] (n_top <= 64).
-void logprobs(const float* logits, int64_t V, int32_t token, int32_t n_top, float* token_logprob,
+// Device outputs: *token_logprob (of the id at *token, device memory: a sampled id need not come
+// back to the host first), top_ids[n_top], top_logprobs[n_top] (n_top <= 64).
+void logprobs(const float* logits, int64_t V, const int32_t* token, int32_t n_top, float* token_logprob,
               int32_t* top_ids, float* top_logprobs, cudaStream_t stream);
 
 }  // namespace cuda

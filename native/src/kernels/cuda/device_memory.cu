@@ -65,6 +65,68 @@ void mem_info(size_t* free_bytes, size_t* total_bytes) {
   PE_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
+PinnedBuffer::PinnedBuffer(size_t bytes) : n_(bytes) {
+  if (bytes == 0) return;
+  const cudaError_t e = cudaHostAlloc(&p_, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    p_ = nullptr;
+    n_ = 0;
+    fail(PE_ERR_OUT_OF_MEMORY, "cannot allocate ", bytes, " bytes of page-locked host memory: ", cudaGetErrorString(e));
+  }
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (p_) cudaFreeHost(p_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept : p_(o.p_), n_(o.n_) {
+  o.p_ = nullptr;
+  o.n_ = 0;
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (p_) cudaFreeHost(p_);
+    p_ = o.p_;
+    n_ = o.n_;
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  return *this;
+}
+
+void upload_async(void* dst, const PinnedBuffer& host, size_t bytes) {
+  if (bytes > host.size()) fail(PE_ERR_INTERNAL, "upload_async: ", bytes, " bytes from a pinned buffer of ", host.size());
+  PE_CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), bytes, cudaMemcpyHostToDevice, stream()));
+}
+
+void download_async(PinnedBuffer& host, const void* src, size_t bytes) {
+  if (bytes > host.size())
+    fail(PE_ERR_INTERNAL, "download_async: ", bytes, " bytes into a pinned buffer of ", host.size());
+  PE_CUDA_CHECK(cudaMemcpyAsync(host.data(), src, bytes, cudaMemcpyDeviceToHost, stream()));
+}
+
+StreamEvent::~StreamEvent() {
+  if (ev_) cudaEventDestroy(static_cast<cudaEvent_t>(ev_));
+}
+
+void StreamEvent::record() {
+  if (!ev_) {
+    cudaEvent_t e = nullptr;
+    PE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    ev_ = e;
+  }
+  PE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ev_), stream()));
+  pending_ = true;
+}
+
+void StreamEvent::wait() {
+  if (!pending_) return;
+  pending_ = false;
+  PE_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_)));
+}
+
 namespace {
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {

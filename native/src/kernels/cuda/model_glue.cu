@@ -162,7 +162,18 @@ __global__ void penalties_kernel(float* logits, const int32_t* ids, const int32_
   logits[ids[i]] = l;
 }
 
+__global__ void feed_tokens_kernel(int32_t* tokens, const int32_t* from, const int32_t* sampled, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && from[i] >= 0) tokens[i] = sampled[from[i]];
+}
+
 }  // namespace
+
+void feed_tokens(int32_t* tokens, const int32_t* from, const int32_t* sampled, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  feed_tokens_kernel<<<grid_1d(n, 256), 256, 0, stream>>>(tokens, from, sampled, n);
+  PE_CUDA_LAUNCH_CHECK();
+}
 
 void gather_heads(const float* src, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_stride,
                   int64_t dim, float* dst, cudaStream_t stream) {

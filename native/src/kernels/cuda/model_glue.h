@@ -14,6 +14,11 @@ typedef struct CUstream_st* cudaStream_t;
 namespace pe {
 namespace cuda {
 
+// tokens[i] = sampled[from[i]] where from[i] >= 0 (else unchanged), i < n: a step's token ids
+// taken from the previous step's sampled ids without a trip through the host (overlapped steps,
+// engine/engine.h). (CPU twin: Model::host_tokens.)
+void feed_tokens(int32_t* tokens, const int32_t* from, const int32_t* sampled, int64_t n, cudaStream_t stream);
+
 // dst[t, h, :] = src[t * token_stride + h * head_stride + (0 .. dim)], dst dense
 // [n_tokens, n_heads, dim]. (CPU twin: a memcpy per head.)
 void gather_heads(const float* src, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t head_stride,

@@ -226,9 +226,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void __launch_bounds__(kThreads)
-    logprobs_kernel(const float* logits, int64_t V, int32_t token, int32_t n_top,
+    logprobs_kernel(const float* logits, int64_t V, const int32_t* token_at, int32_t n_top,
                     float* token_logprob, int32_t* top_ids, float* top_logprobs) {
   __shared__ Shared s;
+  const int32_t token = *token_at;
   float m = -INFINITY;
   for (int64_t i = threadIdx.x; i < V; i += kThreads) m = fmaxf(m, logits[i]);
   m = block_max_f(m, s);
@@ -331,7 +332,7 @@ void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, in
   PE_CUDA_LAUNCH_CHECK();
 }
 
-void logprobs(const float* logits, int64_t V, int32_t token, int32_t n_top, float* token_logprob,
+void logprobs(const float* logits, int64_t V, const int32_t* token, int32_t n_top, float* token_logprob,
               int32_t* top_ids, float* top_logprobs, cudaStream_t stream) {
   if (V <= 0 || V > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda::logprobs: bad vocabulary size ", V);
   if (n_top < 0 || n_top > 64) fail(PE_ERR_INVALID_ARGUMENT, "cuda::logprobs: n_top must be 0..64");

@@ -1,0 +1,210 @@
+// Engine steps: schedule -> forward -> sample -> commit -> events, with the overlapped steps of
+// engine.h (the next decode step queued before the current one's tokens are read).
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "kernels/sampling.h"
+
+namespace pe {
+namespace {
+
+bool uses_penalties(const SamplingConfig& c) {
+  return c.repetition_penalty != 1.0f || c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f;
+}
+
+}  // namespace
+
+bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_t>& in_flight,
+                    const std::vector<int32_t>& from, LaunchedStep& out, std::string& error) {
+  const bool fed = !in_flight.empty();
+  Batch batch;
+  batch.host_outputs = model_.device() == Device::CPU;
+  batch.cuda_graph = params_.cuda_graphs != 0;
+  out.chunks = std::move(chunks);
+  out.job_of.assign(out.chunks.size(), -1);
+  jobs_.clear();
+  for (size_t i = 0; i < out.chunks.size(); ++i) {
+    const ScheduledChunk& c = out.chunks[i];
+    Request& r = *c.req;
+    const int64_t ahead = fed ? in_flight[i] : 0;  // tokens of r queued in the step before
+    SeqChunk s;
+    s.n_past = r.n_computed + ahead;
+    s.n_new = c.n_tokens;
+    s.gdn_slot = r.gdn_slot;
+    s.page_table = r.pages.data();
+    const bool last = fed || r.n_computed + c.n_tokens == static_cast<int64_t>(r.tokens.size());
+    s.logits = last ? LogitsMode::Last : LogitsMode::None;
+    for (const SnapshotPoint& p : c.snapshots) s.snapshots.emplace_back(p.offset, p.slot);
+    if (fed) {
+      batch.tokens.push_back(0);  // written on the device from the previous step's sample
+      batch.token_from_sample.push_back(from[i]);
+    } else {
+      batch.tokens.insert(batch.tokens.end(), r.tokens.begin() + r.n_computed,
+                          r.tokens.begin() + r.n_computed + c.n_tokens);
+    }
+    batch.seqs.push_back(std::move(s));
+    if (!last) continue;
+    SampleJob j;
+    j.cfg = r.sampling;
+    // The token index counts the token the step before samples, which r.tokens does not hold yet.
+    j.u = uniform_at(r.sampling.seed, static_cast<uint64_t>(r.n_generated() + (fed ? 1 : 0)));
+    j.n_logprobs = r.logprobs;
+    j.prompt = r.tokens.data();
+    j.n_prompt = r.n_prompt;
+    j.out = r.tokens.data() + r.n_prompt;
+    j.n_out = r.n_generated();
+    out.job_of[i] = static_cast<int32_t>(jobs_.size());
+    jobs_.push_back(j);
+  }
+  try {
+    model_.forward(batch, *kv_, *gdn_, result_);
+    for (size_t i = 0, k = 0; i < out.chunks.size(); ++i)
+      if (out.job_of[i] >= 0) jobs_[k++].row = result_.logit_row_begin[i];
+    model_.sample_launch(result_, jobs_);
+  } catch (const std::exception& e) {
+    sched_->abandon(out.chunks);
+    error = e.what();
+    return false;
+  }
+  return true;
+}
+
+bool Engine::launch_follow(const LaunchedStep& prev, LaunchedStep& out, std::string& error) {
+  {
+    std::lock_guard<std::mutex> g(in_mu_);
+    if (!inbox_.empty() || !cancels_.empty()) return false;  // admissions and cancels first
+  }
+  if (sched_->n_waiting() > 0) return false;
+  // Every running request samples in prev (none is prefilling) and none needs its history on the
+  // host for penalties.
+  for (const auto& r : sched_->running()) {
+    if (uses_penalties(r->sampling)) return false;
+    bool samples = false;
+    for (size_t i = 0; i < prev.chunks.size() && !samples; ++i)
+      samples = prev.chunks[i].req == r.get() && prev.job_of[i] >= 0;
+    if (!samples) return false;
+  }
+  std::vector<ScheduledChunk> chunks;
+  std::vector<int64_t> in_flight;
+  std::vector<int32_t> from;
+  for (size_t i = 0; i < prev.chunks.size(); ++i) {
+    Request& r = *prev.chunks[i].req;
+    // Requests that end by length with prev's token are left out (known now).
+    if (r.n_generated() + 1 >= r.max_tokens || static_cast<int64_t>(r.tokens.size()) + 1 >= params_.max_model_len)
+      continue;
+    ScheduledChunk c;
+    if (!sched_->schedule_follow(r, prev.chunks[i].n_tokens, c)) {
+      sched_->abandon(chunks);
+      return false;
+    }
+    chunks.push_back(std::move(c));
+    in_flight.push_back(prev.chunks[i].n_tokens);
+    from.push_back(prev.job_of[i]);
+  }
+  if (chunks.empty()) return false;
+  return launch(std::move(chunks), in_flight, from, out, error);
+}
+
+void Engine::leave_launched(Request* r) {
+  if (!launched_) return;
+  LaunchedStep& s = *launched_;
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    if (s.chunks[i].req != r) continue;
+    sched_->abandon({s.chunks[i]});  // its snapshot copies still run; the slots are free again
+    if (s.job_of[i] >= 0) ++overlap_dropped_tokens_;
+    s.chunks.erase(s.chunks.begin() + static_cast<std::ptrdiff_t>(i));
+    s.job_of.erase(s.job_of.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
+
+void Engine::collect(LaunchedStep& s) {
+  try {
+    model_.sample_collect(samples_);
+  } catch (const std::exception& e) {
+    sched_->abandon(s.chunks);
+    for (const ScheduledChunk& c : s.chunks) finish(c.req, PE_FINISH_ERROR, e.what());
+    return;
+  }
+  for (const ScheduledChunk& c : s.chunks)
+    prompt_tokens_ += std::max<int64_t>(0, std::min(c.req->n_prompt, c.req->n_computed + c.n_tokens) - c.req->n_computed);
+  sched_->commit(s.chunks);
+  const int64_t step = steps_++;
+  std::vector<std::pair<Request*, int32_t>> finished;
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    if (s.job_of[i] < 0) continue;
+    const int32_t reason = emit_token(*s.chunks[i].req, samples_.at(static_cast<size_t>(s.job_of[i])), step);
+    if (reason != PE_FINISH_NONE) finished.emplace_back(s.chunks[i].req, reason);
+  }
+  for (auto& [r, reason] : finished) finish(r, reason);
+}
+
+void Engine::run_step() {
+  if (!launched_) {
+    std::vector<ScheduledChunk> chunks = sched_->schedule();
+    if (chunks.empty()) {
+      // Nothing can run and nothing running will free memory: the head request can never fit.
+      const auto& w = sched_->waiting();
+      const auto& run = sched_->running();
+      Request* r = !run.empty() ? run.front().get() : !w.empty() ? w.front().get() : nullptr;
+      if (r) finish(r, PE_FINISH_ERROR, "request cannot be scheduled: not enough KV pages or GDN slots");
+      return;
+    }
+    LaunchedStep s;
+    std::string error;
+    if (!launch(std::move(chunks), {}, {}, s, error)) {
+      for (const ScheduledChunk& c : s.chunks) finish(c.req, PE_FINISH_ERROR, error.c_str());
+      return;
+    }
+    launched_ = std::move(s);
+  }
+  // launched_ is queued: queue the step after it first when it can be, then read its tokens.
+  LaunchedStep next;
+  std::string next_error;
+  const bool follows = overlap_ && launch_follow(*launched_, next, next_error);
+  // A follow-up step that failed to launch may have changed its requests' state part-way: they
+  // end with its error once the current step's tokens are out (by id: some may finish there).
+  std::vector<uint64_t> failed;
+  if (!follows)
+    for (const ScheduledChunk& c : next.chunks) failed.push_back(c.req->id);
+  LaunchedStep current = std::move(*launched_);
+  launched_.reset();
+  if (follows) {
+    launched_ = std::move(next);
+    ++overlapped_steps_;
+  }
+  collect(current);
+  for (uint64_t id : failed)
+    if (Request* r = sched_->find(id)) finish(r, PE_FINISH_ERROR, next_error.c_str());
+}
+
+int32_t Engine::emit_token(Request& r, const SampleOut& so, int64_t step) {
+  const int32_t tok = so.token;
+  pe_event ev{};
+  ev.request_id = r.id;
+  ev.kind = PE_EVENT_TOKEN;
+  ev.token = tok;
+  ev.step = step;
+  ev.time = now_seconds();
+  if (r.logprobs >= 0) {
+    // Logprobs of the model's own distribution (raw logits: before penalties and temperature).
+    ev.n_top = r.logprobs;
+    ev.logprob = so.logprob;
+    std::memcpy(ev.top_ids, so.top_ids, sizeof(int32_t) * r.logprobs);
+    std::memcpy(ev.top_logprobs, so.top_logprobs, sizeof(float) * r.logprobs);
+  }
+  push_event(ev);
+  r.tokens.push_back(tok);
+  ++generated_tokens_;
+
+  const bool is_eos = std::find(eos_.begin(), eos_.end(), tok) != eos_.end();
+  const bool is_stop = std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end();
+  if ((is_eos && !r.ignore_eos) || is_stop) return PE_FINISH_STOP;
+  if (r.n_generated() >= r.max_tokens || static_cast<int64_t>(r.tokens.size()) >= params_.max_model_len)
+    return PE_FINISH_LENGTH;
+  return PE_FINISH_NONE;
+}
+
+}  // namespace pe
