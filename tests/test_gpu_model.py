@@ -256,7 +256,8 @@ def test_overlapped_steps_equal_one_step_at_a_time(graphs):
                                stop_token_ids=stops[i] if stops else None)
                 for i, (n, t) in enumerate(zip((24, 9, 31, 5, 40, 16), (0.0, 0.8, 0.0, 1.0, 0.7, 0.0)))]  # fmt: skip
 
-    kw = dict(max_model_len=256, max_batch=8, chunked_prefill_size=1, cuda_graphs=graphs)
+    # Prompts in one chunk each (same steps in both engines), then decode steps, which overlap.
+    kw = dict(max_model_len=256, max_batch=8, chunked_prefill_size=128, cuda_graphs=graphs)
     with cuda_llm(path, overlap_schedule=False, **kw) as llm:
         free = llm.generate(prompt_token_ids=prompts, sampling_params=params(None))
         stops = [[o.token_ids[len(o.token_ids) // 2]] if i % 2 == 0 else None for i, o in enumerate(free)]

@@ -97,6 +97,12 @@ void Model::sample_collect(std::vector<SampleOut>& outs) {
   pending_samples_.pop_front();
 }
 
+void Model::take_end_snapshots(const Batch& b, GdnPool& gdn) {
+  for (const SeqChunk& s : b.seqs)
+    for (const auto& [offset, slot] : s.snapshots)
+      if (offset == s.n_new) gdn.copy(slot, s.gdn_slot);
+}
+
 const std::vector<int32_t>& Model::host_tokens(const Batch& b) {
   fed_tokens_ = b.tokens;
   if (b.token_from_sample.empty()) return fed_tokens_;

@@ -34,6 +34,15 @@ struct SeqChunk {
   // state is copied into snapshot slot `slot` (prefix-cache snapshots at block boundaries).
   std::vector<std::pair<int64_t, int32_t>> snapshots;
 
+  // A snapshot at offset n_new is of the state the chunk ends with: the models take it as one
+  // whole-slot copy after the forward (take_end_snapshots), so only snapshots inside the chunk cut
+  // its GDN work into pieces (and keep a decode step off the batched decode op).
+  bool snapshot_inside() const {
+    for (const auto& sn : snapshots)
+      if (sn.first < n_new) return true;
+    return false;
+  }
+
   // Rows first_logit_row() .. n_new - 1 of the chunk need logits.
   int64_t first_logit_row() const {
     return logits == LogitsMode::All ? 0 : logits == LogitsMode::Last ? n_new - 1 : n_new;
@@ -46,8 +55,8 @@ struct Batch {
   // false: logits and hidden states may stay on the device (the engine samples there);
   // true: ForwardResult::logits / hidden are filled on the host.
   bool host_outputs = true;
-  // CUDA: a decode-only step (one token per sequence, no snapshots, no host outputs) may run as a
-  // replayed CUDA graph (engine option cuda_graphs). Ignored elsewhere.
+  // CUDA: a decode-only step (one token per sequence, no snapshot inside a chunk, no host
+  // outputs) may run as a replayed CUDA graph (engine option cuda_graphs). Ignored elsewhere.
   bool cuda_graph = false;
   // Rows whose token is still where the model sampled it: row i's token is the one sampled for job
   // token_from_sample[i] of the latest sample_launch (-1: tokens[i] as given; empty: every row as
@@ -134,6 +143,9 @@ class Model {
   virtual int64_t weight_bytes() const { return weights_.bytes_total(); }
 
  protected:
+  // Copies each sequence's slot into its snapshots at offset n_new (SeqChunk::snapshot_inside),
+  // after the forward's layers.
+  static void take_end_snapshots(const Batch& b, GdnPool& gdn);
   // The batch's tokens with its token_from_sample rows filled from the latest host sample_launch.
   const std::vector<int32_t>& host_tokens(const Batch& b);
 

@@ -72,7 +72,7 @@ void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, Gdn
   cpu::linear(x, T, L.a, a);
   cpu::linear(x, T, L.b, bb);
   bool all_decode = T == static_cast<int64_t>(b.seqs.size());
-  for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
+  for (const SeqChunk& s : b.seqs) all_decode = all_decode && !s.snapshot_inside();
   if (all_decode) {
     // One token per sequence: the batched step, parallel over (sequence, value head). Row i is
     // sequence i's token, so ws.pos (set_positions) holds the positions per sequence.
@@ -112,6 +112,7 @@ void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, Gdn
       done += n;
     };
     for (const auto& [offset, slot] : s.snapshots) {
+      if (offset == s.n_new) continue;  // take_end_snapshots, after the layers
       run_piece(offset - done);
       std::memcpy(gdn.conv_state(slot, gi), gdn.conv_state(s.gdn_slot, gi), sizeof(float) * gdn.conv_floats());
       std::memcpy(gdn.recurrent_state(slot, gi), gdn.recurrent_state(s.gdn_slot, gi),
@@ -213,6 +214,7 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
   cpu::embedding(weights_.matrix("embed_tokens.weight"), tokens.data(), T, x);
   int64_t gi = 0, ai = 0;
   for (const LayerViews& L : layers_) decoder_layer(L, L.full ? ai++ : gi++, b, kv, &gdn, x, ws);
+  take_end_snapshots(b, gdn);
   res.hidden.resize(T * H);
   cpu::rms_norm(x, weights_.vec("norm.weight"), T, H, c.eps, true, res.hidden.data());
 

@@ -150,6 +150,7 @@ void CudaQwen35Model::gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, 
       done += n;
     };
     for (const auto& [offset, slot] : s.snapshots) {
+      if (offset == s.n_new) continue;  // take_end_snapshots, after the layers
       conv_piece(offset - done);
       mem_copy(Device::CUDA, gdn.conv_state(slot, gi), gdn.conv_state(s.gdn_slot, gi),
                sizeof(float) * gdn.conv_floats());
@@ -175,6 +176,7 @@ void CudaQwen35Model::gdn_chunks(const DevLayer& L, int64_t gi, const Batch& b, 
       done += n;
     };
     for (const auto& [offset, slot] : s.snapshots) {
+      if (offset == s.n_new) continue;
       rule_piece(offset - done);
       mem_copy(Device::CUDA, gdn.recurrent_state(slot, gi), gdn.recurrent_state(s.gdn_slot, gi),
                sizeof(float) * gdn.rec_floats());
@@ -202,7 +204,7 @@ void CudaQwen35Model::mixer_gdn(const DevLayer& L, int64_t gi, const Batch& b, G
   const Projection::Part u = L.in.part(0, proj, T), zp = L.in.part(1, proj, T), ap = L.in.part(2, proj, T),
                          bp = L.in.part(3, proj, T);
   bool all_decode = T == static_cast<int64_t>(b.seqs.size());
-  for (const SeqChunk& s : b.seqs) all_decode = all_decode && s.snapshots.empty();
+  for (const SeqChunk& s : b.seqs) all_decode = all_decode && !s.snapshot_inside();
   // The gates read a and b with one stride, the decode op dense rows: copy them when needed. A
   // single row's stride is never read (gdn_gates, gdn_decode and conv1d index row 0 only).
   const bool one_row = T == 1;
@@ -398,11 +400,12 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   // Decode-only steps may replay a CUDA graph (qwen35_cuda.h): everything after the upload above.
   auto launches = [&] { step_launches(b, kv, gdn, n_rows, logits); };
   bool decode_only = b.cuda_graph && !b.host_outputs && T > 0;
-  for (const SeqChunk& s : b.seqs) decode_only = decode_only && s.n_new == 1 && s.snapshots.empty();
+  for (const SeqChunk& s : b.seqs) decode_only = decode_only && s.n_new == 1 && !s.snapshot_inside();
   if (decode_only)
     graphs_.run((T << 32) | n_rows, launches);  // one graph per (tokens, logit rows)
   else
     launches();
+  take_end_snapshots(b, gdn);
 
   if (!b.host_outputs) last_logits_ = logits;
   if (b.host_outputs) {

@@ -24,8 +24,9 @@
 // 8.953 / 8.937 ms a step).
 //
 // Design decision (cuda_graphs, off by default): with the engine option on, a decode-only step
-// (one token per sequence, no GDN snapshots, device outputs) runs as a CUDA graph. The host work
-// and the upload of ids, positions and page tables (pageable memory: not capturable) come first;
+// (one token per sequence, no GDN snapshot inside a chunk, device outputs) runs as a CUDA graph.
+// The host work and the upload of ids, positions and page tables come first (and the end-of-step
+// snapshot copies after);
 // then the step's launches are stream-captured, applied to the cached executable graph of that
 // shape (tokens, logit rows) with cudaGraphExecUpdate, re-instantiated when the update is refused
 // (e.g. attention adds its split-K combine pass as the context grows), and launched. Kernels take
