@@ -4,7 +4,7 @@
 // against the CUDA ops it replaces (cuda::linear, cuda::add_rms_norm, cuda::linear): every
 // quantized weight format, row-major and tiled, 1 / 3 / 8 tokens, row blocks cut by the last
 // row, the default tuning, x in registers, stream-K from one step (the finisher's path on both
-// sides) and no programmatic dependent launch.
+// sides) and no programmatic dependent launch. And the embedding as the first norm's producer.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -167,4 +167,42 @@ TEST(cuda_split_norm) {
     check_split(DType::FP8_E4M3, n, {5120, 6144, 17408, 32, 32, true}, 1700 + n);
     check_split(DType::FP8_E4M3, n, {5120, 17408, 16480, 32, 32, false}, 1710 + n);
   }
+}
+
+TEST(cuda_embedding_split_norm) {
+  // The embedding as the first input norm's producer (cuda::embedding_norm) into a quantized in
+  // projection, against the CPU's embedding, rms_norm (offset weight) and linear; 1 / 3 / 8 tokens,
+  // a width the blocks' spans do not divide.
+  for (DType et : {DType::BF16, DType::F16})
+    for (int64_t n : {1, 3, 8}) {
+      const int64_t V = 300, H = 1304, N = 776;
+      const HostWeight he = make_weight(et, V, H, 40 + n), hq = make_weight(DType::FP8_E4M3, N, H, 50 + n);
+      const DevWeight de(he), dq(hq);
+      pe_test::Rng rng(60 + n);
+      std::vector<int32_t> ids(n);
+      for (auto& id : ids) id = static_cast<int32_t>(rng.next() % V);
+      const std::vector<float> nw = rng.normals(H, 0.2f);
+      std::vector<float> x_ref(n * H), h_ref(n * H), ref(n * N);
+      cpu::embedding(he.view, ids.data(), n, x_ref.data());
+      cpu::rms_norm(x_ref.data(), nw.data(), n, H, 1e-6f, true, h_ref.data());
+      cpu::linear(h_ref.data(), n, hq.view, ref.data());
+      DevBuf<int32_t> dids(ids);
+      DevBuf<float> dx(n * H), dh(n * H), dpart(n * cuda::split_norm_partial_floats(H)), dw(nw), dout(n * N);
+      cuda::SplitNorm sn;
+      sn.x = dx.p;
+      sn.h = dh.p;
+      sn.w = dw.p;
+      sn.dim = H;
+      sn.partial = dpart.p;
+      cuda::embedding_norm(de.view, dids.p, n, sn, nullptr);
+      cuda::linear(dh.p, n, dq.view, dout.p, nullptr, &sn);
+      const std::vector<float> x = dx.download(), h = dh.download(), out = dout.download();
+      std::vector<float> h_exp(n * H);
+      for (int64_t i = 0; i < n * H; ++i) h_exp[i] = x[i] * (1.0f + nw[i % H]);
+      const std::string cfg = cfgs("%s n=%lld", dtype_name(et), (long long)n);
+      CHECK(std::memcmp(x.data(), x_ref.data(), x.size() * sizeof(float)) == 0);  // the rows, exactly
+      CHECK(std::memcmp(h.data(), h_exp.data(), h.size() * sizeof(float)) == 0);
+      CHECK(sn.parts > 1 && sn.parts <= cuda::split_norm_partial_floats(H));
+      EXPECT_CLOSE("embedding split norm", cfg, out, ref, 1e-5);
+    }
 }

@@ -105,6 +105,10 @@ struct SplitNorm {
 int64_t split_norm_partial_floats(int64_t dim);
 bool linear_split_norm_supported(const float* x, int64_t n, const WeightView& w);
 void linear_add_norm(const float* in, int64_t n, const WeightView& w, SplitNorm& norm, cudaStream_t stream);
+// The embedding as a split norm's producer: norm.x = the rows embedding gives, norm.h and the
+// partial sums of x^2 as linear_add_norm leaves them (sets parts), so the first layer's input norm
+// is applied by its in projection instead of a launch of its own. n <= 65535 tokens.
+void embedding_norm(const WeightView& table, const int32_t* ids, int64_t n, SplitNorm& norm, cudaStream_t stream);
 // The GEMV tile layout of quantized device weights (ops.h WeightView::tile, linear_common.cuh
 // tiled_offset): every linear path reads it; the quantized GEMV streams each step's 4 KB in one run.
 // gemv_tile_rows: the tile rows R for w (the quantized GEMV's rows per warp for its height: 32, 16

@@ -1,5 +1,6 @@
 // Element-wise ops: embedding gather, SwiGLU, residual add, the GDN gates. fp32 outputs.
 //   embedding: out[i, :] = fp32(table[ids[i], :])  (F32/F16/BF16, FP8 with block scales)
+//   embedding_norm: the same rows as a split norm's producer (x, h and partial sums of x^2)
 //   swiglu:    out[t, j] = silu(gate_up[t, j]) * gate_up[t, I + j]
 //   add:       out = a + b (out may alias a)
 //   gdn_gates: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias) (softplus(x) = x, x > 20)
@@ -23,6 +24,24 @@ __global__ void embedding_kernel(WeightView t, const int32_t* ids, int64_t n, fl
     const int64_t tok = i / t.cols, c = i % t.cols;
     out[i] = weight_at(t, ids[tok], c);
   }
+}
+
+// Block (part, token): columns [part * span, ...) of the token's row; the block's sum of x^2 to
+// partial[token * parts + part] (block_sum: a fixed order).
+__global__ void embedding_norm_kernel(WeightView t, const int32_t* ids, int64_t span, float* x, float* h,
+                                      const float* w, bool offset, float* partial) {
+  __shared__ float red[32];
+  const int64_t token = blockIdx.y, c0 = blockIdx.x * span, c1 = min(c0 + span, t.cols);
+  const int32_t id = ids[token];
+  float sq = 0.0f;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+    const float v = weight_at(t, id, c);
+    x[token * t.cols + c] = v;
+    h[token * t.cols + c] = v * (offset ? 1.0f + w[c] : w[c]);
+    sq += v * v;
+  }
+  sq = block_sum(sq, red);
+  if (threadIdx.x == 0) partial[token * gridDim.x + blockIdx.x] = sq;
 }
 
 __global__ void swiglu_kernel(const float* gu, int64_t n, int64_t I, float* out) {
@@ -65,6 +84,20 @@ void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* ou
   if (n <= 0 || table.cols <= 0) return;
   embedding_kernel<<<blocks_for(n * table.cols), kThreads, 0, stream>>>(table, ids, n, out);
   PE_CUDA_LAUNCH_CHECK();
+}
+
+void embedding_norm(const WeightView& table, const int32_t* ids, int64_t n, SplitNorm& norm, cudaStream_t stream) {
+  check_weight(table, "cuda::embedding_norm");
+  if (n <= 0 || n > 65535 || table.cols != norm.dim || !norm.x || !norm.h || !norm.w || !norm.partial)
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::embedding_norm: ", n, " tokens of ", table.cols, " columns into a split norm of ",
+         norm.dim, " (x, h, w and partial set)");
+  constexpr int64_t kSpan = 512;  // columns a block: 2 a thread
+  const int64_t parts = std::min((table.cols + kSpan - 1) / kSpan, split_norm_partial_floats(norm.dim));
+  const int64_t span = (table.cols + parts - 1) / parts;
+  embedding_norm_kernel<<<dim3(static_cast<unsigned>(parts), static_cast<unsigned>(n)), kThreads, 0, stream>>>(
+      table, ids, span, norm.x, norm.h, norm.w, norm.offset, norm.partial);
+  PE_CUDA_LAUNCH_CHECK();
+  norm.parts = static_cast<int>(parts);
 }
 
 void swiglu(const float* gate_up, int64_t n, int64_t I, float* out, cudaStream_t stream) {
