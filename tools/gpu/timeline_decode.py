@@ -6,8 +6,9 @@ overlap of programmatic dependent launch and the host gaps between kernels. GPU 
   PYENGINE_LIBRARY=<build>/libpyengine.so PYTHONPATH=. python3 tools/gpu/timeline_decode.py \
       [--steps 20] [--batch 1] [--kv fp16] [--layers 64] [--csv kernels.csv]
 
-A step runs from the start of its embedding_kernel to the start of the next one; the first
---skip-first (prefill, first decodes) and last --skip-last steps are dropped. Per kernel name
+A step runs from the start of its embedding kernel (embedding_kernel or embedding_norm_kernel) to
+the start of the next one; the first --skip-first (prefill, first decodes) and last --skip-last
+steps are dropped. Per kernel name
 (and by name + template args + grid, which tells the GEMV shapes apart): calls, us per call and
 per step, share of the wall time, and the exclusive time (while that kernel is the earliest-started
 one running: exclusive times + gaps = wall). --csv: every kernel (name, grid, start, dur, step);
@@ -86,7 +87,7 @@ def sweep(intervals: list[tuple[float, float]], lo: float, hi: float) -> tuple[l
 
 def step_bounds(kernels: list[dict], boundary: str, skip_first: int, skip_last: int) -> list[tuple[float, float]]:
     """(lo, hi) of each complete step: from one `boundary` kernel's start to the next one's."""
-    starts = [k["start"] for k in kernels if k["short"] == boundary]
+    starts = [k["start"] for k in kernels if k["short"] in boundary.split(",")]
     steps = list(zip(starts, starts[1:]))
     return steps[skip_first : len(steps) - skip_last]
 
@@ -166,7 +167,8 @@ def main() -> None:
     ap.add_argument("--cuda-graphs", action="store_true", help="engine option cuda_graphs")
     ap.add_argument("--skip-first", type=int, default=3, help="steps dropped at the start (prefill included)")
     ap.add_argument("--skip-last", type=int, default=2)
-    ap.add_argument("--boundary", default="embedding_kernel", help="the first kernel of every step")
+    ap.add_argument("--boundary", default="embedding_kernel,embedding_norm_kernel",
+                    help="the first kernel of every step (names, comma-separated)")
     ap.add_argument("--top", type=int, default=40, help="rows of the name + grid table")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--trace", default=None, help="analyze this chrome trace instead of running the engine")
@@ -175,13 +177,13 @@ def main() -> None:
         ap.error("--steps must exceed --skip-first + --skip-last + 2")
     path, plain, prof_ms = (args.trace, float("nan"), float("nan")) if args.trace else record(args)
     kernels, copies = load_trace(path)
-    if not any(k["short"] == args.boundary or "pe::" in k["name"] for k in kernels):
+    if not any(k["short"] in args.boundary.split(",") or "pe::" in k["name"] for k in kernels):
         print(f"CUPTI saw none of the pyengine library's kernels ({len(kernels)} kernel events in {path}, "
               f"no {args.boundary}): nothing to analyze")  # fmt: skip
         sys.exit(1)
     bounds = step_bounds(kernels, args.boundary, args.skip_first, args.skip_last)
     if not bounds:
-        print(f"too few steps: {sum(k['short'] == args.boundary for k in kernels)} {args.boundary} "
+        print(f"too few steps: {sum(k['short'] in args.boundary.split(',') for k in kernels)} {args.boundary} "
               f"launches; raise --steps or lower --skip-first/--skip-last")  # fmt: skip
         sys.exit(1)
     rows, window = analyze(kernels, bounds)
