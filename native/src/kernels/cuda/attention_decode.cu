@@ -350,14 +350,10 @@ void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, i
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::attention_paged: scratch of ", scratch_bytes, " bytes, needs ", need);
   p.split_len = static_cast<int>(len);
   p.part = static_cast<float*>(scratch);
-  // A few splits: merged by each group's last block, without attention_combine's launch
-  // (PYENGINE_ATTN_COMBINE_LAST=0: always the combine kernel; A/B).
-  static const bool combine_last = env_int("PYENGINE_ATTN_COMBINE_LAST", 1) != 0;
-  p.combine_last = combine_last && splits > 1 && splits <= kMaxLastBlockSplits && base <= kMaxGroups;
   launch_pdl(kernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(base)), dim3(kThreads), 0, stream, p);
   PE_CUDA_LAUNCH_CHECK();
-  if (splits > 1 && !p.combine_last)
-    attention_combine(p.part, static_cast<int>(splits), rows, static_cast<int>(p.kv.head_dim), p.gate, p.out, stream);
+  if (splits > 1) attention_combine(p.part, static_cast<int>(splits), rows, static_cast<int>(p.kv.head_dim),
+                                    p.gate, p.out, stream);
 }
 
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,

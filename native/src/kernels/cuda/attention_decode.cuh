@@ -39,19 +39,7 @@ struct DecodeParams {
   // 32-byte sectors, NVFP4's scale rows too (a sector shared with a key the preceding kv_write
   // writes could be cached stale).
   bool early;
-  // Splits > 1: the last block of a group (blockIdx.y) to finish merges its partials itself
-  // (combine_in_last_block) instead of attention_combine's launch; set by launch_decode.
-  bool combine_last;
 };
-
-// Up to this many splits the last block merges them (each of its threads reads every split of its
-// elements); more go to attention_combine, whose grid spreads the reads.
-constexpr int kMaxLastBlockSplits = 8;
-constexpr int kMaxGroups = 4096;  // blockIdx.y values combine_last counts for
-// Per group: the splits stored so far; the last block resets it. One array per translation unit
-// (no separable compilation): a launch's kernel and its counters are in the same one, and the
-// launches of a device run in stream order.
-static __device__ unsigned g_split_done[kMaxGroups];
 
 void attention_combine(const float* part, int splits, int64_t n_rows, int D, const float* gate,
                        float* out, cudaStream_t stream);
@@ -89,56 +77,8 @@ __device__ __forceinline__ void resolve_rows(int64_t* rows, const DecodeParams& 
 
 // A block's result for its nv vectors (vector v = query i0 + v / nh, head h0 + v % nh), acc_at(v,
 // d) reading the block's merged accumulator: o = acc / l times the gate when the block is the
-// only split, else the unnormalized partial (acc, m, l) that attention_combine merges (or the
-// group's last block, combine_last).
+// only split, else the unnormalized partial (acc, m, l) that attention_combine merges.
 // unit_mul: a power of two on p.v_unit (the tensor-core kernel's FP8-by-cvt values).
-// The block that stores a group's last split merges the group's nv rows as attention_combine does
-// (o = sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s, then the gate; splits summed in order).
-// Every thread fenced its partial stores before the barrier; the other blocks' partials are read
-// past L1 (ld.cg).
-__device__ __forceinline__ void combine_in_last_block(const DecodeParams& p, int nv, int nh, int64_t i0, int h0,
-                                                      int D, int tid) {
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    last = atomicAdd(&g_split_done[blockIdx.y], 1u) == gridDim.x - 1;
-    if (last) g_split_done[blockIdx.y] = 0;  // the next launch starts from 0
-  }
-  __syncthreads();
-  if (!last) return;
-  __shared__ float base[kMaxVecs], inv_l[kMaxVecs];
-  const int splits = gridDim.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t n_rows = p.n_q * p.n_heads;
-  for (int v = warp; v < nv; v += kWarps) {
-    const int64_t row = (i0 + v / nh) * p.n_heads + h0 + v % nh;
-    float mx = -INFINITY;
-    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, __ldcg(p.part + (s * n_rows + row) * 2));
-    mx = warp_max(mx);
-    const float b = mx == -INFINITY ? 0.0f : mx;
-    float sum = 0.0f;
-    for (int s = lane; s < splits; s += 32)
-      sum += __ldcg(p.part + (s * n_rows + row) * 2 + 1) * exp2f(__ldcg(p.part + (s * n_rows + row) * 2) - b);
-    sum = warp_sum(sum);
-    if (lane == 0) {
-      base[v] = b;
-      inv_l[v] = 1.0f / sum;
-    }
-  }
-  __syncthreads();
-  const float* acc = p.part + n_rows * 2 * splits;
-  for (int e = tid; e < nv * D; e += kThreads) {
-    const int v = e / D, d = e % D;
-    const int64_t row = (i0 + v / nh) * p.n_heads + h0 + v % nh;
-    float o = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      o = fmaf(exp2f(__ldcg(p.part + (s * n_rows + row) * 2) - base[v]), __ldcg(acc + (s * n_rows + row) * D + d), o);
-    o *= inv_l[v];
-    if (p.gate) o *= sigmoid_f(p.gate[row * D + d]);
-    p.out[row * D + d] = o;
-  }
-}
-
 template <class AccAt>
 __device__ __forceinline__ void store_decode_result(const DecodeParams& p, const AccAt& acc_at, const float* fin_m,
                                                     const float* fin_l, int nv, int nh, int64_t i0, int h0,
@@ -162,7 +102,6 @@ __device__ __forceinline__ void store_decode_result(const DecodeParams& p, const
     p.part[(split * n_rows + row) * 2] = fin_m[tid];
     p.part[(split * n_rows + row) * 2 + 1] = fin_l[tid];
   }
-  if (!direct && p.combine_last) combine_in_last_block(p, nv, nh, i0, h0, D, tid);
 }
 
 // Splits of at least min_keys keys, at most kMaxSplits; scratch_splits: the most any split length
