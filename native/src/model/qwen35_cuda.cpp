@@ -77,7 +77,7 @@ void CudaQwen35Model::ensure_workspace(int64_t tokens, int64_t rows, int64_t int
   if (norm_partial_.size() == 0)  // two split norms of up to 8 tokens (step_launches), once
     norm_partial_ = Buffer(Device::CUDA, static_cast<size_t>(2 * 8 * cuda::split_norm_partial_floats(c.hidden)) * 4);
   if (ints > cap_ints_) {
-    for (Staging& up : upload_) up.dev = Buffer(Device::CUDA, static_cast<size_t>(ints) * sizeof(int32_t));
+    ints_ = Buffer(Device::CUDA, static_cast<size_t>(ints) * sizeof(int32_t));
     cap_ints_ = ints;
   }
   if (attn_scratch > attn_scratch_.size()) attn_scratch_ = Buffer(Device::CUDA, attn_scratch);
@@ -367,18 +367,16 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   if (fed && (b.host_outputs || rows_needed > cap_rows_))
     fail(PE_ERR_INTERNAL, "token_from_sample: a step of ", rows_needed, " logit rows after a sampling of ", cap_rows_);
   ensure_workspace(T, rows_needed, static_cast<int64_t>(host_ints_.size()), scratch);
+  int32_t* d_ints = ints_.as<int32_t>();
+  // ints_ itself is rewritten only in stream order; the host staging waits for its last upload.
   Staging& up = upload_[upload_turn_ ^= 1];
-  int32_t* d_ints = up.dev.as<int32_t>();
   const size_t ints_bytes = host_ints_.size() * sizeof(int32_t);
-  up.uploaded.wait();  // the host staging's last upload is done
+  up.consumed.wait();
   if (up.host.size() < ints_bytes) up.host = cuda::PinnedBuffer(std::max<size_t>(ints_bytes, 4096));
   std::memcpy(up.host.data(), host_ints_.data(), ints_bytes);
-  up.released.lane_wait(cuda::transfer_lane());  // the step two back read this device buffer
-  cuda::upload_async(d_ints, up.host, ints_bytes, cuda::transfer_lane());
-  up.uploaded.record(cuda::transfer_lane());
-  up.uploaded.lane_wait(cuda::Lane::Main);
+  cuda::upload_async(d_ints, up.host, ints_bytes);
+  up.consumed.record();
   if (fed) cuda::feed_tokens(d_ints, d_ints + from_off, sample_out_.as<int32_t>(), T, cuda::stream());
-  d_tokens_ = d_ints;
   d_pos_ = d_ints + T;
   d_pages_ = d_ints + 2 * T;
   d_slots_ = d_ints + slots_off;
@@ -408,7 +406,6 @@ void CudaQwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardR
   else
     launches();
   take_end_snapshots(b, gdn);
-  up.released.record();
 
   if (!b.host_outputs) last_logits_ = logits;
   if (b.host_outputs) {
@@ -432,7 +429,6 @@ void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, in
   float* x = act_.as<float>();
   float* h = x + aligned(cap_tokens_ * H);
   float* mix = h + aligned(cap_tokens_ * H);
-
   // Each residual add runs fused with the norm that follows it (the next layer's input norm, the
   // post-attention norm, the final norm): x += mix; h = norm(x). In decode steps the add and the
   // norm are split over the GEMVs around them instead where both can take it (cuda_ops.h
@@ -462,19 +458,20 @@ void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, in
     return s;
   };
   const cuda::SplitNorm* in_norm = nullptr;  // the norm before the next projection, when split
-  // The embedding (of d_tokens_) is the first input norm's producer where the first in
+  // The embedding (token ids first in ints_) is the first input norm's producer where the first in
   // projection can take it (PYENGINE_EMBED_NORM=0: embedding, then the norm; A/B).
   static const bool embed_norm = env_int("PYENGINE_EMBED_NORM", 1) != 0;
   bool first_split = embed_norm && !layers_.empty();
   if (first_split)
-    for (const DevMatrix& r : layers_[0].in.runs) first_split = first_split && cuda::linear_split_norm_supported(x, T, r.view);
+    for (const DevMatrix& r : layers_[0].in.runs)
+      first_split = first_split && cuda::linear_split_norm_supported(x, T, r.view);
   if (first_split) {
     cuda::SplitNorm* s = &splits[n_split++ % 2];
     s->w = layers_[0].input_norm;
-    cuda::embedding_norm(embed_.view, d_tokens_, T, *s, st);
+    cuda::embedding_norm(embed_.view, ints_.as<int32_t>(), T, *s, st);
     in_norm = s;
   } else {
-    cuda::embedding(embed_.view, d_tokens_, T, x, st);
+    cuda::embedding(embed_.view, ints_.as<int32_t>(), T, x, st);
   }
   int64_t gi = 0, ai = 0;
   for (size_t li = 0; li < layers_.size(); ++li) {

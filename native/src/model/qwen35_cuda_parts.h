@@ -104,28 +104,22 @@ class CudaQwen35Model : public Model {
   bool ready_ = false;
 
   // Workspace: activations [tokens], logits rows, int staging, attention and sampling scratch.
-  Buffer act_, norm_partial_, logits_, logits_host_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_, penalty_ids_, penalty_row_;
+  Buffer act_, norm_partial_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_, penalty_ids_, penalty_row_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
   const float* last_logits_ = nullptr;
   std::vector<int32_t> host_ints_;
-  // The step's ints (token ids, positions, page tables, slots, cache rows, fed-token indices) go up
-  // from page-locked staging into one of two device buffers in turn, on the copy lane: the upload
-  // neither waits for the previous step's kernels (it writes the other buffer) nor holds up the
-  // next kernel in line (overlapped steps, engine.h).
+  // The step's ints go up from page-locked staging, two in turn: a step's upload is queued behind
+  // the previous step's work without the host waiting for it (overlapped steps, engine.h).
   struct Staging {
     cuda::PinnedBuffer host;
-    Buffer dev;
-    cuda::StreamEvent uploaded;  // the upload from `host` into `dev` is done
-    cuda::StreamEvent released;  // the step that read `dev` is done
+    cuda::StreamEvent consumed;  // the upload that reads `host` is done
   };
   Staging upload_[2];
   int upload_turn_ = 0;
-  const int32_t* d_tokens_ = nullptr;  // this step's token ids (its staging's dev)
   // Launched samplings not yet collected (FIFO): their outputs come back into `host`.
   struct PendingSample {
     cuda::PinnedBuffer host;
-    cuda::StreamEvent sampled;  // main lane: the outputs are written
-    cuda::StreamEvent done;     // copy lane: they are in `host`
+    cuda::StreamEvent done;
     int64_t rows = 0;                 // the output layout's row capacity (sample_out_)
     std::vector<int32_t> n_logprobs;  // per job
   };

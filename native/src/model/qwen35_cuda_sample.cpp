@@ -46,7 +46,7 @@ void penalty_table(const SampleJob& j, int64_t V, std::vector<int32_t>& ids, std
 }  // namespace
 
 // Queues penalties, sampling and logprobs of every job, then one copy of the outputs into the
-// launch's page-locked buffer (copy lane); sample_collect waits for that copy alone. Logprobs read the sampled
+// launch's page-locked buffer; sample_collect waits for that copy alone. Logprobs read the sampled
 // id on the device, so nothing waits for the host between the sampling and the next forward.
 void CudaQwen35Model::sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs) {
   std::lock_guard<std::mutex> lock(forward_mu_);
@@ -61,8 +61,6 @@ void CudaQwen35Model::sample_launch(const ForwardResult& res, const std::vector<
   float* d_lp = reinterpret_cast<float*>(d_tok + cap_rows_);
   int32_t* d_top = reinterpret_cast<int32_t*>(d_lp + cap_rows_);
   float* d_top_lp = reinterpret_cast<float*>(d_top + cap_rows_ * PE_MAX_TOP_LOGPROBS);
-  // The previous launch's download (copy lane) reads sample_out_, which these kernels rewrite.
-  samples_[(samples_launched_ + kMaxPendingSamples - 1) % kMaxPendingSamples].done.lane_wait(cuda::Lane::Main);
   std::vector<int32_t> ids, counts;
   bool any_lp = false;
   for (int64_t i = 0; i < n; ++i) {
@@ -92,12 +90,8 @@ void CudaQwen35Model::sample_launch(const ForwardResult& res, const std::vector<
   // The slot's previous launch was collected (the count above), so its copy is done.
   const size_t bytes = any_lp ? sample_out_.size() : sizeof(int32_t) * std::max<int64_t>(n, 1);
   if (p.host.size() < sample_out_.size()) p.host = cuda::PinnedBuffer(sample_out_.size());
-  // The download on the copy lane, so the next step's kernels (queued behind these) need not wait
-  // for it.
-  p.sampled.record();
-  p.sampled.lane_wait(cuda::transfer_lane());
-  if (n > 0) cuda::download_async(p.host, sample_out_.data(), bytes, cuda::transfer_lane());
-  p.done.record(cuda::transfer_lane());
+  if (n > 0) cuda::download_async(p.host, sample_out_.data(), bytes);
+  p.done.record();
   p.rows = cap_rows_;
   p.n_logprobs.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) p.n_logprobs[i] = jobs[i].n_logprobs;

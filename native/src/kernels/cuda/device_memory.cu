@@ -2,7 +2,6 @@
 
 #include <mutex>
 
-#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/kv_codec.cuh"
 
@@ -16,23 +15,6 @@ cudaStream_t stream() {
     return st;
   }();
   return s;
-}
-
-namespace {
-cudaStream_t copy_stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t st = nullptr;
-    PE_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    return st;
-  }();
-  return s;
-}
-cudaStream_t lane_stream(Lane lane) { return lane == Lane::Main ? stream() : copy_stream(); }
-}  // namespace
-
-Lane transfer_lane() {
-  static const Lane lane = env_int("PYENGINE_COPY_LANE", 1) != 0 ? Lane::Copy : Lane::Main;
-  return lane;
 }
 
 void stream_sync() { PE_CUDA_CHECK(cudaStreamSynchronize(stream())); }
@@ -51,9 +33,8 @@ void* device_alloc(size_t bytes) {
 }
 
 void device_free(void* p) {
-  // Pending work may still use p: order the free after it (on both lanes).
+  // Pending work may still use p: order the free after it.
   cudaStreamSynchronize(stream());
-  cudaStreamSynchronize(copy_stream());
   cudaFree(p);
 }
 
@@ -115,33 +96,29 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
   return *this;
 }
 
-void upload_async(void* dst, const PinnedBuffer& host, size_t bytes, Lane lane) {
+void upload_async(void* dst, const PinnedBuffer& host, size_t bytes) {
   if (bytes > host.size()) fail(PE_ERR_INTERNAL, "upload_async: ", bytes, " bytes from a pinned buffer of ", host.size());
-  PE_CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), bytes, cudaMemcpyHostToDevice, lane_stream(lane)));
+  PE_CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), bytes, cudaMemcpyHostToDevice, stream()));
 }
 
-void download_async(PinnedBuffer& host, const void* src, size_t bytes, Lane lane) {
+void download_async(PinnedBuffer& host, const void* src, size_t bytes) {
   if (bytes > host.size())
     fail(PE_ERR_INTERNAL, "download_async: ", bytes, " bytes into a pinned buffer of ", host.size());
-  PE_CUDA_CHECK(cudaMemcpyAsync(host.data(), src, bytes, cudaMemcpyDeviceToHost, lane_stream(lane)));
+  PE_CUDA_CHECK(cudaMemcpyAsync(host.data(), src, bytes, cudaMemcpyDeviceToHost, stream()));
 }
 
 StreamEvent::~StreamEvent() {
   if (ev_) cudaEventDestroy(static_cast<cudaEvent_t>(ev_));
 }
 
-void StreamEvent::record(Lane lane) {
+void StreamEvent::record() {
   if (!ev_) {
     cudaEvent_t e = nullptr;
     PE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     ev_ = e;
   }
-  PE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ev_), lane_stream(lane)));
+  PE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ev_), stream()));
   pending_ = true;
-}
-
-void StreamEvent::lane_wait(Lane lane) {
-  if (ev_) PE_CUDA_CHECK(cudaStreamWaitEvent(lane_stream(lane), static_cast<cudaEvent_t>(ev_), 0));
 }
 
 void StreamEvent::wait() {

@@ -48,30 +48,23 @@ class PinnedBuffer {
   void* p_ = nullptr;
   size_t n_ = 0;
 };
-// Lanes: Main is stream() above; Copy a second stream for the small transfers around a step (its
-// upload, the sampled tokens' download), so they need not wait in line with the kernels. Work on
-// the two is ordered only by StreamEvent.
-enum class Lane { Main, Copy };
-Lane transfer_lane();  // Copy; Main with PYENGINE_COPY_LANE=0 (A/B)
-void upload_async(void* dst, const PinnedBuffer& host, size_t bytes, Lane lane = Lane::Main);
-void download_async(PinnedBuffer& host, const void* src, size_t bytes, Lane lane = Lane::Main);
+void upload_async(void* dst, const PinnedBuffer& host, size_t bytes);    // queued on the stream
+void download_async(PinnedBuffer& host, const void* src, size_t bytes);  // queued on the stream
 
-// A point in a lane: record() marks the work queued there so far; wait() blocks the host until it
-// is done, lane_wait(l) makes lane l's later work wait for it on the device (both at once when
-// nothing was recorded).
+// A point in the stream: record() marks the work queued so far, wait() blocks the host until it
+// is done (at once when nothing was recorded).
 class StreamEvent {
  public:
   StreamEvent() = default;
   ~StreamEvent();
   StreamEvent(const StreamEvent&) = delete;
   StreamEvent& operator=(const StreamEvent&) = delete;
-  void record(Lane lane = Lane::Main);
+  void record();
   void wait();
-  void lane_wait(Lane lane);
 
  private:
   void* ev_ = nullptr;  // cudaEvent_t, made on first record
-  bool pending_ = false;  // recorded since the host last waited for it
+  bool pending_ = false;
 };
 
 // Fills n values of `dtype` (F32, F16, BF16, FP8_E4M3) with uniform random numbers in
