@@ -43,7 +43,7 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const bool q_gemv = n <= 8 && (t == DType::FP8_E4M3 || t == DType::I8 || t == DType::NVFP4);
   // The default launches as a programmatic dependent where the sm_90 code runs; "no pdl" does not.
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, cand, nopdl, nosk, skall, roll, rollx, bal;
+  cuda::GemvTuning regx, cand, nopdl, nosk, skall, roll, rollx, bal, fill8;
   regx.staged_x_max_bytes = 0;
   bal.stream_k_balance_pct = 50;  // stream-K over several waves only where the last is <= half full
   roll.roll = 2;  // tiled weights, every dtype: the next step's loads issued through the math
@@ -51,6 +51,8 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   roll.preload = 1;
   roll.x_early = 0;  // one x chunk a thread in flight while staging
   skall.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty
+  fill8.stream_k_min_steps = 1;  // the same, block shares on multiples of the 8 warps' steps
+  fill8.stream_k_quantum = 8;
   rollx = skall;
   rollx.roll = 0;  // no dtype rolled
   rollx.staged_x_max_bytes = 0;
@@ -65,7 +67,8 @@ void check_linear(DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed,
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&cand, " [candidates]"}, {&nopdl, " [no pdl]"},
       {&nosk, " [no stream-k, no preload]"}, {&skall, " [stream-k from 1 step]"}, {&roll, " [roll]"},
-      {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance at 50 %]"}};
+      {&rollx, " [no roll, x in registers, stream-k from 1 step]"}, {&bal, " [stream-k balance at 50 %]"},
+      {&fill8, " [stream-k from 1 step, 8-step quanta]"}};
   // (The default: preload 2, split rows summed by their first block from marked words, stream-k
   // balance wherever the last wave is part full; roll: preload 1, the counter's sum by the last
   // block, one x chunk a thread in flight while staging.)

@@ -63,7 +63,9 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
                                 s.tile_q);
   CHECK(cuda::linear_split_norm_supported(din.p, n, dp.view) && cuda::linear_split_norm_supported(dh2.p, n, dq.view));
   const cuda::GemvTuning dflt;
-  cuda::GemvTuning regx, skall, nopdl, roll;
+  cuda::GemvTuning regx, skall, nopdl, roll, fill8;
+  fill8.stream_k_min_steps = 1;  // stream-K wherever the row blocks leave slots empty, 8-step quanta
+  fill8.stream_k_quantum = 8;
   regx.staged_x_max_bytes = 0;
   skall.stream_k_min_steps = 1;
   skall.preload = 0;  // the first step only prefetched to L2 before pdl_wait
@@ -77,7 +79,8 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
   roll.x_early = 3;
   const struct { const cuda::GemvTuning* tuning; const char* name; } paths[] = {
       {&dflt, ""}, {&regx, " [x in registers]"}, {&skall, " [stream-k from 1 step, no preload, counter, no early loads]"},
-      {&nopdl, " [no pdl]"}, {&roll, " [roll, stream-k from 1 step, marked parts]"}};
+      {&nopdl, " [no pdl]"}, {&roll, " [roll, stream-k from 1 step, marked parts]"},
+      {&fill8, " [stream-k from 1 step, 8-step quanta]"}};
   for (const auto& path : paths) {
     cuda::linear_gemv_set_tuning(*path.tuning);
     DevBuf<float> dx(x0), dh(n * s.H), dpart(n * cuda::split_norm_partial_floats(s.H)), dout(n * s.N);

@@ -163,7 +163,12 @@ struct GemvTuning {
                                        // call 2 8.100 / 8.099 -> 8.043; call 3 8.096 / 8.090 ->
                                        // 8.001 / 8.016 (batch 2 8.910 / 8.917 -> 8.833 / 8.831)
   int stream_k_quantum = 0;            // stream-K block boundaries on multiples of this many
-                                       // steps; 0: 1 (fill), 8 = the warps (balance)
+                                       // steps; 0: 1 (fill), 8 = the warps (balance). Session 25
+                                       // (27B batch 1, two interleaved rounds): min_steps 48 (fill
+                                       // for out_proj / o_proj, 48 steps) with quantum 8: 7.937 /
+                                       // 7.937 ms against 7.995 (96, 0); 48 alone 7.964 / 7.960.
+                                       // Not the default until the op tests' "8-step quanta" path
+                                       // has run on a GPU.
   int roll = 1;                        // tiled weights, the next step loaded in halves during this
                                        // step's math (gemv_q_kernel's kRoll): 0 never, 1 I8 only,
                                        // 2 every dtype. H200, session 17 (bench_kernels, graph-
