@@ -21,6 +21,18 @@ using pe_test::make_weight;
 
 namespace {
 
+// A split norm over device rows x / h of `dim`, weight w, partials in `partial`.
+cuda::SplitNorm split_norm(float* x, float* h, const float* w, float* partial, int64_t dim, float eps = 1e-6f) {
+  cuda::SplitNorm sn;
+  sn.x = x;
+  sn.h = h;
+  sn.w = w;
+  sn.eps = eps;
+  sn.dim = dim;
+  sn.partial = partial;
+  return sn;
+}
+
 struct Shape {
   int64_t H, K, N;  // residual width (producer rows), producer columns, consumer rows (or inter)
   int tile_p, tile_q;
@@ -84,13 +96,7 @@ void check_split(DType t, int64_t n, const Shape& s, uint64_t seed) {
   for (const auto& path : paths) {
     cuda::linear_gemv_set_tuning(*path.tuning);
     DevBuf<float> dx(x0), dh(n * s.H), dpart(n * cuda::split_norm_partial_floats(s.H)), dout(n * s.N);
-    cuda::SplitNorm sn;
-    sn.x = dx.p;
-    sn.h = dh.p;
-    sn.w = dw.p;
-    sn.eps = eps;
-    sn.dim = s.H;
-    sn.partial = dpart.p;
+    cuda::SplitNorm sn = split_norm(dx.p, dh.p, dw.p, dpart.p, s.H, eps);
     cuda::linear_add_norm(din.p, n, dp.view, sn, nullptr);
     if (s.swiglu) cuda::linear_swiglu(dh.p, n, dq.view, s.N, s.N, dout.p, nullptr, &sn);
     else cuda::linear(dh.p, n, dq.view, dout.p, nullptr, &sn);
@@ -143,12 +149,7 @@ TEST(cuda_split_norm) {
   DevBuf<float> dx(9 * 1024), dh(9 * 1024), dpart(9 * 128), dout(9 * 1024), dw(1024);
   CHECK(!cuda::linear_split_norm_supported(dx.p, 1, d16.view));
   CHECK(!cuda::linear_split_norm_supported(dx.p, 9, d8.view));
-  cuda::SplitNorm sn;
-  sn.x = dx.p;
-  sn.h = dh.p;
-  sn.w = dw.p;
-  sn.dim = 1000;
-  sn.partial = dpart.p;
+  cuda::SplitNorm sn = split_norm(dx.p, dh.p, dw.p, dpart.p, 1000);
   auto refused = [](auto&& f, const char* op) {
     try {
       f();
@@ -191,12 +192,7 @@ TEST(cuda_embedding_split_norm) {
       cpu::linear(h_ref.data(), n, hq.view, ref.data());
       DevBuf<int32_t> dids(ids);
       DevBuf<float> dx(n * H), dh(n * H), dpart(n * cuda::split_norm_partial_floats(H)), dw(nw), dout(n * N);
-      cuda::SplitNorm sn;
-      sn.x = dx.p;
-      sn.h = dh.p;
-      sn.w = dw.p;
-      sn.dim = H;
-      sn.partial = dpart.p;
+      cuda::SplitNorm sn = split_norm(dx.p, dh.p, dw.p, dpart.p, H);
       cuda::embedding_norm(de.view, dids.p, n, sn, nullptr);
       cuda::linear(dh.p, n, dq.view, dout.p, nullptr, &sn);
       const std::vector<float> x = dx.download(), h = dh.download(), out = dout.download();
