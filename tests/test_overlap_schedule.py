@@ -162,3 +162,14 @@ def test_overlap_schedule_out_of_range_is_refused_with_its_name():
         out = n.ffi.new("pe_engine**")
         rc = n.lib.pe_engine_create(llm._model.handle, n.ffi.new("pe_engine_params*", p), out)
     assert rc != 0 and "overlap_schedule" in n.last_error()
+
+
+@pytest.mark.parametrize("flag, want", [("auto", None), ("on", True), ("off", False)])
+def test_cli_flag_maps_to_the_engine_option(flag, want):
+    import argparse
+
+    from pyengine.cli import add_engine_arguments, engine_kwargs
+
+    p = argparse.ArgumentParser()
+    add_engine_arguments(p)
+    assert engine_kwargs(p.parse_args(["--overlap_schedule", flag]))["overlap_schedule"] is want
