@@ -199,6 +199,41 @@ TEST(prefix_cache_shares_blocks_and_counts_references) {
   CHECK_EQ(f.kv.n_free(), 50);
 }
 
+TEST(schedule_follow_plans_past_the_tokens_in_flight) {
+  // Overlapped steps (engine.h): a's decode chunk after a step of it that is queued but not
+  // committed, whose token is not in a.tokens yet. Pages of 4 (5 in all), a snapshot at every
+  // generated block boundary (interval 1).
+  Fixture f(params(2, 64), 5, 4, true);
+  Request* a = f.add(7, 100, 7);
+  auto cs = f.sched.schedule();  // the whole prompt in flight
+  CHECK_EQ(f.tokens_of(cs, a), 7);
+  CHECK_EQ(static_cast<int64_t>(a->pages.size()), 2);
+  ScheduledChunk next;
+  CHECK(f.sched.schedule_follow(*a, 7, next));  // position 7: its end (8) is a block boundary
+  CHECK(next.req == a && next.n_tokens == 1);
+  CHECK_EQ(static_cast<int64_t>(next.snapshots.size()), 1);
+  if (!next.snapshots.empty()) CHECK_EQ(next.snapshots[0].offset, 1);
+  CHECK_EQ(static_cast<int64_t>(a->pages.size()), 2);
+  f.sched.commit(cs);
+  a->tokens.push_back(1);  // the first step's token, read back
+  f.sched.commit({next});
+  a->tokens.push_back(2);
+  CHECK_EQ(f.cache->n_blocks(), 2);
+  // Position 8 in flight: the chunk after it (9) needs a third page, and no snapshot.
+  CHECK(f.sched.schedule_follow(*a, 1, next));
+  CHECK(next.snapshots.empty());
+  CHECK_EQ(static_cast<int64_t>(a->pages.size()), 3);
+  // b takes the last two pages; a follow-up that needs a fourth page gets false, preempting no one
+  // (the cache's blocks are a's pages too: nothing to evict).
+  Request* b = f.add(7, 100, 9);
+  auto cs2 = f.sched.schedule();
+  CHECK_EQ(f.tokens_of(cs2, b), 7);
+  CHECK_EQ(f.kv.n_free(), 0);
+  CHECK(!f.sched.schedule_follow(*a, 4, next));  // position 12
+  CHECK_EQ(f.sched.preemptions(), 0);
+  CHECK_EQ(f.sched.n_running(), 2);
+}
+
 TEST(planner_reports_and_refuses_with_numbers) {
   ModelConfig c = tiny_config();
   PlanRequest r;
