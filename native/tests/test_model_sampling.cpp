@@ -11,29 +11,11 @@
 #include "check.h"
 #include "core/error.h"
 #include "model/qwen35.h"
+#include "tiny_config.h"
 
 using namespace pe;
 
 namespace {
-
-ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab = 64;
-  c.hidden = 16;
-  c.n_layers = 2;
-  c.intermediate = 16;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.head_dim = 8;
-  c.rot_dim = 4;
-  c.gdn_k_heads = 1;
-  c.gdn_v_heads = 2;
-  c.gdn_k_dim = 8;
-  c.gdn_v_dim = 8;
-  c.conv_kernel = 4;
-  c.is_full_attention = {false, true};
-  return c;
-}
 
 // One sequence per slot s (page s of 16 tokens), n tokens each from position n_past.
 Batch batch_of(const std::vector<std::vector<int32_t>>& toks, int64_t n_past, const std::vector<int32_t>& pages) {
@@ -72,7 +54,7 @@ bool refused(const std::function<void()>& f, const char* what) {
 }  // namespace
 
 TEST(fed_tokens_equal_given_tokens) {
-  const ModelConfig c = small_config();
+  const ModelConfig c = pe_test::tiny_config();
   Qwen35Model m(c);
   m.load_dummy(DType::F32, 3);
   const std::vector<int32_t> pages = {0, 1};
@@ -106,7 +88,7 @@ TEST(fed_tokens_equal_given_tokens) {
 }
 
 TEST(sample_launches_are_collected_oldest_first_and_misuse_is_refused) {
-  const ModelConfig c = small_config();
+  const ModelConfig c = pe_test::tiny_config();
   Qwen35Model m(c);
   m.load_dummy(DType::F32, 4);
   const std::vector<int32_t> pages = {0, 1};
@@ -116,8 +98,10 @@ TEST(sample_launches_are_collected_oldest_first_and_misuse_is_refused) {
   m.forward(batch_of({{1, 2}, {3, 4}}, 0, pages), kv, gdn, r1);
   m.forward(batch_of({{8}, {9}}, 2, pages), kv, gdn, r2);
   std::vector<SampleOut> want1, want2, got1, got2;
-  m.sample(r1, greedy_jobs(2), want1);
-  m.sample(r2, greedy_jobs(1), want2);
+  m.sample_launch(r1, greedy_jobs(2));  // one at a time: the reference
+  m.sample_collect(want1);
+  m.sample_launch(r2, greedy_jobs(1));
+  m.sample_collect(want2);
   m.sample_launch(r1, greedy_jobs(2));
   m.sample_launch(r2, greedy_jobs(1));
   CHECK(refused([&] { m.sample_launch(r1, greedy_jobs(1)); }, "already waiting"));

@@ -9,32 +9,14 @@
 #include "check.h"
 #include "core/error.h"
 #include "engine/scheduler.h"
+#include "tiny_config.h"
 
 using namespace pe;
 
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.vocab = 100;
-  c.hidden = 8;
-  c.n_layers = 2;
-  c.intermediate = 8;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.head_dim = 4;
-  c.rot_dim = 2;
-  c.gdn_k_heads = 1;
-  c.gdn_v_heads = 1;
-  c.gdn_k_dim = 4;
-  c.gdn_v_dim = 4;
-  c.conv_kernel = 4;
-  c.is_full_attention = {false, true};
-  return c;
-}
-
 struct Fixture {
-  ModelConfig cfg = tiny_config();
+  ModelConfig cfg = pe_test::tiny_config();
   KvPool kv;
   GdnPool gdn;
   std::unique_ptr<PrefixCache> cache;
@@ -235,7 +217,7 @@ TEST(schedule_follow_plans_past_the_tokens_in_flight) {
 }
 
 TEST(planner_reports_and_refuses_with_numbers) {
-  ModelConfig c = tiny_config();
+  ModelConfig c = pe_test::tiny_config();
   PlanRequest r;
   r.max_batch = 2;
   r.max_model_len = 64;

@@ -1,14 +1,10 @@
 #include "engine/engine.h"
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "core/error.h"
 #include "core/threadpool.h"
-#include "kernels/sampling.h"
 
 namespace pe {
 

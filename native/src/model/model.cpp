@@ -104,8 +104,8 @@ void Model::take_end_snapshots(const Batch& b, GdnPool& gdn) {
 }
 
 const std::vector<int32_t>& Model::host_tokens(const Batch& b) {
+  if (b.token_from_sample.empty()) return b.tokens;
   fed_tokens_ = b.tokens;
-  if (b.token_from_sample.empty()) return fed_tokens_;
   if (b.token_from_sample.size() != b.tokens.size())
     fail(PE_ERR_INTERNAL, "batch has ", b.tokens.size(), " tokens but ", b.token_from_sample.size(),
          " token_from_sample entries");

@@ -129,10 +129,6 @@ class Model {
   static constexpr int kMaxPendingSamples = 2;
   virtual void sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs);
   virtual void sample_collect(std::vector<SampleOut>& outs);
-  void sample(const ForwardResult& res, const std::vector<SampleJob>& jobs, std::vector<SampleOut>& outs) {
-    sample_launch(res, jobs);
-    sample_collect(outs);
-  }
 
   // Prepares workspace for steps of up to max_tokens tokens over max_seqs sequences with contexts
   // up to max_context, so no step allocates afterwards.
@@ -146,7 +142,8 @@ class Model {
   // Copies each sequence's slot into its snapshots at offset n_new (SeqChunk::snapshot_inside),
   // after the forward's layers.
   static void take_end_snapshots(const Batch& b, GdnPool& gdn);
-  // The batch's tokens with its token_from_sample rows filled from the latest host sample_launch.
+  // The batch's tokens with its token_from_sample rows filled from the latest host sample_launch
+  // (b.tokens itself where it has none).
   const std::vector<int32_t>& host_tokens(const Batch& b);
 
   ModelConfig cfg_;
@@ -158,7 +155,7 @@ class Model {
   std::vector<int32_t> sample_idx_;
   std::deque<std::vector<SampleOut>> pending_samples_;  // host launches not yet collected
   std::vector<int32_t> last_tokens_;  // the latest launch's tokens
-  std::vector<int32_t> fed_tokens_;
+  std::vector<int32_t> fed_tokens_;  // host_tokens' result for a batch with fed rows
 };
 
 }  // namespace pe
