@@ -147,11 +147,12 @@ struct GemvTuning {
   int pdl_prefetch_steps = 1;          // with pdl, tiled weights: the steps per warp prefetched
                                        // to L2 before waiting for the previous kernel
   bool stream_k = true;                // where the row blocks leave SMs idle and rows have at
-  int stream_k_min_steps = 96;         // least this many column steps (128 FP8 columns at 32 rows
+  int stream_k_min_steps = 48;         // least this many column steps (128 FP8 columns at 32 rows
                                        // per warp): one block per slot, each a share of the row
                                        // blocks x column steps, split rows summed by the last
                                        // block to finish them. Session 6: mlp down 35.7 -> 32.8
-                                       // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency)
+                                       // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency;
+                                       // 96 from then until session 26, see stream_k_quantum)
   int stream_k_balance_pct = 100;      // stream-K also where the row blocks take more than one
                                        // wave and the last is at most this % full (0: never, 100:
                                        // wherever it is part full): one wave of equal shares.
@@ -162,13 +163,14 @@ struct GemvTuning {
                                        // sum made 100 a gain: session 23, 27B batch 1 ms, 50 -> 100:
                                        // call 2 8.100 / 8.099 -> 8.043; call 3 8.096 / 8.090 ->
                                        // 8.001 / 8.016 (batch 2 8.910 / 8.917 -> 8.833 / 8.831)
-  int stream_k_quantum = 0;            // stream-K block boundaries on multiples of this many
+  int stream_k_quantum = 8;            // stream-K block boundaries on multiples of this many
                                        // steps; 0: 1 (fill), 8 = the warps (balance). Session 25
                                        // (27B batch 1, two interleaved rounds): min_steps 48 (fill
                                        // for out_proj / o_proj, 48 steps) with quantum 8: 7.937 /
                                        // 7.937 ms against 7.995 (96, 0); 48 alone 7.964 / 7.960.
-                                       // Not the default until the op tests' "8-step quanta" path
-                                       // has run on a GPU.
+                                       // Session 26 call 1 (three / two interleaved rounds): 7.932
+                                       // / 7.937 / 7.937 against (96, 0) 7.990 / 7.987; batch 8
+                                       // 11.546-11.561 against 11.596 / 11.613.
   int roll = 1;                        // tiled weights, the next step loaded in halves during this
                                        // step's math (gemv_q_kernel's kRoll): 0 never, 1 I8 only,
                                        // 2 every dtype. H200, session 17 (bench_kernels, graph-
