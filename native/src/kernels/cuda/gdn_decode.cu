@@ -176,15 +176,24 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   // wait, as the state).
   float* cs = a.conv_state + slot * a.conv_slot_stride;
   const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
-  const auto item = [&](int t, int& ch) {
-    const bool is_v = t >= 2 * DK, is_k = !is_v && t >= DK;
-    const int i = is_v ? t - 2 * DK : is_k ? t - DK : t;
-    ch = is_v ? 2 * Hk * dk + h * dv + col0 + i : (is_k ? Hk * dk : 0) + kh * dk + i;
-    return is_v ? col0 + i < dv : i < dk;
+  struct Item {
+    bool is_v, is_k, valid;
+    int i, ch;  // index in q / k / the block's v columns; the conv channel
   };
-  int ch0 = 0;
+  const auto item = [&](int t) {
+    Item it;
+    it.is_v = t >= 2 * DK;
+    it.is_k = !it.is_v && t >= DK;
+    it.i = it.is_v ? t - 2 * DK : it.is_k ? t - DK : t;
+    it.ch = it.is_v ? 2 * Hk * dk + h * dv + col0 + it.i : (it.is_k ? Hk * dk : 0) + kh * dk + it.i;
+    it.valid = it.is_v ? col0 + it.i < dv : it.i < dk;
+    return it;
+  };
   ConvTaps taps0{};
-  if (threadIdx.x < 2 * DK + kBlockCols && item(threadIdx.x, ch0)) taps0 = conv_taps(cs, a.conv_w, Ci, K, r_old, ch0);
+  if (threadIdx.x < 2 * DK + kBlockCols) {
+    const Item it0 = item(threadIdx.x);
+    if (it0.valid) taps0 = conv_taps(cs, a.conv_w, Ci, K, r_old, it0.ch);
+  }
   pdl_wait();
 
   // The gate inputs and (warp 0, fused norm) the z row go out with the conv's loads: their round
@@ -211,22 +220,19 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   for (int t = threadIdx.x; t < 2 * DK + kBlockCols; t += T) {
     // One conv_apply call site for q, k and v: with two inlined copies (one for q/k, one for v)
     // the ring indexing spilled the state at dk 128 (sm_90, 8 warps, float4: 104 bytes).
-    const bool is_v = t >= 2 * DK, is_k = !is_v && t >= DK;
-    const int i = is_v ? t - 2 * DK : is_k ? t - DK : t;
-    int ch;
-    const bool valid = item(t, ch);
+    const Item it = item(t);
     float y = 0.0f;
-    if (valid) {
-      const ConvTaps tp = t == threadIdx.x ? taps0 : conv_taps(cs, a.conv_w, Ci, K, r_old, ch);
-      y = conv_apply(tp, cs, u, a.conv_w, Ci, K, r_old, is_v || qk_store, ch);
+    if (it.valid) {
+      const ConvTaps tp = t == threadIdx.x ? taps0 : conv_taps(cs, a.conv_w, Ci, K, r_old, it.ch);
+      y = conv_apply(tp, cs, u, a.conv_w, Ci, K, r_old, it.is_v || qk_store, it.ch);
     }
-    if (is_v) {
-      vsf[i] = y;
-    } else if (is_k) {
-      ks[i] = y;
+    if (it.is_v) {
+      vsf[it.i] = y;
+    } else if (it.is_k) {
+      ks[it.i] = y;
       ssq_k = fmaf(y, y, ssq_k);
     } else {
-      qs[i] = y;
+      qs[it.i] = y;
       ssq_q = fmaf(y, y, ssq_q);
     }
   }
