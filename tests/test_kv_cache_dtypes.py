@@ -49,3 +49,16 @@ def test_bad_kv_cache_dtypes_are_refused_with_the_reason():
         LLM(os.path.join(DATA, "ckpt_text_bf16"), max_model_len=64, kv_cache_dtype="int4")
     with pytest.raises(ValueError, match="head_dim % 16"):  # head_dim 24
         LLM(os.path.join(DATA, "ckpt_interval_f32"), max_model_len=64, kv_cache_dtype="fp4")
+
+
+def test_device_kv_encoders_match_the_cpu_bit_for_bit():
+    """kv_codec.cuh's fp8 / fp4 encoders (their source, compiled for the host) against the CPU's
+    on every 17th float bit pattern and every midpoint / tie with its neighbours
+    (tools/gpu/kv_encoders_exhaustive.py; without --stride: all 2^32)."""
+    import subprocess
+    import sys
+
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "gpu", "kv_encoders_exhaustive.py")
+    run = subprocess.run([sys.executable, tool, "--stride", "17"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "fp8 mismatches 0, fp4 mismatches 0" in run.stdout, run.stdout
