@@ -173,3 +173,16 @@ def test_cli_flag_maps_to_the_engine_option(flag, want):
     p = argparse.ArgumentParser()
     add_engine_arguments(p)
     assert engine_kwargs(p.parse_args(["--overlap_schedule", flag]))["overlap_schedule"] is want
+
+
+@pytest.mark.parametrize("penalty", [{"repetition_penalty": 1.3}, {"presence_penalty": 0.8},
+                                     {"frequency_penalty": 0.6}])  # fmt: skip
+def test_penalties_run_one_step_at_a_time(penalty):
+    # A penalty reads the token history on the host: a step needs its predecessor's token first.
+    params = [SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, **penalty) for _ in PROMPTS[:2]]
+    with engine(False) as llm:
+        ref = outputs(llm.generate(prompt_token_ids=PROMPTS[:2], sampling_params=params))
+    with engine(True) as llm:
+        got = outputs(llm.generate(prompt_token_ids=PROMPTS[:2], sampling_params=params))
+        assert llm.stats()["overlapped_steps"] == 0
+    assert_same(got, ref)

@@ -8,13 +8,6 @@
 #include "kernels/sampling.h"
 
 namespace pe {
-namespace {
-
-bool uses_penalties(const SamplingConfig& c) {
-  return c.repetition_penalty != 1.0f || c.presence_penalty != 0.0f || c.frequency_penalty != 0.0f;
-}
-
-}  // namespace
 
 bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_t>& in_flight,
                     const std::vector<int32_t>& from, LaunchedStep& out, std::string& error) {
@@ -80,7 +73,7 @@ bool Engine::launch_follow(const LaunchedStep& prev, LaunchedStep& out, std::str
   // Every running request samples in prev (none is prefilling) and none needs its history on the
   // host for penalties.
   for (const auto& r : sched_->running()) {
-    if (uses_penalties(r->sampling)) return false;
+    if (r->sampling.any_penalty()) return false;
     bool samples = false;
     for (size_t i = 0; i < prev.chunks.size() && !samples; ++i)
       samples = prev.chunks[i].req == r.get() && prev.job_of[i] >= 0;

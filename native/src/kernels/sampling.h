@@ -16,6 +16,12 @@ struct SamplingConfig {
   float frequency_penalty = 0.0f;   // on generated tokens, times their count
   float repetition_penalty = 1.0f;  // on prompt + generated tokens (HF/vLLM semantics)
   uint64_t seed = 0;
+
+  // The penalties that change logits, each read from the token history: the repetition penalty
+  // (prompt + output ids) and the presence / frequency penalties (output counts).
+  bool repetition_applies() const { return repetition_penalty != 1.0f && repetition_penalty > 0.0f; }
+  bool counts_apply() const { return presence_penalty != 0.0f || frequency_penalty != 0.0f; }
+  bool any_penalty() const { return repetition_applies() || counts_apply(); }
 };
 
 // A uniform float in [0, 1) from (seed, counter): splitmix64-style hash, stateless.

@@ -144,7 +144,7 @@ int64_t top_p_count(const float* w, int32_t* idx, int64_t k, double target) {
 void apply_penalties(float* logits, int64_t V, const SamplingConfig& p, const int32_t* prompt_ids,
                      int64_t n_prompt, const int32_t* out_ids, int64_t n_out) {
   auto valid = [V](int32_t id) { return id >= 0 && id < V; };
-  if (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) {
+  if (p.repetition_applies()) {
     const float rp = p.repetition_penalty;
     const int64_t n_all = n_prompt + n_out;
     float* orig = scratch(0, static_cast<size_t>(std::max<int64_t>(n_all, 1)));
@@ -155,7 +155,7 @@ void apply_penalties(float* logits, int64_t V, const SamplingConfig& p, const in
       logits[id_at(j)] = orig[j] > 0.0f ? orig[j] / rp : orig[j] * rp;
     }
   }
-  if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && n_out > 0) {
+  if (p.counts_apply() && n_out > 0) {
     thread_local std::vector<int32_t> counts;  // all zero between calls
     if (static_cast<int64_t>(counts.size()) < V) counts.resize(static_cast<size_t>(V), 0);
     for (int64_t j = 0; j < n_out; ++j)
