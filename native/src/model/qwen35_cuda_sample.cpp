@@ -14,9 +14,7 @@ namespace pe {
 namespace {
 
 bool has_penalties(const SampleJob& j) {
-  const SamplingConfig& p = j.cfg;
-  return (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) ||
-         ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && j.n_out > 0);
+  return j.cfg.repetition_applies() || (j.cfg.counts_apply() && j.n_out > 0);
 }
 
 // Distinct ids of prompt + output (repetition penalty) and their output counts, as
@@ -25,7 +23,7 @@ void penalty_table(const SampleJob& j, int64_t V, std::vector<int32_t>& ids, std
   std::unordered_map<int32_t, int32_t> index;
   ids.clear();
   counts.clear();
-  const bool rep = j.cfg.repetition_penalty != 1.0f && j.cfg.repetition_penalty > 0.0f;
+  const bool rep = j.cfg.repetition_applies();
   auto add = [&](int32_t id, bool out) {
     if (id < 0 || id >= V) return;
     auto it = index.find(id);
@@ -40,7 +38,7 @@ void penalty_table(const SampleJob& j, int64_t V, std::vector<int32_t>& ids, std
   for (int64_t i = 0; i < j.n_prompt; ++i) add(j.prompt[i], false);
   for (int64_t i = 0; i < j.n_out; ++i) add(j.out[i], true);
   // Without presence/frequency the counts must not subtract anything.
-  if (j.cfg.presence_penalty == 0.0f && j.cfg.frequency_penalty == 0.0f) std::fill(counts.begin(), counts.end(), 0);
+  if (!j.cfg.counts_apply()) std::fill(counts.begin(), counts.end(), 0);
 }
 
 }  // namespace
