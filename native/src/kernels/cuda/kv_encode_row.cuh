@@ -73,9 +73,11 @@ __device__ __forceinline__ void encode_row(const float* __restrict__ src, int D,
       const int v = v0 + 8 * lane;
       float x[8];
       load8(src, v, D, x);
-      float m = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(x[i]));
+      // The max as a tree (3 levels, not a chain of 8); the 0 last, as the first operand of a chain
+      // from 0: a NaN value drops out, an all-NaN lane gives 0 (the same max as the CPU's walk).
+      const float m01 = fmaxf(fabsf(x[0]), fabsf(x[1])), m23 = fmaxf(fabsf(x[2]), fabsf(x[3]));
+      const float m45 = fmaxf(fabsf(x[4]), fabsf(x[5])), m67 = fmaxf(fabsf(x[6]), fabsf(x[7]));
+      float m = fmaxf(fmaxf(fmaxf(m01, m23), fmaxf(m45, m67)), 0.0f);
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));  // a group of 16 is lanes 2k, 2k + 1
       const float s = div_rn_by<6>(m);
       const float inv = s > 0.0f ? __frcp_rn(s) : 0.0f;  // = 1 / s rounded (IEEE), no divergent call
