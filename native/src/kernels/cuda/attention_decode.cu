@@ -337,13 +337,18 @@ void run_decode_nv(int nv, const DecodeParams& p, int64_t n_keys, void* scratch,
 
 int min_split_keys() { return g_min_split_keys; }
 
+int64_t decode_split_len(const DecodeParams& p, int resident, int64_t n_keys) {
+  const int64_t base = static_cast<int64_t>(p.n_qb) * p.n_hb * p.kv.n_kv_heads;
+  const int64_t target = static_cast<int64_t>(sm_count()) * resident;
+  const int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys, min_split_keys()));
+  return (n_keys + splits - 1) / splits;
+}
+
 void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
                    void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   const int64_t base = static_cast<int64_t>(p.n_qb) * p.n_hb * p.kv.n_kv_heads;
-  const int64_t target = static_cast<int64_t>(sm_count()) * resident;
-  int64_t splits = std::clamp<int64_t>(target / base, 1, max_splits(n_keys, min_split_keys()));
-  const int64_t len = (n_keys + splits - 1) / splits;
-  splits = (n_keys + len - 1) / len;
+  const int64_t len = decode_split_len(p, resident, n_keys);
+  const int64_t splits = (n_keys + len - 1) / len;
   const int64_t rows = p.n_q * p.n_heads;
   const size_t need = splits > 1 ? static_cast<size_t>(splits * rows * (p.kv.head_dim + 2)) * sizeof(float) : 0;
   if (scratch_bytes < need)

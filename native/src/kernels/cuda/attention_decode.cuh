@@ -113,6 +113,7 @@ int64_t scratch_splits(int64_t n_keys);
 // write partial states and attention_combine finishes. Both launches are launch_pdl: the kernel
 // calls pdl_wait() first.
 int min_split_keys();  // kMinSplitKeys unless attention_decode_set_min_split_keys (cuda_ops.h) set it
+int64_t decode_split_len(const DecodeParams& p, int resident, int64_t n_keys);  // keys per split
 void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
                    void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
@@ -120,6 +121,12 @@ void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, i
 // head_dim is one it is built for; the SIMT kernel otherwise (F32, BF16, other head_dims).
 // Returns false, running nothing, where it does not apply. Instantiated in attention_decode_mma.cu
 // for F16, FP8_E4M3, I8 and NVFP4.
+// The NVFP4 tensor-core kernel for splits of at most two warp steps (32 keys; 1K context at batch
+// 1 on the H200), each step's dims split over two warps (attention_decode_fp4_pairs.cu).
+// Instantiated for head_dim 64, 128, 256.
+template <int D>
+void (*fp4_pairs_kernel())(DecodeParams);
+
 template <DType KV>
 bool run_decode_tc_dim(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                        cudaStream_t stream);

@@ -514,7 +514,7 @@ const bool g_early = env_int("PYENGINE_ATTN_EARLY", 1) != 0;
 template <DType KV>
 int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;
-  if constexpr (KV == DType::NVFP4) return 4;
+  if constexpr (KV == DType::NVFP4) return 6;
   if constexpr (KV == DType::I8) return 5;
   return n_keys <= 4096 ? 5 : 1;  // F16, FP8
 }
@@ -535,18 +535,26 @@ void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, s
   const auto on_sectors = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 32 == 0; };
   p.early = g_early && kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v) &&
             (KV != DType::NVFP4 || (D / 4 % 32 == 0 && on_sectors(p.kv.k_scale) && on_sectors(p.kv.v_scale)));
+  // Variant 6: splits of at most two warp steps take the pairs kernel, with the kFast kernel's
+  // split (the same partial states for the combine).
+  if constexpr (KV == DType::NVFP4 && kFastBlocks > 0)
+    if (variant == 6 && decode_split_len(p, resident, n_keys) <= 2 * tc::kStep) {
+      launch_decode(fp4_pairs_kernel<D>(), resident, p, n_keys, scratch, scratch_bytes, stream);
+      return;
+    }
   launch_decode(kernel, resident, p, n_keys, scratch, scratch_bytes, stream);
 }
 
 template <DType KV, int D>
 void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream) {
-  // 4: for NVFP4 the kFast kernel at 2 blocks per SM; for the other dtypes variant 1.
+  // 4: for NVFP4 the kFast kernel at 2 blocks per SM, 6: that or (short splits) the pairs kernel;
+  // for the other dtypes both run variant 1.
   constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0;
   const int variant = variant_of<KV>(n_keys);
   if (variant == 0) run_decode_tc<KV, D, false>(p, variant, n_keys, scratch, scratch_bytes, stream);
   else if (variant == 5) run_decode_tc<KV, D, false, 0, true>(p, variant, n_keys, scratch, scratch_bytes, stream);
-  else if (kFast4 && variant == 4)
+  else if (kFast4 && (variant == 4 || variant == 6))
     run_decode_tc<KV, D, true, kFast4>(p, variant, n_keys, scratch, scratch_bytes, stream);
   else run_decode_tc<KV, D, true>(p, variant, n_keys, scratch, scratch_bytes, stream);
 }

@@ -184,6 +184,13 @@ __device__ __forceinline__ void ld_shared_words4(const uint32_t* src, uint32_t* 
   w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
 }
 
+// k2 with qmax * 2^k2 in [2^14, 2^15) (qmax >= 0; 14 for 0): the power of two that gives a Q
+// vector's fp16 high + low parts ~22 bits whatever its magnitude.
+__device__ __forceinline__ int q_pow2(float qmax) {
+  const int ex = qmax > 0.0f ? static_cast<int>((__float_as_uint(qmax) >> 23) & 0xff) - 127 : 0;
+  return max(-100, min(100, 14 - ex));
+}
+
 // Q fragments of vector g = lane / 4 (qrow: its D values, or null for a padding vector): scaled
 // by a power of two so max |q * q_mul| lands in [2^14, 2^15) (the fp16 high + low parts keep ~22
 // bits whatever the magnitude), split, stored per k-step and lane; qscale[g] takes the power back.
@@ -209,9 +216,7 @@ __device__ __forceinline__ void q_fragments(const float* qrow, float q_mul, int 
     for (int i = 0; i < 4; ++i) qmax = fmaxf(qmax, fabsf(q_at(ks, i)));
   qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 1));
   qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 2));
-  qmax *= fabsf(q_mul);
-  const int ex = qmax > 0.0f ? static_cast<int>((__float_as_uint(qmax) >> 23) & 0xff) - 127 : 0;
-  const int k2 = max(-100, min(100, 14 - ex));  // qmax * 2^k2 in [2^14, 2^15)
+  const int k2 = q_pow2(qmax * fabsf(q_mul));
   const float qm = q_mul * __uint_as_float(static_cast<uint32_t>(127 + k2) << 23);
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
