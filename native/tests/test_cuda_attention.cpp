@@ -291,7 +291,8 @@ TEST(cuda_attention_prefill_mma) {
 }
 
 // The tensor-core decode variants of attention_decode_set_variant (cuda_ops.h; -1 the per-dtype
-// default) against variant 0 on the same GPU-written cache: the same values (bit for bit; checked
+// default) against variant 0 on the same GPU-written cache: the same values (bit for bit, but
+// the pairs kernel of 6 and the default on splits of <= 32 keys: within float rounding; checked
 // at 1e-6). check_attention runs them all against the CPU too.
 // Depths past one window per block (27B shape on 132 SMs: 66 splits, > 33,800 keys) use the rows
 // resolved past a window's end; pages of 7 put page boundaries inside every tile; n_q 3 masks.

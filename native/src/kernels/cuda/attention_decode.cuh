@@ -121,11 +121,11 @@ void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, i
 // head_dim is one it is built for; the SIMT kernel otherwise (F32, BF16, other head_dims).
 // Returns false, running nothing, where it does not apply. Instantiated in attention_decode_mma.cu
 // for F16, FP8_E4M3, I8 and NVFP4.
-// The NVFP4 tensor-core kernel for splits of at most two warp steps (32 keys; 1K context at batch
-// 1 on the H200), each step's dims split over two warps (attention_decode_fp4_pairs.cu).
-// Instantiated for head_dim 64, 128, 256.
-template <int D>
-void (*fp4_pairs_kernel())(DecodeParams);
+// The tensor-core kernel for splits of at most two warp steps (32 keys; 1K context at batch 1 on
+// the H200), each step's dims split over two warps (attention_decode_pairs.cu). Instantiated for
+// F16, FP8_E4M3, I8, NVFP4 at head_dim 64, 128, 256.
+template <DType KV, int D>
+void (*pairs_kernel())(DecodeParams);
 
 template <DType KV>
 bool run_decode_tc_dim(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,

@@ -509,18 +509,25 @@ int g_variant = std::clamp(env_int("PYENGINE_ATTN_VARIANT", -1), -1, kAttentionD
 // PYENGINE_ATTN_EARLY=0 turns it off for the A/B.
 const bool g_early = env_int("PYENGINE_ATTN_EARLY", 1) != 0;
 
-// Per-dtype default by the call's longest context n_keys: the fastest in session 7's graph-timed
-// H200 rows (tools/gpu/NOTES.md, "Session 7"). Same bits in every variant.
+// The pairs kernel (attention_decode_pairs.cu) for splits of at most 32 keys in the per-dtype
+// default (session 27, 1K depth: faster for every dtype); PYENGINE_ATTN_PAIRS=0 turns it off for
+// the A/B.
+const bool g_pairs = env_int("PYENGINE_ATTN_PAIRS", 1) != 0;
+
+// Per-dtype default by the call's longest context n_keys for splits the pairs kernel does not
+// take: the fastest in session 7's graph-timed H200 rows (tools/gpu/NOTES.md, "Session 7"). Same
+// bits in every variant.
 template <DType KV>
 int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;
-  if constexpr (KV == DType::NVFP4) return 6;
+  if constexpr (KV == DType::NVFP4) return 4;
   if constexpr (KV == DType::I8) return 5;
   return n_keys <= 4096 ? 5 : 1;  // F16, FP8
 }
 
+// pairs: splits of at most two warp steps take the pairs kernel, split as this kernel's.
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>
-void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, size_t scratch_bytes,
+void run_decode_tc(DecodeParams p, int variant, bool pairs, int64_t n_keys, void* scratch, size_t scratch_bytes,
                    cudaStream_t stream) {
   auto* kernel = tc::attention_decode_mma_kernel<KV, D, kTuned, kFastBlocks, kSwzOnly>;
   static const int resident = [kernel] {
@@ -535,28 +542,27 @@ void run_decode_tc(DecodeParams p, int variant, int64_t n_keys, void* scratch, s
   const auto on_sectors = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 32 == 0; };
   p.early = g_early && kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v) &&
             (KV != DType::NVFP4 || (D / 4 % 32 == 0 && on_sectors(p.kv.k_scale) && on_sectors(p.kv.v_scale)));
-  // Variant 6: splits of at most two warp steps take the pairs kernel, with the kFast kernel's
-  // split (the same partial states for the combine).
-  if constexpr (KV == DType::NVFP4 && kFastBlocks > 0)
-    if (variant == 6 && decode_split_len(p, resident, n_keys) <= 2 * tc::kStep) {
-      launch_decode(fp4_pairs_kernel<D>(), resident, p, n_keys, scratch, scratch_bytes, stream);
-      return;
-    }
+  if (pairs && decode_split_len(p, resident, n_keys) <= 2 * tc::kStep) {
+    launch_decode(pairs_kernel<KV, D>(), resident, p, n_keys, scratch, scratch_bytes, stream);
+    return;
+  }
   launch_decode(kernel, resident, p, n_keys, scratch, scratch_bytes, stream);
 }
 
 template <DType KV, int D>
 void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream) {
-  // 4: for NVFP4 the kFast kernel at 2 blocks per SM, 6: that or (short splits) the pairs kernel;
-  // for the other dtypes both run variant 1.
+  // 4: for NVFP4 the kFast kernel at 2 blocks per SM (the other dtypes: variant 1); 6: the pairs
+  // kernel for short splits, else variant 4; the default: the pairs kernel for short splits, else
+  // variant_of's.
   constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0;
   const int variant = variant_of<KV>(n_keys);
-  if (variant == 0) run_decode_tc<KV, D, false>(p, variant, n_keys, scratch, scratch_bytes, stream);
-  else if (variant == 5) run_decode_tc<KV, D, false, 0, true>(p, variant, n_keys, scratch, scratch_bytes, stream);
-  else if (kFast4 && (variant == 4 || variant == 6))
-    run_decode_tc<KV, D, true, kFast4>(p, variant, n_keys, scratch, scratch_bytes, stream);
-  else run_decode_tc<KV, D, true>(p, variant, n_keys, scratch, scratch_bytes, stream);
+  const bool pairs = variant == 6 || (g_variant < 0 && g_pairs);
+  const auto run = [&](auto kernel_of) { kernel_of(p, variant, pairs, n_keys, scratch, scratch_bytes, stream); };
+  if (variant == 0) run(run_decode_tc<KV, D, false>);
+  else if (variant == 5) run(run_decode_tc<KV, D, false, 0, true>);
+  else if (kFast4 && (variant == 4 || variant == 6)) run(run_decode_tc<KV, D, true, kFast4>);
+  else run(run_decode_tc<KV, D, true>);
 }
 
 }  // namespace

@@ -238,18 +238,19 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 // dequantized exactly as on the CPU (same values), so their tolerance is that of the F16 cache.
 constexpr int64_t kAttentionMmaMinQueries = 64;
 // Tuning hook for tools/gpu/bench_kernels and the tests (A/B of the tensor-core decode kernel,
-// F16/FP8/I8/NVFP4 caches): -1 = the per-dtype default (the fastest measured, by the longest
-// context of the call: F16 and FP8 5 up to 4K keys then 1; I8 5; NVFP4 6); a
-// value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
+// F16/FP8/I8/NVFP4 caches): -1 = the per-dtype default: splits of at most 32 keys (1K context at
+// batch 1 on the H200) take the pairs kernel of variant 6 (PYENGINE_ATTN_PAIRS=0: not), longer
+// ones the fastest measured by the longest context of the call (F16 and FP8 5 up to 4K keys then
+// 1; I8 5; NVFP4 4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
 // 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the page-table
 // loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
 // ahead; 4 = for NVFP4 caches, 1 with whole-chunk K/V/scale loads one step ahead, exchanged
 // through shared memory, and P scaled in the mma B layout (no movmatrix per m-tile); for the
 // other dtypes 4 runs 1; 5 = 0 with 1's conflict-free merge (no early page-table loads); 6 =
-// for NVFP4 caches, 4 except for splits of at most 32 keys, where two warps share each 16-key
-// step (half its dims each: the score halves added, then half the m-tiles each); for the other
-// dtypes 6 runs 1. Same results in every variant, bit for bit, except 6's short splits (the
-// scores summed in two halves: within float rounding). Values outside
+// splits of at most 32 keys on the pairs kernel (two warps share each 16-key step, half its dims
+// each: the score halves added, then half the m-tiles each; attention_decode_pairs.cu), longer
+// splits as 4. Same results in every variant, bit for bit, except the pairs kernel (the scores
+// summed in two halves: within float rounding). Values outside
 // -1..kAttentionDecodeVariants-1 are clamped. Not for use while other threads run attention_paged.
 // (Measured and removed: in session 4 a one-wait split-K combine and split lengths in whole
 // 64-key rounds; in session 5 variant 4 at 3 blocks per SM; tools/gpu/NOTES.md.)
