@@ -8,8 +8,9 @@
 // takes step st's k-steps and m-tiles of half h: the two halves' partial scores meet in shared
 // memory (a 64-thread named barrier per pair), both warps run the same softmax, each then does
 // half the P V m-tiles. Nothing is computed twice but the softmax (session 20's shared steps
-// duplicated the scores and the staging and lost). Session 27, 1K depth model: F16 1.541 ->
-// 1.530 ms a step, NVFP4 1.552 -> 1.536 (tools/gpu/NOTES.md).
+// duplicated the scores and the staging and lost). Session 27, 1K depth model, ms a step without
+// / with it (PYENGINE_ATTN_PAIRS=0 / 1): F16 1.541 / 1.531, FP8 1.538 / 1.530, I8 1.544 / 1.536,
+// NVFP4 1.550 / 1.540 (tools/gpu/NOTES.md).
 //
 // Every load of the step goes to registers straight from global memory, before pdl_wait where the
 // step's keys are all older than the new ones (DecodeParams::early, as the other kernels). The Q
