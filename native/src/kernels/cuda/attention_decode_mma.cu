@@ -412,28 +412,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
           split_f16(pb[2] * vsj[2][j & 3], pb[3] * vsj[3][j & 3], bh[1], bl[1]);
         }
 #pragma unroll
-        for (int r = 0; r < 2 && !kFast; ++r) {
-          const uint32_t x0 = vw[2 * r][kF16 || kFp4 ? j : j >> 1], x1 = vw[2 * r + 1][kF16 || kFp4 ? j : j >> 1];
-          if constexpr (kF16) {
-            a[2 * r] = __byte_perm(x0, x1, 0x5410);
-            a[2 * r + 1] = __byte_perm(x0, x1, 0x7632);
-          } else if constexpr (kFp4) {
-            const uint32_t y = __byte_perm(x0, x1, fp4_vsel);
-            a[2 * r] = kv_fp4_pair_lo(y);
-            a[2 * r + 1] = kv_fp4_pair_hi(y);
-          } else if constexpr (kFp8ByCvt) {  // the same pairs: byte b of both keys side by side
-            e4m3x4_cvt(__byte_perm(x0, x1, (j & 1) ? 0x7362 : 0x5140), a[2 * r], a[2 * r + 1]);
-          } else {
-            const uint32_t z = __byte_perm(x0, x1, (j & 1) ? 0x7632 : 0x5410);
-            if constexpr (kI8) {
-              a[2 * r] = kv_i8_pair_even(z ^ 0x80808080u);
-              a[2 * r + 1] = kv_i8_pair_odd(z ^ 0x80808080u);
-            } else {
-              a[2 * r] = kv_fp8_pair_even(z);
-              a[2 * r + 1] = kv_fp8_pair_odd(z);
-            }
-          }
-        }
+        for (int r = 0; r < 2 && !kFast; ++r)
+          L::decode_v(vw[2 * r][L::v_word(j)], vw[2 * r + 1][L::v_word(j)], j, fp4_vsel, a[2 * r], a[2 * r + 1]);
         if constexpr (kFp4 && !kFast) {  // m-tile j = group j: its scale per key
 #pragma unroll
           for (int r = 0; r < 2; ++r) {

@@ -144,6 +144,31 @@ template <DType KV, int D> struct Layout {
       hi = kv_i8_pair_odd(w ^ 0x80808080u);
     }
   }
+  // V words hold m-tile j in word v_word(j) (Layout::load_v; 8-bit: two m-tiles a word).
+  __host__ __device__ static constexpr int v_word(int j) { return kF16 || kFp4 ? j : j >> 1; }
+  // The A operand halves of m-tile j from the V words x0, x1 of two keys (2t, 2t+1 or 2t+8, 2t+9):
+  // lo = row g, hi = row g + 8 of the m-tile (NVFP4: fp4_vsel picks byte g & 3 of both words).
+  __device__ static void decode_v(uint32_t x0, uint32_t x1, int j, uint32_t fp4_vsel, uint32_t& lo, uint32_t& hi) {
+    if constexpr (kF16) {
+      lo = __byte_perm(x0, x1, 0x5410);
+      hi = __byte_perm(x0, x1, 0x7632);
+    } else if constexpr (kFp4) {
+      const uint32_t y = __byte_perm(x0, x1, fp4_vsel);
+      lo = kv_fp4_pair_lo(y);
+      hi = kv_fp4_pair_hi(y);
+    } else if constexpr (kPairedBytes) {  // the same pairs: byte b of both keys side by side
+      e4m3x4_cvt(__byte_perm(x0, x1, (j & 1) ? 0x7362 : 0x5140), lo, hi);
+    } else {
+      const uint32_t z = __byte_perm(x0, x1, (j & 1) ? 0x7632 : 0x5410);
+      if constexpr (KV == DType::I8) {
+        lo = kv_i8_pair_even(z ^ 0x80808080u);
+        hi = kv_i8_pair_odd(z ^ 0x80808080u);
+      } else {
+        lo = kv_fp8_pair_even(z);
+        hi = kv_fp8_pair_odd(z);
+      }
+    }
+  }
   // Physical dim of O^T row g + 8h of m-tile j.
   __device__ static int out_dim(int j, int h, int g) {
     if constexpr (kFp4) return 16 * j + 2 * g + h;

@@ -264,29 +264,11 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
     for (int jj = 0; jj < MH; ++jj) {
       uint32_t a[4];  // rows g / g+8 x keys (2t, 2t+1) / (2t+8, 2t+9)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t x0 = vw[2 * r][kF16 || kFp4 ? jj : jj >> 1], x1 = vw[2 * r + 1][kF16 || kFp4 ? jj : jj >> 1];
-        if constexpr (kFp4) {
-          const uint32_t y = __byte_perm(x0, x1, vsel);
-          a[2 * r] = kv_fp4_pair_lo(y);
-          a[2 * r + 1] = kv_fp4_pair_hi(y);
+      for (int r = 0; r < 2; ++r) {  // (the half's m-tile parity is jj's: MH is even)
+        L::decode_v(vw[2 * r][L::v_word(jj)], vw[2 * r + 1][L::v_word(jj)], jj, vsel, a[2 * r], a[2 * r + 1]);
+        if constexpr (kFp4)
           split_f16(pb[2 * r] * (vsc[2 * r][jj] * L::kVMul), pb[2 * r + 1] * (vsc[2 * r + 1][jj] * L::kVMul),
                     bh[r], bl[r]);
-        } else if constexpr (kF16) {
-          a[2 * r] = __byte_perm(x0, x1, 0x5410);
-          a[2 * r + 1] = __byte_perm(x0, x1, 0x7632);
-        } else if constexpr (kCvt) {  // the same pairs: byte b of both keys side by side
-          e4m3x4_cvt(__byte_perm(x0, x1, (jj & 1) ? 0x7362 : 0x5140), a[2 * r], a[2 * r + 1]);
-        } else {
-          const uint32_t z = __byte_perm(x0, x1, (jj & 1) ? 0x7632 : 0x5410);
-          if constexpr (kI8) {
-            a[2 * r] = kv_i8_pair_even(z ^ 0x80808080u);
-            a[2 * r + 1] = kv_i8_pair_odd(z ^ 0x80808080u);
-          } else {
-            a[2 * r] = kv_fp8_pair_even(z);
-            a[2 * r + 1] = kv_fp8_pair_odd(z);
-          }
-        }
       }
       mma_k16(acc[jj], a[0], a[1], a[2], a[3], bh[0], bh[1]);
       mma_k16(acc[jj], a[0], a[1], a[2], a[3], bl[0], bl[1]);
