@@ -12,7 +12,8 @@
 // 256 fp32 FMAs plus ~60 shuffles per key kept the quantized caches as slow as fp16):
 //   tensor cores (attention_decode_mma.cu): F16, FP8, I8, NVFP4 caches at head_dim 64 / 128 /
 //     256, matching this file's fp32 kernel to ~1e-6; its header has the layout and the
-//     measurements against this kernel.
+//     measurements against this kernel. Splits of at most 32 keys take its pairs kernel
+//     (attention_decode_pairs.cu: two warps share each 16-key step).
 //   SIMT fp32 (below): F32 and BF16 caches (not exact in fp16) and other head_dims. Lane groups
 //     own keys, lane c chunk c of the row; scores reduced with xor shuffles; online softmax per
 //     group over U keys per step; quantized chunks widened without their scale.

@@ -1,7 +1,7 @@
-// Internal to the decode attention: what its two kernel files share. attention_decode.cu holds
-// the fp32 SIMT kernel, the split-K combine, the launch and the dispatch; attention_decode_mma.cu
-// the tensor-core kernel, which takes the same DecodeParams and leaves the same outputs and
-// partial states.
+// Internal to the decode attention: what its kernel files share. attention_decode.cu holds the
+// fp32 SIMT kernel, the split-K combine, the launch and the dispatch; attention_decode_mma.cu the
+// tensor-core kernel and its variants, attention_decode_pairs.cu the tensor-core kernel for short
+// splits; all take the same DecodeParams and leave the same outputs and partial states.
 #pragma once
 #include "kernels/cuda/kv_codec.cuh"
 
@@ -117,16 +117,16 @@ int64_t decode_split_len(const DecodeParams& p, int resident, int64_t n_keys);  
 void launch_decode(void (*kernel)(DecodeParams), int resident, DecodeParams p, int64_t n_keys,
                    void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
-// The tensor-core kernel where its operands are exact in fp16 (F16, FP8, I8, NVFP4) and
-// head_dim is one it is built for; the SIMT kernel otherwise (F32, BF16, other head_dims).
-// Returns false, running nothing, where it does not apply. Instantiated in attention_decode_mma.cu
-// for F16, FP8_E4M3, I8 and NVFP4.
 // The tensor-core kernel for splits of at most two warp steps (32 keys; 1K context at batch 1 on
 // the H200), each step's dims split over two warps (attention_decode_pairs.cu). Instantiated for
 // F16, FP8_E4M3, I8, NVFP4 at head_dim 64, 128, 256.
 template <DType KV, int D>
 void (*pairs_kernel())(DecodeParams);
 
+// The tensor-core kernel where its operands are exact in fp16 (F16, FP8, I8, NVFP4) and
+// head_dim is one it is built for; the SIMT kernel otherwise (F32, BF16, other head_dims).
+// Returns false, running nothing, where it does not apply. Instantiated in attention_decode_mma.cu
+// for F16, FP8_E4M3, I8 and NVFP4.
 template <DType KV>
 bool run_decode_tc_dim(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                        cudaStream_t stream);
