@@ -64,15 +64,20 @@ __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p) {
   return b;
 }
 
+// Cache row (slot * n_kv_heads + head) of key t of KV head `head`, its page `page` (the page
+// table's entry for t, where the caller read it ahead) or read here.
+__device__ __forceinline__ int64_t cache_row(const DecodeParams& p, int32_t page, int64_t t, int head) {
+  return (static_cast<int64_t>(page) * p.kv.page_size + t % p.kv.page_size) * p.kv.n_kv_heads + head;
+}
+__device__ __forceinline__ int64_t cache_row(const DecodeParams& p, int64_t t, int head) {
+  return cache_row(p, p.pt[t / p.kv.page_size], t, head);
+}
+
 // Cache rows of keys w0 .. w0 + wn - 1 of KV head `head` into rows[] (the block's threads share
 // the work; the caller synchronizes before and after).
 __device__ __forceinline__ void resolve_rows(int64_t* rows, const DecodeParams& p, int64_t w0, int wn, int head,
                                              int tid) {
-  for (int j = tid; j < wn; j += kThreads) {
-    const int64_t t = w0 + j;
-    rows[j] = (static_cast<int64_t>(p.pt[t / p.kv.page_size]) * p.kv.page_size + t % p.kv.page_size) *
-                  p.kv.n_kv_heads + head;
-  }
+  for (int j = tid; j < wn; j += kThreads) rows[j] = cache_row(p, w0 + j, head);
 }
 
 // A block's result for its nv vectors (vector v = query i0 + v / nh, head h0 + v % nh), acc_at(v,

@@ -70,9 +70,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   const int64_t i0 = blk.i0;
   const int64_t kb = static_cast<int64_t>(split) * p.split_len;
   const int64_t ke = min(kb + p.split_len, p.q_start_pos + i0 + nqi);
-  const auto row_of = [&](int32_t page, int64_t tk) {  // cache row of key tk in page `page`
-    return (static_cast<int64_t>(page) * p.kv.page_size + tk % p.kv.page_size) * p.kv.n_kv_heads + kvh;
-  };
+  const auto row_of = [&](int32_t page, int64_t tk) { return cache_row(p, page, tk, kvh); };  // tk in `page`
 
   // Tuned: the first window's page-table entries (and the first rounds' L2 prefetches) go out
   // before the Q loads, so their latencies overlap instead of adding up.

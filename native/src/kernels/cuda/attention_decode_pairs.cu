@@ -88,11 +88,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
   const int n = static_cast<int>(max(static_cast<int64_t>(0), ke - kb));  // keys of the split (<= 2 steps)
   const int j0 = st * kStep;
   const bool has = j0 < n;  // the same for both warps of a pair
-  const auto row_of = [&](int j) {  // cache row of split key j; keys past the split read its last
-    const int64_t tk = kb + min(j, n - 1);
-    return (static_cast<int64_t>(p.pt[tk / p.kv.page_size]) * p.kv.page_size + tk % p.kv.page_size) *
-               p.kv.n_kv_heads + blk.kvh;
-  };
+  // Cache row of split key j; keys past the split read its last.
+  const auto row_of = [&](int j) { return cache_row(p, kb + min(j, n - 1), blk.kvh); };
 
   // This warp's operands. K: rows j0 + g, + 8, the half's k-steps (NVFP4: groups h KH .., bytes
   // 2t, 2t+1 used; else the words of Layout::load_k). V: NVFP4 keys j0 + 2t, 2t+1, 2t+8, 2t+9 (the
