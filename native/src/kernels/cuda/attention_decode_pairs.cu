@@ -131,8 +131,40 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
       }
     }
   };
+  // The K and V operands decoded to fp16 (A fragments): no Q in it (the scales act on the scores
+  // and on P), so a preloaded step decodes before pdl_wait, off the path from Q to the result
+  // (ptxas placed the decode after the Q maxima otherwise); a step loaded after pdl_wait decodes
+  // while its Q loads are in flight.
+  const uint32_t ksel = (2 * t) | ((2 * t + 1) << 8);       // NVFP4: bytes 2t, 2t+1 of a group -> bytes 0, 2
+  const uint32_t vsel = (g & 3) | ((4u + (g & 3)) << 8);  // NVFP4: byte g & 3 of two keys -> bytes 0, 2
+  uint32_t ka[KH][2][2], va[MH][4];  // K: [k-step][key row][k half]; V: rows g / g+8 x keys (2t, 2t+1) / (2t+8, 2t+9)
+  const auto decode = [&] {
+#pragma unroll
+    for (int k = 0; k < KH; ++k)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if constexpr (kFp4) {
+          const uint32_t z = __byte_perm(kw[r][2 * k], kw[r][2 * k + 1], ksel);
+          ka[k][r][0] = kv_fp4_pair_lo(z);
+          ka[k][r][1] = kv_fp4_pair_hi(z);
+        } else if constexpr (kF16) {
+          ka[k][r][0] = kw[r][2 * k];
+          ka[k][r][1] = kw[r][2 * k + 1];
+        } else {
+          L::decode_k(kw[r][k], ka[k][r][0], ka[k][r][1]);
+        }
+      }
+#pragma unroll
+    for (int jj = 0; jj < MH; ++jj)  // (the half's m-tile parity is jj's: MH is even)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        L::decode_v(vw[2 * r][L::v_word(jj)], vw[2 * r + 1][L::v_word(jj)], jj, vsel, va[jj][2 * r], va[jj][2 * r + 1]);
+  };
   const bool pre = has && p.early && kb + min(j0 + kStep, n) - 1 < p.q_start_pos;
-  if (pre) load();
+  if (pre) {
+    load();
+    decode();
+  }
   pdl_wait();
   pdl_trigger();
   if (has && !pre) load();
@@ -143,13 +175,15 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
     // low as q_fragments does (component q_sub(i & 1, i >> 1) of a k-step's float4 is value i).
     const float* qrow = g < blk.nv ? p.q + ((blk.i0 + g / blk.nh) * p.n_heads + blk.h0 + g % blk.nh) * D : nullptr;
     float4 qv[KH];
-    float qmax = 0.0f;
 #pragma unroll
-    for (int k = 0; k < KH; ++k) {
+    for (int k = 0; k < KH; ++k)
       qv[k] = qrow ? *reinterpret_cast<const float4*>(qrow + L::q_dim(KH * h + k, 0, 0, t))
                    : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (!pre) decode();
+    float qmax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < KH; ++k)
       qmax = fmaxf(fmaxf(qmax, fmaxf(fabsf(qv[k].x), fabsf(qv[k].y))), fmaxf(fabsf(qv[k].z), fabsf(qv[k].w)));
-    }
     qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 1));
     qmax = fmaxf(qmax, __shfl_xor_sync(0xffffffffu, qmax, 2));
     const int k2 = q_pow2(qmax * fabsf(p.q_mul));
@@ -159,25 +193,11 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
     const float qsc[2] = {__shfl_sync(0xffffffffu, qback, 8 * t), __shfl_sync(0xffffffffu, qback, 8 * t + 4)};
 
     // This half's partial S^T = K Q^T: s[0], s[1] = key g, vectors 2t, 2t+1; s[2], s[3] = key g + 8.
-    const uint32_t ksel = (2 * t) | ((2 * t + 1) << 8);  // NVFP4: bytes 2t, 2t+1 of a group -> bytes 0, 2
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float sp[4][4] = {};  // 4 independent mma chains (k-step parity x q part), summed below
 #pragma unroll
     for (int k = 0; k < KH; ++k) {
-      uint32_t a[2][2];  // [key row][k half]
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if constexpr (kFp4) {
-          const uint32_t z = __byte_perm(kw[r][2 * k], kw[r][2 * k + 1], ksel);
-          a[r][0] = kv_fp4_pair_lo(z);
-          a[r][1] = kv_fp4_pair_hi(z);
-        } else if constexpr (kF16) {
-          a[r][0] = kw[r][2 * k];
-          a[r][1] = kw[r][2 * k + 1];
-        } else {
-          L::decode_k(kw[r][k], a[r][0], a[r][1]);
-        }
-      }
+      const uint32_t (&a)[2][2] = ka[k];  // [key row][k half]
       float x[4];
       const float xv[4] = {qv[k].x, qv[k].y, qv[k].z, qv[k].w};
 #pragma unroll
@@ -256,19 +276,15 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
         bl[r] = transpose8x8(bl[r]);
       }
     }
-    const uint32_t vsel = (g & 3) | ((4u + (g & 3)) << 8);  // NVFP4: byte g & 3 of two keys -> bytes 0, 2
 #pragma unroll
     for (int jj = 0; jj < MH; ++jj) {
-      uint32_t a[4];  // rows g / g+8 x keys (2t, 2t+1) / (2t+8, 2t+9)
+      if constexpr (kFp4)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {  // (the half's m-tile parity is jj's: MH is even)
-        L::decode_v(vw[2 * r][L::v_word(jj)], vw[2 * r + 1][L::v_word(jj)], jj, vsel, a[2 * r], a[2 * r + 1]);
-        if constexpr (kFp4)
+        for (int r = 0; r < 2; ++r)
           split_f16(pb[2 * r] * (vsc[2 * r][jj] * L::kVMul), pb[2 * r + 1] * (vsc[2 * r + 1][jj] * L::kVMul),
                     bh[r], bl[r]);
-      }
-      mma_k16(acc[jj], a[0], a[1], a[2], a[3], bh[0], bh[1]);
-      mma_k16(acc[jj], a[0], a[1], a[2], a[3], bl[0], bl[1]);
+      mma_k16(acc[jj], va[jj][0], va[jj][1], va[jj][2], va[jj][3], bh[0], bh[1]);
+      mma_k16(acc[jj], va[jj][0], va[jj][1], va[jj][2], va[jj][3], bl[0], bl[1]);
     }
   }
 
