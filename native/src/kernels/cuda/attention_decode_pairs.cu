@@ -98,12 +98,20 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
   // keys g, g+8 (P is scaled before its transpose).
   uint32_t kw[2][KWH], vw[4][VWH];
   float ksc[2][NSC], vsc[kFp4 ? 4 : 2][NSC];
+  // The cache rows come from the page table, which is ready before pdl_wait (the host copies it
+  // before the step; attention_decode_mma.cu): resolved there for every step, the new keys' too,
+  // so that a step loaded after the wait waits for its values only, not for a table load first.
+  int64_t krow[2], vrow[4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) krow[r] = has ? row_of(j0 + g + 8 * r) : 0;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) vrow[r] = has ? row_of(j0 + 2 * t + (r & 1) + 8 * (r >> 1)) : 0;
   const auto load = [&] {
     const uint8_t* kbase = static_cast<const uint8_t*>(p.kv.k);
     const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int64_t row = row_of(j0 + g + 8 * r);
+      const int64_t row = krow[r];
       if constexpr (kFp4) {
         load_words<KWH, 1>(kbase + row * L::RB, 0, KWH * h, kw[r]);
         load_scales(p.kv.k_scale + row * KS + KH * h, ksc[r]);
@@ -117,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int64_t row = row_of(j0 + 2 * t + (r & 1) + 8 * (r >> 1));
+      const int64_t row = vrow[r];
       const uint8_t* src = vbase + row * L::RB;
       if constexpr (kFp4) {
 #pragma unroll
@@ -164,6 +172,13 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pairs_kernel(Dec
   if (pre) {
     load();
     decode();
+  } else if (has && p.early) {
+    // The step holding new keys: its rows' lines (values, scales) into L2 while the previous
+    // kernel runs, so that its loads after pdl_wait hit L2 (the older rows would come from HBM;
+    // the previous kernel writes the new ones, in L2). Safe as the loads of p.early: L2 is where
+    // that kernel's writes land, and no L1 line is filled here.
+    const int keys = min(kStep, n - j0);
+    for (int u = lane + 32 * h; u < keys * L::PF; u += 64) prefetch_item<KV, D>(p, row_of(j0 + u / L::PF), u % L::PF);
   }
   pdl_wait();
   pdl_trigger();
