@@ -1,7 +1,7 @@
 """Checks the device KV encoders kv_enc_fp8 / kv_enc_fp4 (native/src/kernels/cuda/kv_codec.cuh)
 against the CPU's f32_to_fp8e4m3 / f32_to_fp4e2m1 (native/src/core/dtype.cpp) on every one of the
 2^32 float bit patterns, on the host: the two functions' source is cut from the header and compiled
-by g++ with host stand-ins for the CUDA intrinsics (__float_as_uint, __fmul_rn, rintf, min, isnan, signbit). The
+by g++ with host stand-ins for the CUDA intrinsics (__float_as_uint, __fmul_rn, __fmaf_rn, rintf, min, isnan, signbit). The
 device build adds FTZ (a subnormal reads as 0), under which both encoders give the same code as for
 a subnormal here. No GPU needed; ~25 s (--stride N: every Nth pattern and every one whose
 low 16 bits are 0, 1, 0x8000 or 0xffff, which holds each midpoint and tie; the CPU tests run that). Repo root:
@@ -29,6 +29,7 @@ PRELUDE = r"""
 static inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 static inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fmaf_rn(float a, float b, float c) { return std::fmaf(a, b, c); }
 static inline uint32_t min(uint32_t a, uint32_t b) { return a < b ? a : b; }
 using std::isnan;
 using std::signbit;

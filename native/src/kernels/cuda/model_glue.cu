@@ -53,7 +53,8 @@ struct HalfInvFreq {
 constexpr int kInputRegs = kMaxInputDim / 32, kRotRegs = kMaxHalfRot / 32;
 template <DType KV, bool kCache>
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half, PagedKV kv,
-                                        const int32_t* __restrict__ cache_rows, bool early) {
+                                        const int32_t* __restrict__ cache_rows, bool early, bool trigger_first) {
+  if (trigger_first) pdl_trigger();  // (see attention_inputs below)
   if (!early) pdl_wait();  // (A/B: PYENGINE_INPUTS_EARLY=0; a second wait returns at once)
   __shared__ float rows[kInputWarps][kMaxInputDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -214,13 +215,19 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const Pa
   const dim3 grid(grid_1d(tasks, kInputWarps)), block(kInputWarps * 32);
   const PagedKV none{};
   static const bool early = env_int("PYENGINE_INPUTS_EARLY", 1) != 0;  // the prep before pdl_wait (A/B)
+  // With a cache the next kernel is the attention, whose part before its pdl_wait reads only the
+  // page table and the cache rows of older keys, which no kernel of the step writes (the decode
+  // kernels: attention_decode_mma.cu; prefill is not a programmatic dependent). So it may start
+  // before this kernel's own wait, while the projection before it still runs, and load its K / V
+  // there. PYENGINE_INPUTS_TRIGGER_FIRST=1 does that (A/B).
+  static const bool trigger_first = env_int("PYENGINE_INPUTS_TRIGGER_FIRST", 0) != 0;
   if (!kv) {
     launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows,
-               early);
+               early, false);
   } else {
     kv_row::with_cache_dtype(*kv, "cuda::attention_inputs", [&](auto t) {
       launch_pdl(attention_inputs_kernel<decltype(t)::value, true>, grid, block, 0, stream, a, inv, half, *kv,
-                 cache_rows, early);
+                 cache_rows, early, trigger_first);
     });
   }
   PE_CUDA_LAUNCH_CHECK();
