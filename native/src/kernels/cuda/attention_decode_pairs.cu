@@ -13,7 +13,13 @@
 // NVFP4 1.550 / 1.540 (tools/gpu/NOTES.md).
 //
 // Every load of the step goes to registers straight from global memory, before pdl_wait where the
-// step's keys are all older than the new ones (DecodeParams::early, as the other kernels). The Q
+// step's keys are all older than the new ones (DecodeParams::early, as the other kernels), and
+// such a step is decoded to fp16 there too. The step holding new keys resolves its cache rows and
+// prefetches its lines into L2 before pdl_wait and loads after it. Session 28 timed each warp
+// (globaltimer / clock64, tools/gpu/NOTES.md): the new-key block was the last to finish, ~1,800
+// cycles after the others, its loads after the wait being a page-table load and then an HBM
+// round trip; with both moved before the wait it finishes with the others (1K depth model, fp4
+// +0.008 -> -0.003 ms against fp16, int8 +0.003 -> -0.003). The Q
 // half of a warp gets its own power-of-two scale (q_pow2), taken off its partial scores before
 // the halves are added. The operands, their decode and the merge layout are the other kernels'
 // (Layout); the scores are summed in two halves, so the result matches the other variants within
