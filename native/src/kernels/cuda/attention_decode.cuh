@@ -35,8 +35,9 @@ struct DecodeParams {
   float v_unit;  // unit of the V chunks
   int pf_rounds;  // tensor-core kernel: L2 prefetch distance in rounds (0..kMaxPrefetchRounds)
   // Tensor-core kernel: the page table and the cache rows of keys < q_start_pos are read before
-  // pdl_wait (attention_decode_mma.cu says why that is safe; the pairs kernel also resolves the
-  // new keys' rows there and prefetches their lines into L2, no L1 fill). Needs every K / V row
+  // pdl_wait (attention_decode_mma.cu says why that is safe; the pairs kernel also prefetches the
+  // new keys' lines into L2 there, no L1 fill, and resolves every row before it in any case: the
+  // page table needs no alignment). Needs every K / V row
   // on whole 32-byte sectors, NVFP4's scale rows too (a sector shared with a key the preceding
   // kv_write writes could be cached stale).
   bool early;
