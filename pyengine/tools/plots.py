@@ -84,7 +84,8 @@ def plot_stress(result: dict, path: str) -> None:
             ax.plot(vals, [i + 1] * len(vals), "o", alpha=0.5, markersize=4)
         ax.set_yticks(range(1, len(names) + 1), [ratios[n]["label"] for n in names], fontsize=8)
     ax.axvline(1.0, color="grey", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("ratio (whiskers p5-p95; dots: cycles)")
+    ax.set_xscale("log")
+    ax.set_xlabel("ratio, log scale (boxes: quartiles, whiskers p5-p95; dots: cycles)")
     _save(fig, path)
 
 
@@ -107,6 +108,7 @@ def plot_kv_depth(result: dict, path: str) -> None:
     for ax, label in ((ax_dec, "tokens / s"), (ax_ttft, "seconds"), (ax_probe, "prompt tokens / s")):
         ax.set_xlabel("context depth (prompt tokens)")
         ax.set_ylabel(label)
+        ax.margins(y=0.15)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     _save(fig, path)
