@@ -71,7 +71,8 @@ def final_number(text: str) -> float | None:
 def chosen_letter(text: str, choices: list[str]) -> str | None:
     letters = _LETTERS[: len(choices)]
     t = text.strip()
-    m = re.match(rf"^\(?([{letters}])(?:[\).:]|\s|$)", t) or re.search(
+    # A leading letter counts when punctuated ("B", "(B)", "B)", "B." ...), not as the article "A".
+    m = re.match(rf"^\(?([{letters}])(?:[\).:]|$)", t) or re.search(
         rf"(?i:answer)(?: is)?[:\s]*\(?([{letters}])\b", t)  # fmt: skip
     if m:
         return m.group(1).upper()

@@ -85,18 +85,24 @@ def run_config(client: Client, args) -> dict:
     }  # fmt: skip
 
 
+_TURN_OVERHEAD_TOKENS = 30  # the turn's wrapper text and chat-template markers, about
+
+
 def _session(request, args, client: Client, cpt: float, rng: random.Random) -> list[dict]:
+    """Turn k's prompt aims at k/turns of the final depth: each turn's log is sized from what
+    the server counted so far, so chat-template overhead and replies do not push it past."""
     final = _cap(args.session_tokens, client, 2 * args.max_tokens, "session depth")
-    per_turn = max(1, final // args.turns - args.max_tokens)
     messages = [{"role": "system", "content": "You are an agent that reads service logs and answers briefly."}]
-    turns = []
+    turns, so_far = [], 0
     for turn in range(args.turns):
-        log = log_lines(int(per_turn * cpt), rng)
+        target = final * (turn + 1) // args.turns
+        log = log_lines(int(max(1, target - so_far - _TURN_OVERHEAD_TOKENS) * cpt), rng)
         messages.append({"role": "user", "content": f"Tool output {turn + 1}:\n{log}\nWhat stands out?"})
         t = request(messages)
         t["turn"] = turn + 1
         r = t["_result"]
         messages.append({"role": "assistant", "content": r.content or r.output})
+        so_far = (t["prompt_tokens"] or target) + t["completion_tokens"]
         turns.append(t)
     return turns
 
