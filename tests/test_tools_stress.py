@@ -8,7 +8,7 @@ from tools_helpers import load_and_keep, outputs, run_cli
 
 from pyengine.tools import commands
 
-# Per cycle: long + 1 short, long + 2 shorts, long (cancelled) + 1 short, 2 shorts.
+# Per cycle: long + 1 short, long + 2 shorts, long (cancelled) + 1 short, --concurrency (2) shorts.
 REQUESTS_PER_CYCLE = 9
 
 
@@ -56,7 +56,7 @@ def test_stress_counts_wrong_answers(tmp_path):
     result = json.load(open(out))
     assert result["errors"] == 0
     # Each of the 6 short requests of a cycle runs beside another stream (a long prefill or its
-    # pair), so all should differ from their solo runs; 4 allows for a late thread start.
+    # partner), so all should differ from their solo runs; 4 allows for a late thread start.
     assert 4 <= result["wrong_answers"] <= 6
     assert all("WRONG" in w["got"] and "WRONG" not in w["solo"] for w in result["wrong"])
 

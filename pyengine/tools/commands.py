@@ -30,7 +30,8 @@ def add_subparsers(sub) -> None:
         sub.add_parser(name, help=_HELP[name], add_help=False)
 
 
-def _common(p: argparse.ArgumentParser, max_tokens: int, runs: int, concurrency: int) -> None:
+def _common(p: argparse.ArgumentParser, max_tokens: int, runs: int | None, concurrency: int | None) -> None:
+    """The flags every command shares; runs / concurrency only where the command uses them."""
     p.add_argument("--base_url", default=None,
                    help="an OpenAI-compatible /v1 base, e.g. http://127.0.0.1:8000/v1 "
                         "(without it: in-process on --model)")  # fmt: skip
@@ -40,9 +41,11 @@ def _common(p: argparse.ArgumentParser, max_tokens: int, runs: int, concurrency:
     p.add_argument("--api_key", default=os.environ.get("PYENGINE_API_KEY") or os.environ.get("OPENAI_API_KEY"),
                    help="Bearer key for --base_url (default: $PYENGINE_API_KEY or $OPENAI_API_KEY)")
     p.add_argument("--max_tokens", type=_positive, default=max_tokens, help=f"tokens per request (default {max_tokens})")
-    p.add_argument("--runs", type=_positive, default=runs, help=f"repetitions (default {runs})")
-    p.add_argument("--concurrency", type=_positive, default=concurrency,
-                   help=f"concurrent streams (default {concurrency})")
+    if runs is not None:
+        p.add_argument("--runs", type=_positive, default=runs, help=f"measured repetitions (default {runs})")
+    if concurrency is not None:
+        p.add_argument("--concurrency", type=_positive, default=concurrency,
+                       help=f"concurrent streams (default {concurrency})")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice and request (default 0)")
     p.add_argument("--thinking", choices=["on", "off"], default=None,
                    help="send chat_template_kwargs.enable_thinking (default: the server's template default)")
@@ -72,7 +75,7 @@ def _bench_flags(b: argparse.ArgumentParser) -> None:
 
 
 def _stress_flags(s: argparse.ArgumentParser) -> None:
-    _common(s, max_tokens=64, runs=1, concurrency=2)
+    _common(s, max_tokens=64, runs=None, concurrency=2)
     s.add_argument("--cycles", type=_positive, default=10, help="cycles of the four scenarios (default 10)")
     s.add_argument("--max_time_s", type=float, default=1800.0, help="start no cycle after this (default 1800)")
     s.add_argument("--long_tokens", type=_positive, default=None,
@@ -80,7 +83,7 @@ def _stress_flags(s: argparse.ArgumentParser) -> None:
 
 
 def _kv_depth_flags(k: argparse.ArgumentParser) -> None:
-    _common(k, max_tokens=128, runs=5, concurrency=1)
+    _common(k, max_tokens=128, runs=5, concurrency=None)
     k.add_argument("--base_url_b", default=None, help="the second endpoint to compare with --base_url")
     k.add_argument("--config", action="append", default=None, metavar="FLAGS",
                    help="in-process: engine flags of one configuration, e.g. \"--kv_cache_dtype int8\" "
@@ -94,7 +97,7 @@ def _kv_depth_flags(k: argparse.ArgumentParser) -> None:
 
 
 def _eval_flags(e: argparse.ArgumentParser) -> None:
-    _common(e, max_tokens=512, runs=1, concurrency=1)
+    _common(e, max_tokens=512, runs=None, concurrency=1)
     e.add_argument("--data", default=None, help="an eval JSONL (default: the shipped set)")
     e.add_argument("--limit", type=int, default=None, help="the first N items of each type only")
     e.add_argument("--timeout_s", type=float, default=10.0, help="wall time per code test run (default 10)")

@@ -7,7 +7,7 @@ seeded choices of short prompts and insertion points:
   insert_one    a short request sent at a random point (20-60 % of P) of a long prefill
   insert_two    two short requests sent at once at such a point
   cancel        a long request cancelled at such a point, then a short request sent
-  pair          two short requests together vs the same prompts alone
+  together      --concurrency short requests at once vs the same prompts alone
 Every short output is compared with its solo output (T = 0: they must be equal; a difference is
 a wrong answer). Reported: p50 / p95 of each ratio and time over the cycles, errors, wrong answers.
 """
@@ -30,13 +30,13 @@ RATIOS = {
     "insert_two_ttft_over_prefill": "insert two: short TTFT / solo long prefill",
     "long_prefill_over_solo": "long prefill with inserts / solo",
     "cancel_ttft_over_prefill": "after cancel: short TTFT / solo long prefill",
-    "pair_combined_over_solo": "two together: combined tok/s / solo tok/s",
+    "together_combined_over_solo": "c together: combined tok/s / solo tok/s",
 }
 TIMES = {
     "insert_ttft_s": "insert one / two: short TTFT (s)",
     "long_prefill_s": "long prefill with inserts (s)",
     "cancel_ttft_s": "after cancel: short TTFT (s)",
-    "pair_combined_tok_s": "two together: combined tok/s",
+    "together_combined_tok_s": "c together: combined tok/s",
 }
 
 
@@ -120,12 +120,12 @@ class Stress:
         self._add(out, "cancel_ttft_s", s.ttft)
         self._add(out, "cancel_ttft_over_prefill", _div(s.ttft, self.prefill_s))
 
-        pair = [rng.randrange(len(self.pool)) for _ in range(2)]
-        both = [self.check(r, k) for r, k in zip(c.run_together([self.short(k) for k in pair]), pair)]
-        together = combined_tok_s(both)
-        alone = _mean([stream_metrics(self.solo[k])["tok_s"] for k in pair])
-        self._add(out, "pair_combined_tok_s", together)
-        self._add(out, "pair_combined_over_solo", _div(together, alone))
+        group = [rng.randrange(len(self.pool)) for _ in range(self.args.concurrency)]
+        done = [self.check(r, k) for r, k in zip(c.run_together([self.short(k) for k in group]), group)]
+        together = combined_tok_s(done)
+        alone = _mean([stream_metrics(self.solo[k])["tok_s"] for k in group])
+        self._add(out, "together_combined_tok_s", together)
+        self._add(out, "together_combined_over_solo", _div(together, alone))
         return out
 
     def _add(self, out: dict, name: str, value: float | None) -> None:
