@@ -5,7 +5,7 @@ import json
 import pytest
 from openai_stub import StubProcess
 from server_process import browser_server
-from tools_helpers import load_and_keep, outputs, run_cli
+from tools_helpers import load_and_keep, outputs, read_json, run_cli
 
 from pyengine.tools import commands
 from pyengine.tools.texts import bench_prompts
@@ -41,7 +41,7 @@ def test_bench_against_an_independent_server_measures_its_known_timing(tmp_path,
                               "--kinds", "code,prose", "--warmup", "0", "--out", out])  # fmt: skip
     assert code == 0
     assert "1:90.0% 2:75.0% 3:61.0% 4:40.0%" in capsys.readouterr().out
-    result = json.load(open(out))
+    result = read_json(out)
     assert result["target"] == {"endpoint": stub.base_url, "model": "stub-model", "max_model_len": None}
     assert result["accept_per_position"] == pytest.approx([0.9, 0.75, 0.61, 0.4])
     for cell in result["cells"]:
@@ -59,7 +59,7 @@ def test_bench_counts_chunks_when_a_server_reports_no_usage(tmp_path):
     with StubProcess({"usage": False}, tmp_path) as stub:
         assert commands.main(["bench", "--base_url", stub.base_url, "--max_tokens", "7", "--runs", "1",
                               "--concurrency", "1", "--kinds", "math", "--out", out]) == 0  # fmt: skip
-    (cell,) = json.load(open(out))["cells"]
+    (cell,) = read_json(out)["cells"]
     assert cell["completion_tokens"] == 7 and cell["runs"][0][0]["prompt_tokens"] is None
 
 
@@ -68,7 +68,7 @@ def test_bench_in_process_on_the_embedded_model(tmp_path, capsys):
     code = commands.main(["bench", "--max_tokens", "8", "--runs", "1", "--concurrency", "2", "--kinds", "code",
                           "--threads", "1", "--out", out])  # fmt: skip
     assert code == 0
-    result = json.load(open(out))
+    result = read_json(out)
     assert result["target"]["endpoint"].startswith("in-process:")
     for cell in result["cells"]:
         assert cell["errors"] == 0 and cell["completion_tokens"] == 8

@@ -85,7 +85,7 @@ def test_git_bisect_run_finds_the_planted_acceptance_regression(tmp_path):
     """))
     _git(repo, "bisect", "start", commits[8], commits[1])
     proc = subprocess.run(["git", "bisect", "run", sys.executable, str(check)], cwd=repo, env=server_env(),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+                          check=False, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{commits[5]} is the first bad commit" in proc.stdout, proc.stdout
     assert "change 5" in proc.stdout and "build failed: skip" in proc.stdout

@@ -1,11 +1,10 @@
 """`pyengine kv-depth`: an A/B of two `pyengine serve` configurations (fp16 vs int8 KV cache),
 and in-process configurations from engine flags."""
-import json
 from types import SimpleNamespace
 
 import pytest
 from server_process import get_server
-from tools_helpers import load_and_keep, outputs, run_cli
+from tools_helpers import load_and_keep, outputs, read_json, run_cli
 
 from pyengine.tools import commands, kv_depth
 
@@ -48,7 +47,7 @@ def test_kv_depth_in_process_configurations(tmp_path):
                           "1", "--warmups", "0", "--depths", "200", "--turns", "2", "--session_tokens", "400",
                           "--out", out])  # fmt: skip
     assert code == 0
-    configs = json.load(open(out))["configs"]
+    configs = read_json(out)["configs"]
     assert [c["label"] for c in configs] == ["in-process --kv_cache_dtype fp16 --threads 1",
                                              "in-process --kv_cache_dtype fp4 --threads 1 --max_model_len 2048"]
     assert [c["target"]["max_model_len"] for c in configs] == [8192, 2048]  # the flags reached the engine
@@ -56,10 +55,10 @@ def test_kv_depth_in_process_configurations(tmp_path):
 
 
 @pytest.mark.parametrize("kw, problem", [
-    (dict(base_url="http://a/v1", config=["--threads 1"]), "not both"),
-    (dict(base_url_b="http://b/v1"), "needs --base_url"),
-    (dict(config=["", "", ""]), "at most two"),
-    (dict(base_url="http://a/v1", label=["a", "b"]), "2 labels for 1"),
+    ({"base_url": "http://a/v1", "config": ["--threads 1"]}, "not both"),
+    ({"base_url_b": "http://b/v1"}, "needs --base_url"),
+    ({"config": ["", "", ""]}, "at most two"),
+    ({"base_url": "http://a/v1", "label": ["a", "b"]}, "2 labels for 1"),
 ])  # fmt: skip
 def test_kv_depth_configuration_errors(kw, problem):
     args = SimpleNamespace(**{"base_url": None, "base_url_b": None, "config": None, "label": None, **kw})

@@ -1,10 +1,9 @@
 """`pyengine stress` against `pyengine serve` and against an independent OpenAI stub; a stub that
 corrupts answers under concurrency shows that wrong answers are counted."""
-import json
 
 from openai_stub import StubProcess
 from server_process import browser_server
-from tools_helpers import load_and_keep, outputs, run_cli
+from tools_helpers import load_and_keep, outputs, read_json, run_cli
 
 from pyengine.tools import commands
 
@@ -38,7 +37,7 @@ def test_stress_against_an_independent_server(tmp_path):
         code = commands.main(["stress", "--base_url", stub.base_url, "--cycles", "2", "--max_tokens", "6",
                               "--long_tokens", "400", "--out", out])  # fmt: skip
     assert code == 0
-    result = json.load(open(out))
+    result = read_json(out)
     assert (result["cycles_done"], result["requests"]) == (2, 2 * REQUESTS_PER_CYCLE)
     assert (result["errors"], result["wrong_answers"]) == (0, 0)
     assert result["target"]["model"] == "stub-model"
@@ -53,7 +52,7 @@ def test_stress_counts_wrong_answers(tmp_path):
                      tmp_path) as stub:  # fmt: skip
         assert commands.main(["stress", "--base_url", stub.base_url, "--cycles", "1", "--max_tokens", "6",
                               "--long_tokens", "400", "--out", out]) == 0  # fmt: skip
-    result = json.load(open(out))
+    result = read_json(out)
     assert result["errors"] == 0
     # Each of the 6 short requests of a cycle runs beside another stream (a long prefill or its
     # partner), so all should differ from their solo runs; 4 allows for a late thread start.
@@ -66,4 +65,4 @@ def test_stress_respects_its_time_bound(tmp_path):
     with StubProcess({"prefill_s_per_kchar": 0.3}, tmp_path) as stub:
         assert commands.main(["stress", "--base_url", stub.base_url, "--cycles", "50", "--max_time_s", "0",
                               "--max_tokens", "4", "--long_tokens", "200", "--out", out]) == 0  # fmt: skip
-    assert json.load(open(out))["cycles_done"] == 0
+    assert read_json(out)["cycles_done"] == 0

@@ -12,7 +12,12 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def run_cli(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m pyengine.cli ARGV` as a user runs it (a child process, the tree under test)."""
     return subprocess.run([sys.executable, "-m", "pyengine.cli", *argv], cwd=ARTIFACTS, env=server_env(),
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+                          check=False, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def read_json(path) -> dict:
+    with open(path) as f:
+        return json.load(f)
 
 
 def outputs(tmp_path, name: str) -> tuple[str, str]:
@@ -32,4 +37,4 @@ def load_and_keep(json_path: str, png_path: str | None = None) -> dict:
     return result
 
 
-__all__ = ["REPO", "run_cli", "outputs", "load_and_keep"]
+__all__ = ["REPO", "load_and_keep", "outputs", "read_json", "run_cli"]

@@ -10,8 +10,15 @@ run, and speculative acceptance per position where the endpoint reports it.
 from __future__ import annotations
 
 from .client import ChatRequest, Client
-from .metrics import (acceptance_between, combined_tok_s, itls, median, merge_acceptance,
-                      stream_metrics, summarize)  # fmt: skip
+from .metrics import (
+    acceptance_between,
+    combined_tok_s,
+    itls,
+    median,
+    merge_acceptance,
+    stream_metrics,  # fmt: skip
+    summarize,
+)
 from .progress import progress
 from .texts import bench_prompts
 

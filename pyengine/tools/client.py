@@ -120,15 +120,6 @@ class Handle:
         self._thread.join(timeout)
         return self.result
 
-    def wait_first_chunk(self, timeout: float) -> bool:
-        """Block until the first output chunk arrived (True) or the request ended / timed out."""
-        deadline = time.perf_counter() + timeout
-        while not self.result.chunk_times and self._thread.is_alive():
-            if time.perf_counter() > deadline:
-                return False
-            time.sleep(0.002)
-        return bool(self.result.chunk_times)
-
 
 class Client:
     """What the commands need of an endpoint. Subclasses: HttpClient, InProcessClient."""

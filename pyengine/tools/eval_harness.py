@@ -19,14 +19,13 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 from .client import ChatRequest, Client
-from .metrics import stream_metrics
 from .progress import progress
 from .sandbox import run_python
 from .texts import DATA, load_jsonl
 
 TYPES = ("number", "choice", "code")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 _LETTERS = "ABCDEFGH"
 
 

@@ -8,6 +8,7 @@ first token included); decode tok/s = 1 / TPOT.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 from .client import StreamResult
 
@@ -28,7 +29,7 @@ def median(values) -> float | None:
 
 def itls(r: StreamResult) -> list[float]:
     t = r.chunk_times
-    return [b - a for a, b in zip(t, t[1:])]
+    return [b - a for a, b in pairwise(t)]
 
 
 def stream_metrics(r: StreamResult) -> dict:

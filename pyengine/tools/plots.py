@@ -39,7 +39,7 @@ def plot_bench(result: dict, path: str) -> None:
     cells = result["cells"]
     s = result["settings"]
     fig, (ax_tok, ax_itl) = _figure(2, f"pyengine bench: {_target(result)}, {s['max_tokens']} tokens, "
-                                       f"median of {s['runs']} runs")  # fmt: skip
+                                       f"median of {s['runs']} run{'s' if s['runs'] > 1 else ''}")  # fmt: skip
     kinds = list(dict.fromkeys(c["kind"] for c in cells))
     levels = sorted({c["concurrency"] for c in cells})
     series = []  # (label, {kind: value})

@@ -175,9 +175,10 @@ def _mean(xs):
 
 
 def table(result: dict) -> str:
-    rows = [f"{result['cycles_done']} cycles in {result['elapsed_s']:.1f} s; long prompt "
-            f"{result['solo']['long_prompt_tokens']} tokens, solo prefill {result['solo']['long_prefill_s']:.3f} s",
-            f"{'':<48} {'p50':>9} {'p95':>9}"]  # fmt: skip
+    solo = result["solo"]
+    head = (f"{result['cycles_done']} cycles in {result['elapsed_s']:.1f} s; long prompt "
+            f"{solo['long_prompt_tokens']} tokens, solo prefill {solo['long_prefill_s']:.3f} s")
+    rows = [head, f"{'':<48} {'p50':>9} {'p95':>9}"]
     for group in ("ratios", "times"):
         for d in result[group].values():
             rows.append(f"{d['label']:<48} {_fmt(d['p50']):>9} {_fmt(d['p95']):>9}")
