@@ -8,7 +8,7 @@ from pyengine.tools.metrics import (
     acceptance_rates,
     combined_tok_s,
     merge_acceptance,
-    percentile,  # fmt: skip
+    percentile,
     stream_metrics,
 )
 
