@@ -47,6 +47,18 @@ def test_an_unreachable_endpoint_is_a_skip(capsys):
     assert "error" in capsys.readouterr().err
 
 
+def test_an_engine_that_does_not_load_in_process_is_a_skip(tmp_path):
+    assert commands.main(["bench", "--model", str(tmp_path / "missing"), *FAST, "--bisect-metric", "tok_s",
+                          "--bisect-threshold", "1"]) == 125  # fmt: skip
+    broken = tmp_path / "libpyengine.so"  # what a half-finished build leaves behind
+    broken.write_bytes(b"not a shared library")
+    env = dict(server_env(), PYENGINE_LIBRARY=str(broken))
+    proc = subprocess.run([sys.executable, "-m", "pyengine.cli", "bench", *FAST, "--bisect-metric", "tok_s",
+                           "--bisect-threshold", "1"], env=env, check=False, capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 125, proc.stderr
+    assert "Traceback" not in proc.stderr and "failed to load" in proc.stderr
+
+
 def _git(repo, *args) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t")  # fmt: skip
