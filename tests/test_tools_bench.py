@@ -79,6 +79,7 @@ def test_bench_in_process_on_the_embedded_model(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["bench", "--bisect-metric", "tok_s"], "go together"),
     (["bench", "--bisect-metric", "speed", "--bisect-threshold", "1"], "unknown --bisect-metric"),
+    (["bench", "--bisect_metric", "speed", "--bisect_threshold", "1"], "unknown --bisect-metric"),
 ])  # fmt: skip
 def test_bench_refuses_half_or_unknown_bisect_flags(argv, message, capsys):
     assert commands.main(argv) == 2

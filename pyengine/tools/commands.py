@@ -66,12 +66,11 @@ def _bench_flags(b: argparse.ArgumentParser) -> None:
     _common(b, max_tokens=512, runs=3, concurrency=2)
     b.add_argument("--kinds", default="code,math,prose", help="prompt kinds (default code,math,prose)")
     b.add_argument("--warmup", type=int, default=1, help="unmeasured requests first (default 1)")
-    for flag in ("--bisect-metric", "--bisect_metric"):
-        b.add_argument(flag, dest="bisect_metric", default=None,
-                       help="exit 0 / 1 / 125 for git bisect run: accept_posK, tok_s, ttft_s, ... "
-                            "(see pyengine/tools/bisect.py)")  # fmt: skip
-    for flag in ("--bisect-threshold", "--bisect_threshold"):
-        b.add_argument(flag, dest="bisect_threshold", type=float, default=None)
+    b.add_argument("--bisect-metric", "--bisect_metric", dest="bisect_metric", default=None, metavar="NAME",
+                   help="exit 0 (good) / 1 (bad) / 125 (skip) for git bisect run: accept_posK, tok_s, "
+                        "decode_tok_s, combined_tok_s, ttft_s, tpot_s, optionally :KIND")  # fmt: skip
+    b.add_argument("--bisect-threshold", "--bisect_threshold", dest="bisect_threshold", type=float, default=None,
+                   metavar="X", help="the metric's good side starts here (a fraction for accept_posK)")
 
 
 def _stress_flags(s: argparse.ArgumentParser) -> None:
