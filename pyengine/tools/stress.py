@@ -74,8 +74,13 @@ class Stress:
         limit = self.client.max_model_len
         auto = min(DEFAULT_LONG_TOKENS, int(0.9 * limit) - LONG_MAX_TOKENS) if limit else DEFAULT_LONG_TOKENS
         self.long_tokens = self.args.long_tokens or auto
-        self.solo = [self.client.run(self.short(j)) for j in range(len(self.pool))]
-        long_solo = self.client.run(self.long(rng, max_tokens=1))
+        with progress(len(self.pool) + 1, "stress: solo references", "req") as bar:
+            self.solo = []
+            for j in range(len(self.pool)):
+                self.solo.append(self.client.run(self.short(j)))
+                bar.update(1)
+            long_solo = self.client.run(self.long(rng, max_tokens=1))
+            bar.update(1)
         for r in (*self.solo, long_solo):
             if not r.ok or r.ttft is None:
                 raise EndpointError(f"a solo reference request failed: {r.error or 'no output'}")
