@@ -28,6 +28,7 @@
 #include "cache/planner.h"
 #include "cache/prefix_cache.h"
 #include "engine/scheduler.h"
+#include "engine/tp_group.h"
 #include "model/model.h"
 #include "pyengine.h"
 
@@ -95,6 +96,7 @@ class Engine {
   std::unique_ptr<GdnPool> gdn_;
   std::unique_ptr<PrefixCache> cache_;
   std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<TpLeader> tp_;  // rank 0 of a tensor-parallel group
   std::vector<int32_t> eos_;
 
   std::mutex in_mu_;
