@@ -117,6 +117,37 @@ TEST(every_element_is_held_by_exactly_one_rank_or_by_all) {
   CHECK_EQ(s8.ranges("layers.3.self_attn.k_proj.weight").ranges[0].first, 2 * 256);  // query heads 15..17: KV head 2
 }
 
+TEST(uneven_shares_where_the_heads_do_not_divide) {
+  // The embedded default model's shape: 3 GDN key heads over 2 ranks.
+  ModelConfig c = shape_27b();
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.gdn_k_heads = 3;
+  c.gdn_v_heads = 6;
+  c.intermediate = 1024;
+  c.vocab = 8192;
+  const TpShard a = make_tp_shard(c, 0, 2), b = make_tp_shard(c, 1, 2);
+  CHECK_EQ(a.local.gdn_k_heads, 1);
+  CHECK_EQ(a.local.gdn_v_heads, 2);
+  CHECK_EQ(b.local.gdn_k_heads, 2);
+  CHECK_EQ(b.local.gdn_v_heads, 4);
+  CHECK_EQ(a.local.n_heads + b.local.n_heads, 6);
+  CHECK_EQ(a.local.n_kv_heads, 1);
+  const ShardRanges z = b.ranges("layers.0.linear_attn.in_proj_z.weight");
+  CHECK_EQ(z.ranges[0].first, 2 * 128);
+  CHECK_EQ(z.ranges[0].second, 6 * 128);
+  const ShardRanges qkv = b.ranges("layers.0.linear_attn.in_proj_qkv.weight");
+  CHECK_EQ(qkv.count(), b.local.conv_dim());
+  // TP 4: 3 GDN key heads leave a rank none.
+  bool refused = false;
+  try {
+    make_tp_shard(c, 0, 4);
+  } catch (const Error& e) {
+    refused = std::string(e.what()).find("more than the model's GDN key heads") != std::string::npos;
+  }
+  CHECK(refused);
+}
+
 TEST(take_shard_cuts_rows_and_columns_and_the_pieces_rebuild_the_tensor) {
   const std::vector<int64_t> shape = {6, 5};
   std::vector<float> full(30);
@@ -149,14 +180,14 @@ TEST(take_shard_cuts_rows_and_columns_and_the_pieces_rebuild_the_tensor) {
 }
 
 TEST(counts_that_do_not_divide_are_refused_with_the_reason) {
-  CHECK(throws_with([] { make_tp_shard(shape_27b(), 0, 5); }, "does not divide the model's attention heads"));
-  CHECK(throws_with([] { make_tp_shard(shape_27b(), 0, 16); }, "does not divide the model's attention heads"));
+  CHECK(throws_with([] { make_tp_shard(shape_27b(), 1, 5); }, "query heads 4..8, which neither are whole KV groups of 6"));
+  CHECK(throws_with([] { make_tp_shard(shape_27b(), 0, 32); }, "is more than the model's attention heads"));
   CHECK(throws_with([] {
     ModelConfig c = shape_27b();
     c.n_heads = 12;
     c.n_kv_heads = 3;
-    make_tp_shard(c, 0, 2);  // 3 KV heads over 2 ranks: rank 0's 6 query heads span KV groups 0 and 1
-  }, "neither divides the KV heads"));
+    make_tp_shard(c, 0, 2);  // rank 0's 6 query heads span KV groups 0 and 1 (of 4 heads each)
+  }, "neither are whole KV groups of 4"));
   // FP8: the MLP at TP 16 would cut 128-row blocks (17408 / 16 = 1088 rows).
   CHECK(throws_with([] {
     ModelConfig c = shape_27b();

@@ -27,7 +27,7 @@ static void check_params(const pe_engine_params& p) {
     fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
 }
 
-Engine::Engine(Model& model, const pe_engine_params& params) : model_(model), params_(params) {
+Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : model_(model), params_(params), tp_(tp) {
   check_params(params_);
   if (params_.cuda_graphs && model_.device() != Device::CUDA)
     fail(PE_ERR_INVALID_ARGUMENT, "cuda_graphs needs device 'cuda' (it replays CUDA decode steps); this model runs on "
@@ -62,11 +62,10 @@ Engine::Engine(Model& model, const pe_engine_params& params) : model_(model), pa
   if (params_.prefix_cache && plan_.snapshot_slots > 0)
     cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
   sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get());
-  if (model_.tp_size() > 1) {
+  if (tp_) {
     if (params_.overlap_schedule == 1)
       fail(PE_ERR_INVALID_ARGUMENT, "overlap_schedule on needs tensor_parallel_size 1 (at TP > 1 the workers' inputs "
                                     "come from the leader's sampled tokens, one step behind)");
-    tp_ = std::make_unique<TpLeader>(*model_.tp_control());
     TpPoolShape shape;
     shape.kv_pages = plan_.kv_pages;
     shape.kv_page_size = plan_.kv_page_size;

@@ -128,6 +128,7 @@ void tp_decode(const std::vector<uint8_t>& msg, TpDecoded& out) {
 }
 
 TpLeader::~TpLeader() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (stopped_) return;
   try {
     send(tp_encode_step(TpMessage::Stop, {}, {}, Batch{}, 0));
@@ -143,6 +144,7 @@ void TpLeader::send(const std::vector<uint8_t>& msg) {
 }
 
 void TpLeader::setup(const TpPoolShape& shape, GdnPool& gdn) {
+  std::lock_guard<std::mutex> lock(mu_);
   send(tp_encode_step(TpMessage::Setup, shape, {}, Batch{}, 0));
   journal_.clear();
   gdn.set_journal(&journal_);
@@ -150,6 +152,7 @@ void TpLeader::setup(const TpPoolShape& shape, GdnPool& gdn) {
 }
 
 void TpLeader::forward(Model& model, const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& out) {
+  std::lock_guard<std::mutex> lock(mu_);
   send(tp_encode_step(TpMessage::Step, {}, journal_, b, kv.page_size()));
   journal_.clear();
   // Copies inside the forward (snapshots) are the forward's own: every rank's forward makes them.
@@ -165,6 +168,7 @@ void TpLeader::forward(Model& model, const Batch& b, KvPool& kv, GdnPool& gdn, F
 
 void TpLeader::forward_scratch(Model& model, const Batch& b, const TpPoolShape& shape, KvPool& kv, GdnPool& gdn,
                                ForwardResult& out) {
+  std::lock_guard<std::mutex> lock(mu_);
   send(tp_encode_step(TpMessage::ScratchStep, shape, {}, b, kv.page_size()));
   model.forward(b, kv, gdn, out);
 }

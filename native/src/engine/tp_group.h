@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cache/gdn_pool.h"
@@ -54,6 +55,7 @@ class TpLeader {
  private:
   void send(const std::vector<uint8_t>& msg);
   Communicator& comm_;
+  std::mutex mu_;  // one message and its forward at a time (engine thread, prompt logits)
   std::vector<GdnPoolOp> journal_;
   bool stopped_ = false;
 };

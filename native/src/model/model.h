@@ -147,6 +147,8 @@ class Model {
   Communicator* tp_data() const { return tp_data_; }
   Communicator* tp_control() const { return tp_control_; }
   int tp_size() const { return tp_control_ ? tp_control_->size() : 1; }
+  // Whether this model's forward has the TP collectives (all-reduces, the logits gather).
+  virtual bool supports_tp() const { return false; }
   // Bytes of device memory the weights take (CUDA), or of host memory (CPU).
   virtual int64_t weight_bytes() const { return weights_.bytes_total(); }
 

@@ -11,9 +11,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The rank's share [rank * n / size, (rank + 1) * n / size) of n items of `width` each.
-std::pair<int64_t, int64_t> share(int64_t n, int rank, int size, int64_t width) {
-  return {rank * (n / size) * width, (rank + 1) * (n / size) * width};
+// The rank's items [rank * n / size, (rank + 1) * n / size) of n (uneven when size does not
+// divide n: the shares differ by at most one).
+std::pair<int64_t, int64_t> split(int64_t n, int rank, int size) {
+  return {rank * n / size, (rank + 1) * n / size};
 }
 
 }  // namespace
@@ -27,48 +28,56 @@ int64_t ShardRanges::count() const {
 TpShard make_tp_shard(const ModelConfig& full, int rank, int size) {
   if (size < 1) fail(PE_ERR_INVALID_ARGUMENT, "tensor_parallel_size must be >= 1, got ", size);
   if (rank < 0 || rank >= size) fail(PE_ERR_INVALID_ARGUMENT, "rank ", rank, " outside a TP group of ", size);
-  auto divides = [&](int64_t n, const char* what) {
-    if (n % size != 0)
-      fail(PE_ERR_INVALID_ARGUMENT, "tensor_parallel_size ", size, " does not divide the model's ", what, " (", n,
-           "): choose a TP size that divides it");
+  auto share = [&](int64_t n, const char* what) {
+    const auto r = split(n, rank, size);
+    if (r.second == r.first)
+      fail(PE_ERR_INVALID_ARGUMENT, "tensor_parallel_size ", size, " is more than the model's ", what, " (", n,
+           "): every rank needs at least one");
+    return r;
   };
-  divides(full.n_heads, "attention heads (num_attention_heads)");
-  divides(full.gdn_k_heads, "GDN key heads (linear_num_key_heads)");
-  divides(full.gdn_v_heads, "GDN value heads (linear_num_value_heads)");
-  divides(full.intermediate, "MLP width (intermediate_size)");
   TpShard s;
   s.rank = rank;
   s.size = size;
   s.full = full;
   s.local = full;
-  s.local.n_heads = full.n_heads / size;
-  s.local.gdn_k_heads = full.gdn_k_heads / size;
-  s.local.gdn_v_heads = full.gdn_v_heads / size;
-  s.local.intermediate = full.intermediate / size;
-  if (full.n_kv_heads % size == 0) {
-    s.local.n_kv_heads = full.n_kv_heads / size;
-  } else {
-    // Fewer KV heads than ranks (or not a multiple): each rank keeps the one KV head of its query
-    // heads, which works only where no rank's query heads span two KV groups.
-    const int64_t group = full.n_heads / full.n_kv_heads;
-    if (size % full.n_kv_heads != 0 || group % s.local.n_heads != 0)
-      fail(PE_ERR_INVALID_ARGUMENT, "tensor_parallel_size ", size, " neither divides the KV heads (", full.n_kv_heads,
-           ") nor keeps each rank's ", s.local.n_heads, " query heads within one KV group of ", group,
-           ": choose a TP size that divides num_key_value_heads or is a multiple of it");
-    s.local.n_kv_heads = 1;
-    s.kv_replicated = true;
-  }
+  s.q_heads = share(full.n_heads, "attention heads (num_attention_heads)");
+  s.gdn_k_heads = share(full.gdn_k_heads, "GDN key heads (linear_num_key_heads)");
+  s.mlp = share(full.intermediate, "MLP width (intermediate_size)");
+  // KV heads: those the rank's query heads use. Its query heads must be whole KV groups, or lie in
+  // one group (that KV head is then held by every rank of the group), so every local KV head
+  // serves the same number of local query heads.
+  const int64_t group = full.n_heads / full.n_kv_heads;
+  const auto [qb, qe] = s.q_heads;
+  const bool whole_groups = qb % group == 0 && qe % group == 0;
+  const bool one_group = qb / group == (qe - 1) / group;
+  if (!whole_groups && !one_group)
+    fail(PE_ERR_INVALID_ARGUMENT, "tensor_parallel_size ", size, " gives rank ", rank, " query heads ", qb, "..",
+         qe - 1, ", which neither are whole KV groups of ", group, " nor lie in one (num_attention_heads ",
+         full.n_heads, ", num_key_value_heads ", full.n_kv_heads, "): choose a TP size that divides the KV heads");
+  s.kv_heads = whole_groups ? std::make_pair(qb / group, qe / group) : std::make_pair(qb / group, qb / group + 1);
+  s.kv_replicated = !whole_groups;
+  s.local.n_heads = qe - qb;
+  s.local.n_kv_heads = s.kv_heads.second - s.kv_heads.first;
+  s.local.gdn_k_heads = s.gdn_k_heads.second - s.gdn_k_heads.first;
+  s.local.gdn_v_heads = s.local.gdn_k_heads * (full.gdn_v_heads / full.gdn_k_heads);
+  s.local.intermediate = s.mlp.second - s.mlp.first;
   s.vocab_padded = (full.vocab + size - 1) / size;
   s.vocab_begin = std::min<int64_t>(full.vocab, rank * s.vocab_padded);
   s.vocab_rows = std::min<int64_t>(full.vocab, s.vocab_begin + s.vocab_padded) - s.vocab_begin;
+  if (s.vocab_rows < 1)
+    fail(PE_ERR_INVALID_ARGUMENT, "tensor_parallel_size ", size, " leaves rank ", rank, " no vocabulary rows of ",
+         full.vocab);
+  s.local.vocab_begin = s.vocab_begin;
+  s.local.vocab_rows = s.vocab_rows;
+  s.local.vocab_padded = s.vocab_padded;
   return s;
 }
 
 ShardRanges TpShard::ranges(const std::string& name) const {
   ShardRanges r;
   if (size == 1) return r;
-  const ModelConfig& c = local;
-  const int64_t D = c.head_dim;
+  const int64_t D = full.head_dim, dk = full.gdn_k_dim, dv = full.gdn_v_dim;
+  const int64_t ratio = full.gdn_v_heads / full.gdn_k_heads;
   auto rows = [&](std::vector<std::pair<int64_t, int64_t>> rr) {
     r.dim = 0;
     r.ranges = std::move(rr);
@@ -79,30 +88,24 @@ ShardRanges TpShard::ranges(const std::string& name) const {
     r.ranges = {cr};
     return r;
   };
-  const int64_t full_heads = full.n_heads;
-  if (ends_with(name, "self_attn.q_proj.weight")) return rows({share(full_heads, rank, size, 2 * D)});
-  if (ends_with(name, "self_attn.k_proj.weight") || ends_with(name, "self_attn.v_proj.weight")) {
-    // Replicated: the KV head of the rank's query heads (make_tp_shard checked they share one).
-    const int64_t kv0 = kv_replicated ? rank * c.n_heads / (full.n_heads / full.n_kv_heads) : rank * c.n_kv_heads;
-    return rows({{kv0 * D, (kv0 + c.n_kv_heads) * D}});
-  }
-  if (ends_with(name, "self_attn.o_proj.weight")) return cols(share(full_heads, rank, size, D));
-  const int64_t Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
-  const int64_t Hk_full = Hk * size, Hv_full = Hv * size;
+  auto times = [](std::pair<int64_t, int64_t> p, int64_t w) { return std::make_pair(p.first * w, p.second * w); };
+  const auto vh = times(gdn_k_heads, ratio);  // value heads follow their key heads
+  if (ends_with(name, "self_attn.q_proj.weight")) return rows({times(q_heads, 2 * D)});
+  if (ends_with(name, "self_attn.k_proj.weight") || ends_with(name, "self_attn.v_proj.weight"))
+    return rows({times(kv_heads, D)});
+  if (ends_with(name, "self_attn.o_proj.weight")) return cols(times(q_heads, D));
   if (ends_with(name, "linear_attn.in_proj_qkv.weight") || ends_with(name, "linear_attn.conv1d.weight")) {
-    const int64_t k0 = Hk_full * dk, v0 = 2 * Hk_full * dk;
-    return rows({{rank * Hk * dk, (rank + 1) * Hk * dk},
-                 {k0 + rank * Hk * dk, k0 + (rank + 1) * Hk * dk},
-                 {v0 + rank * Hv * dv, v0 + (rank + 1) * Hv * dv}});
+    const int64_t k0 = full.gdn_k_heads * dk, v0 = 2 * full.gdn_k_heads * dk;
+    const auto q = times(gdn_k_heads, dk), v = times(vh, dv);
+    return rows({q, {k0 + q.first, k0 + q.second}, {v0 + v.first, v0 + v.second}});
   }
-  if (ends_with(name, "linear_attn.in_proj_z.weight")) return rows({share(Hv_full, rank, size, dv)});
+  if (ends_with(name, "linear_attn.in_proj_z.weight")) return rows({times(vh, dv)});
   if (ends_with(name, "linear_attn.in_proj_a.weight") || ends_with(name, "linear_attn.in_proj_b.weight") ||
       ends_with(name, "linear_attn.A_log") || ends_with(name, "linear_attn.dt_bias"))
-    return rows({share(Hv_full, rank, size, 1)});
-  if (ends_with(name, "linear_attn.out_proj.weight")) return cols(share(Hv_full, rank, size, dv));
-  if (ends_with(name, "mlp.gate_proj.weight") || ends_with(name, "mlp.up_proj.weight"))
-    return rows({share(c.intermediate * size, rank, size, 1)});
-  if (ends_with(name, "mlp.down_proj.weight")) return cols(share(c.intermediate * size, rank, size, 1));
+    return rows({vh});
+  if (ends_with(name, "linear_attn.out_proj.weight")) return cols(times(vh, dv));
+  if (ends_with(name, "mlp.gate_proj.weight") || ends_with(name, "mlp.up_proj.weight")) return rows({mlp});
+  if (ends_with(name, "mlp.down_proj.weight")) return cols(mlp);
   if (name == "lm_head.weight") return rows({{vocab_begin, vocab_begin + vocab_rows}});
   return r;  // embedding, norms, q/k norms, the gated norm, mtp.fc and its norms: whole
 }

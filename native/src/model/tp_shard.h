@@ -2,9 +2,9 @@
 //
 // Column-parallel in, row-parallel out (Megatron), one all-reduce after each mixer's out
 // projection and one after the MLP's down projection:
-// - attention: q_proj (per head D query rows then D gate rows) by query head; k_proj / v_proj by KV
-//   head when the KV heads divide by the ranks, otherwise each rank keeps the one KV head its query
-//   heads use (the ranks' query heads must then lie within one KV group); o_proj by columns.
+// - attention: q_proj (per head D query rows then D gate rows) by query head; k_proj / v_proj: the KV
+//   heads of the rank's query heads (whole KV groups, or the one KV head of a group its query heads
+//   lie in, then held by every rank of that group); o_proj by columns.
 // - GDN by key-head group: in_proj_qkv's q, k and v rows and the conv channels of the rank's key
 //   heads and their value heads, in_proj_z / in_proj_a / in_proj_b rows, A_log and dt_bias by value
 //   head; the gated norm (per head, weight [dv]) is local; out_proj by columns.
@@ -38,13 +38,17 @@ struct TpShard {
   // lm_head rows [vocab_begin, vocab_begin + vocab_rows); every rank's logits part is padded to
   // vocab_padded rows so the gather is even.
   int64_t vocab_begin = 0, vocab_rows = 0, vocab_padded = 0;
+  // The rank's items [first, second) of the checkpoint's: query heads, KV heads, GDN key heads (its
+  // value heads follow), MLP columns.
+  std::pair<int64_t, int64_t> q_heads, kv_heads, gdn_k_heads, mlp;
   bool kv_replicated = false;  // each rank holds a KV head that other ranks hold too
 
   // The part of tensor `name` (a checkpoint name without prefix) this rank holds.
   ShardRanges ranges(const std::string& name) const;
 };
 
-// Throws pe::Error naming the count that does not divide (heads, value heads, intermediate).
+// Shares that do not divide evenly differ by one item between ranks. Throws pe::Error naming the
+// count when a rank would get none, or when a rank's query heads would use KV heads unevenly.
 TpShard make_tp_shard(const ModelConfig& full, int rank, int size);
 
 // The rank's part of a row-major tensor of `shape` (elements of `elem_bytes`), and its shape.
