@@ -66,3 +66,11 @@ def test_stress_respects_its_time_bound(tmp_path):
         assert commands.main(["stress", "--base_url", stub.base_url, "--cycles", "50", "--max_time_s", "0",
                               "--max_tokens", "4", "--long_tokens", "200", "--out", out]) == 0  # fmt: skip
     assert read_json(out)["cycles_done"] == 0
+
+
+def test_stress_says_why_when_the_long_prompt_does_not_fit(tmp_path, capsys):
+    server = browser_server()  # 8,192-token context
+    code = commands.main(["stress", "--base_url", server.url + "/v1", "--cycles", "1", "--max_tokens", "4",
+                          "--long_tokens", "20000"])  # fmt: skip
+    assert code == 1
+    assert "solo reference request failed: HTTP 400" in capsys.readouterr().err

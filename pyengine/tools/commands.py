@@ -221,6 +221,8 @@ def _stress(args) -> int:
     try:
         result = stress.run_stress(client, args)
         result = {"command": "stress", "target": client.describe(), "settings": _settings(args), **result}
+    except EndpointError as exc:  # a solo reference failed: there is nothing to compare against
+        return _unreachable("stress", exc, 1)
     finally:
         client.close()
     print(stress.table(result))
