@@ -50,7 +50,7 @@ std::unique_ptr<pe::Model> make_model(const pe::ModelConfig& mc, const std::stri
     return pe::make_cuda_model(mc);
 #else
     fail(PE_ERR_UNSUPPORTED, "device 'cuda': this build has no CUDA backend (build: ", pe_build_info(),
-         "); install with nvcc on PATH or use device='cpu'");
+         "); reinstall with PYENGINE_CUDA=ON pip install . or use device='cpu'");
 #endif
   }
   return std::make_unique<pe::Qwen35Model>(mc);
