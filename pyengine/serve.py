@@ -6,14 +6,20 @@ process owns one engine and no CUDA context or engine thread crosses a fork. The
 worker (`gthread` class) with enough threads for `max_batch` concurrent streams plus service
 requests; more workers mean more engines, each with its own memory.
 
-The CLI (pyengine/cli.py) calls `add_serve_arguments(parser)` and `run(args)`, or `main(argv)`.
+The CLI (pyengine/cli.py) calls `main(argv)`; tests build a parser with `add_serve_arguments`.
+Flag errors, a bad model directory, a missing GPU and a port that cannot be bound are each
+reported in one line before gunicorn starts.
 """
 import argparse
+import errno
 import logging
 import os
+import socket
+import subprocess
 import sys
 
-from pyengine.cli import byte_size, positive_int as _positive_int
+from pyengine.cli_args import (Parser, add_engine_arguments, byte_size, check_model_dir, engine_kwargs,
+                               fail, port_number, positive_int)  # fmt: skip
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -22,7 +28,6 @@ _ON_OFF = ("on", "off")  # the engine flags' spelling too
 
 def llm_kwargs(args: argparse.Namespace) -> dict:
     """LLM(...) keyword arguments from the engine flags (the same flags as `pyengine generate`)."""
-    from pyengine.cli import engine_kwargs
     return {"device": args.device, **engine_kwargs(args)}
 
 
@@ -32,40 +37,62 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model directory (config.json, safetensors, tokenizer)")
     g = parser.add_argument_group("server")
     g.add_argument("--host", default=DEFAULT_HOST, help=f"address (default: {DEFAULT_HOST})")
-    g.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
+    g.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     g.add_argument("--api_key", default=os.environ.get("PYENGINE_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1 (or $PYENGINE_API_KEY)")
     g.add_argument("--served_model_name", default=None,
                    help="model id clients send (default: the model directory's name)")
     g.add_argument("--max_body_bytes", type=byte_size, default=DEFAULT_MAX_BODY_BYTES,
                    help=f"largest request body (default: {DEFAULT_MAX_BODY_BYTES})")
-    g.add_argument("--workers", type=_positive_int, default=1,
+    g.add_argument("--workers", type=positive_int, default=1,
                    help="worker processes, each with its own engine (default: 1)")
-    g.add_argument("--http_threads", type=_positive_int, default=None,
+    g.add_argument("--http_threads", type=positive_int, default=None,
                    help="request threads per worker (default: 2 x max_batch + 4); "
                         "--threads is the engine's CPU threads")
-    g.add_argument("--timeout", type=_positive_int, default=120,
+    g.add_argument("--timeout", type=positive_int, default=120,
                    help="seconds a silent worker may take before gunicorn restarts it")
-    g.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"))
+    g.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"),
+                   help="server log detail (default: info)")
     g.add_argument("--access_log", choices=_ON_OFF, default="on",
                    help="log one line per request to stderr (default: on)")
-    from pyengine.cli import add_engine_arguments
     add_engine_arguments(parser.add_argument_group("engine"))
 
 
-def _check_model_path(model: str | None) -> str | None:
-    """A clear message before any worker starts, instead of a traceback inside one."""
-    if model is None:
-        from pyengine.llm import default_model_path  # cheap: the library loads on first use
-        if default_model_path() is None:
-            return "no model given and this build has no embedded model: run " \
-                   "`pyengine serve MODEL_DIR`"
-        return None
-    if not os.path.isdir(model):
-        return f"model directory not found: {model}"
-    if not os.path.isfile(os.path.join(model, "config.json")):
-        return f"not a model directory (no config.json): {model}"
+def bind_problem(host: str, port: int) -> str | None:
+    """Why gunicorn could not listen on host:port (None: it can), found by binding a socket
+    the way gunicorn does; gunicorn itself would retry for seconds and then say less."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        return f"--host {host!r}: {exc.strerror}"
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            hint = {errno.EADDRINUSE: "another program is listening there; choose another --port",
+                    errno.EACCES: "ports below 1024 need privileges; choose --port 1024 or above",
+                    errno.EADDRNOTAVAIL: "no network interface of this machine has that address"}
+            reason = f"{exc.strerror} ({hint[exc.errno]})" if exc.errno in hint else exc.strerror
+            return f"cannot listen on {host}:{port}: {reason}"
     return None
+
+
+def cuda_problem_in_child() -> str | None:
+    """cli_args.cuda_problem() asked in a child process: probing the GPU here would initialize
+    CUDA in the arbiter, and gunicorn's forked workers cannot use a CUDA inherited that way."""
+    import pyengine
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pyengine.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    code = "from pyengine.cli_args import cuda_problem; print(cuda_problem() or '')"
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                           timeout=300, check=False)  # fmt: skip
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"--device cuda: the GPU check failed: {last}"
+    return probe.stdout.strip() or None
 
 
 def gunicorn_options(args: argparse.Namespace) -> dict:
@@ -134,10 +161,11 @@ def _application_class():
 
 
 def run(args: argparse.Namespace) -> int:
-    problem = _check_model_path(args.model)
+    problem = check_model_dir(args.model) or bind_problem(args.host, args.port)
+    if problem is None and args.device == "cuda":
+        problem = cuda_problem_in_child()
     if problem:
-        print(f"pyengine serve: error: {problem}", file=sys.stderr)
-        return 2
+        return fail("pyengine serve", problem)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s")
     _application_class()(args).run()  # returns only when the arbiter stops
@@ -145,8 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pyengine serve",
-                                     description="OpenAI-compatible server and web chat")
+    parser = Parser(prog="pyengine serve", description="OpenAI-compatible server and web chat")
     add_serve_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -71,8 +71,9 @@ def test_missing_model_dir_is_reported_before_gunicorn_starts(tmp_path, capsys):
 
 
 def test_no_model_uses_the_embedded_one_or_says_what_to_do(capsys):
+    from pyengine.cli_args import check_model_dir
     from pyengine.llm import default_model_path
-    problem = serve._check_model_path(None)
+    problem = check_model_dir(None)
     if default_model_path() is None:
         assert "pyengine serve MODEL_DIR" in problem
     else:

@@ -51,13 +51,13 @@ def _common(p: argparse.ArgumentParser, max_tokens: int, runs: int | None, concu
                    help="send chat_template_kwargs.enable_thinking (default: the server's template default)")
     p.add_argument("--out", default=None, metavar="FILE.json", help="write the results as JSON")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw the results (needs matplotlib)")
-    from ..cli import add_engine_arguments
+    from ..cli_args import add_engine_arguments
 
     add_engine_arguments(p.add_argument_group("in-process engine (without --base_url)"))
 
 
 def _positive(text: str) -> int:
-    from ..cli import positive_int
+    from ..cli_args import positive_int
 
     return positive_int(text)
 
@@ -133,13 +133,13 @@ def open_client(args: argparse.Namespace, base_url: str | None, engine_flags: st
         if label:
             client.label = label
         return client
-    from ..cli import engine_kwargs
+    from ..cli_args import engine_kwargs
     from .inprocess_client import InProcessClient
 
     ns = args
     if engine_flags:
         engine_parser = argparse.ArgumentParser(prog="--config")
-        from ..cli import add_engine_arguments
+        from ..cli_args import add_engine_arguments
 
         add_engine_arguments(engine_parser)
         ns = engine_parser.parse_args(shlex.split(engine_flags))

@@ -1,0 +1,171 @@
+"""Flags shared by `pyengine generate` and `pyengine serve`: value types, engine flags, checks.
+
+Every user error here ends as one line, `pyengine ...: error: ...`, never a traceback: the
+value types raise argparse errors that name the flag, and `Parser.error` prints no usage block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (the usage is one `--help` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def fail(prog: str, message: str) -> int:
+    """Report a user error in the same one-line form; returns the exit status."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def byte_size(text: str) -> int:
+    """'4096', '512M', '20G', '1.5g' -> bytes (binary units)."""
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = _SUFFIXES.get(s[-1:], 1)
+    number = s[:-1] if s[-1:] in _SUFFIXES else s
+    try:
+        value = int(float(number) * scale)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 4096, 512M, 20G)")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}")
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = _int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535 (0: any free port): {text!r}")
+    return value
+
+
+def float_in(low: float, high: float, low_open: bool = False):
+    """A float type for argparse accepting low <= x <= high (low < x with low_open)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+        if not (low < value if low_open else low <= value) or not value <= high:
+            bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"must be in {bounds}: {text!r}")
+        return value
+
+    return parse
+
+
+def check_model_dir(model: str | None) -> str | None:
+    """Why `model` cannot be served (None: fine), before any slow loading starts."""
+    if model is None:
+        from pyengine.llm import default_model_path  # cheap: the library loads on first use
+
+        if default_model_path() is None:
+            return ("no model given and this build has no embedded model: name a checkpoint "
+                    "directory (pyengine serve MODEL_DIR, pyengine generate --model MODEL_DIR)")
+        return None
+    if not os.path.isdir(model):
+        return f"model directory not found: {model}"
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        return f"not a model directory (no config.json): {model}"
+    return None
+
+
+def cuda_problem() -> str | None:
+    """Why --device cuda cannot work in this process (None: a GPU is usable)."""
+    from pyengine._native import cuda_available, native
+    from pyengine.errors import EngineError
+
+    try:
+        if cuda_available():
+            return None
+        build = native().build_info
+    except EngineError as exc:
+        return str(exc)
+    if "cuda" not in build:
+        return (f"--device cuda: this pyengine was built without the CUDA backend (build: {build}); "
+                "on a machine with a GPU reinstall it with `PYENGINE_CUDA=ON pip install .`")
+    return f"--device cuda: no usable CUDA GPU found (build: {build}); use --device cpu"
+
+
+def add_engine_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Engine flags, named as FastLLM / vLLM users know them."""
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
+                   help="where the model runs (auto: cuda when a GPU is usable; default: cpu)")
+    p.add_argument("--max_batch", type=positive_int, default=8,
+                   help="most requests decoded together (default: 8)")
+    p.add_argument("--max_model_len", type=positive_int, default=None,
+                   help="longest prompt + output in tokens (default: the model's, at most 8192)")
+    p.add_argument("--chunked_prefill_size", type=positive_int, default=512,
+                   help="prompt tokens prefilled per step and request (default: 512)")
+    p.add_argument("--max_num_batched_tokens", type=non_negative_int, default=0,
+                   help="token budget of one step (0: max_batch + chunked_prefill_size)")
+    p.add_argument("--cooperative_prefill", choices=["on", "off"], default="on",
+                   help="admit waiting requests at every chunk of a long prefill (default: on)")
+    p.add_argument("--prefix_cache", choices=["on", "off"], default="on",
+                   help="reuse the KV pages and GDN states of shared prompt prefixes (default: on)")
+    p.add_argument("--kv_page_size", type=positive_int, default=16,
+                   help="tokens per KV cache page (default: 16)")
+    p.add_argument("--kv_cache_bytes", type=byte_size, default=None,
+                   help="KV + GDN state budget, e.g. 8G (default: planned from free memory)")
+    p.add_argument("--gpu_mem_ratio", type=float_in(0.0, 1.0, low_open=True), default=0.9,
+                   help="share of free GPU memory the engine may plan with (default: 0.9)")
+    p.add_argument("--kv_cache_dtype", default="auto",
+                   choices=["auto", "fp32", "fp16", "bf16", "fp8_e4m3", "int8", "fp4"],
+                   help="KV cache element type (auto: fp32 on the CPU, fp16 on CUDA)")
+    p.add_argument("--weight_quant", default=None, choices=["int8", "fp8", "nvfp4"],
+                   help="quantize 16-bit weights at load (embeddings and lm_head stay as loaded)")
+    p.add_argument("--load_format", default="auto", choices=["auto", "dummy"],
+                   help="dummy: random weights of the config's shapes (benchmarks)")
+    p.add_argument("--threads", type=non_negative_int, default=0,
+                   help="CPU threads of the engine (default 0: all cores)")
+    p.add_argument("--overlap_schedule", default="auto", choices=["auto", "on", "off"],
+                   help="queue the next decode step before reading the current one's tokens (auto: on for cuda)")
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    return dict(
+        max_batch=args.max_batch,
+        max_model_len=args.max_model_len,
+        chunked_prefill_size=args.chunked_prefill_size,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        cooperative_prefill=args.cooperative_prefill == "on",
+        prefix_cache=args.prefix_cache == "on",
+        kv_page_size=args.kv_page_size,
+        kv_cache_bytes=args.kv_cache_bytes,
+        gpu_mem_ratio=args.gpu_mem_ratio,
+        num_threads=args.threads,
+        kv_cache_dtype=args.kv_cache_dtype,
+        weight_quant=args.weight_quant,
+        load_format=args.load_format,
+        overlap_schedule=None if args.overlap_schedule == "auto" else args.overlap_schedule == "on",
+    )
