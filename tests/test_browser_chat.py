@@ -1,5 +1,7 @@
-"""The chat page in headless Debian Chromium against a real server: a streamed answer, then
-stop during a long generation. Screenshots go to tests/artifacts/.
+"""The chat page in headless Debian Chromium against a real server: a streamed answer, stop
+during a long generation, regenerate and edit, conversations kept across a reload; and, from a
+stream the test controls, markdown with a highlighted, copyable code block in which HTML from
+the model cannot run. Screenshots go to tests/artifacts/.
 
 Needs the Debian packages chromium and chromium-driver (see .ci/apt-packages.txt) and the
 Python package selenium; without the browser the test is skipped and says why.
@@ -34,8 +36,11 @@ def browser(server):
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic", "--window-size=420,900"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
+    # Headless windows never have focus, which the clipboard API requires.
+    driver.execute_cdp_cmd("Emulation.setFocusEmulationEnabled", {"enabled": True})
     yield driver
     driver.quit()
 
@@ -139,3 +144,199 @@ def test_chat_page_streams_an_answer_and_stops(browser, server):
     assert not browser.find_element("id", "stop").is_enabled()
     browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", answer)
     browser.save_screenshot(str(ARTIFACTS / "browser_chat_stopped.png"))
+
+
+def open_fresh_page(browser, server, temperature="0", max_tokens="40", thinking=False):
+    """The page with no stored conversations and known settings."""
+    browser.get(server.url + "/")
+    browser.execute_script("localStorage.clear()")
+    browser.refresh()
+    wait_for(lambda: "Model:" in browser.find_element("id", "model-status").text, 30,
+             "the page to load the model name")
+    browser.find_element("css selector", "#settings summary").click()
+    set_field(browser, "temperature", temperature)
+    set_field(browser, "max-tokens", max_tokens)
+    if browser.find_element("id", "thinking").is_selected() != thinking:
+        browser.find_element("id", "thinking").click()
+    browser.find_element("css selector", "#settings summary").click()
+
+
+def severe_console_messages(browser) -> list[str]:
+    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_page_loads_without_console_errors_and_has_a_favicon(browser, server):
+    browser.get_log("browser")  # drop earlier tests' messages
+    open_fresh_page(browser, server)
+    assert severe_console_messages(browser) == []  # no 404 (favicon, vendor files), no JS error
+    icon = browser.find_element("css selector", "link[rel=icon]").get_attribute("href")
+    for url in (icon, server.url + "/favicon.ico"):
+        resp = server.get(url.removeprefix(server.url))
+        assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("image/svg+xml")
+    header = browser.find_element("css selector", "header.top")
+    assert header.value_of_css_property("position") == "sticky"
+
+
+# A stream the page cannot tell from the server's: reasoning, then (once the test calls
+# window.__release()) an answer with a code block and three ways HTML could try to run,
+# cut into 7-character chunks so that fences and tags arrive in pieces.
+FAKE_STREAM_JS = """
+const [reasoning, content] = arguments;
+const encoder = new TextEncoder();
+const pieces = (text) => text.match(/[\\s\\S]{1,7}/g);
+let release;
+const gate = new Promise((resolve) => { release = resolve; });
+window.__release = release;
+window.__pwned = undefined;
+const realFetch = window.fetch;
+window.fetch = (url, init) => {
+  if (!String(url).endsWith("/v1/chat/completions")) return realFetch(url, init);
+  const body = new ReadableStream({ async start(controller) {
+    const send = (obj) => controller.enqueue(encoder.encode("data: " + JSON.stringify(obj) + "\\n\\n"));
+    const pause = () => new Promise((resolve) => setTimeout(resolve, 5));
+    for (const p of pieces(reasoning)) { send({choices: [{index: 0, delta: {reasoning_content: p}}]}); await pause(); }
+    await gate;
+    for (const p of pieces(content)) { send({choices: [{index: 0, delta: {content: p}}]}); await pause(); }
+    send({choices: [], usage: {completion_tokens: 57}});
+    controller.enqueue(encoder.encode("data: [DONE]\\n\\n"));
+    controller.close();
+  }});
+  return Promise.resolve(new Response(body, {status: 200, headers: {"Content-Type": "text/event-stream"}}));
+};
+"""
+CODE = 'def add(a, b):\n    """Sum of two numbers."""\n    return a + b\n\nprint(add(2, 3))'
+ANSWER = ("Here is **the function**:\n\n```python\n" + CODE + "\n```\n\n"
+          "<script>window.__pwned = 'script';</script>\n"
+          '<img src="nope.png" onerror="window.__pwned = \'onerror\'">\n\n'
+          "[a link](javascript:window.__pwned='link') and `inline code`. ![a chart](/chart.png)")
+
+
+def test_markdown_code_block_is_highlighted_copyable_and_html_cannot_run(browser, server):
+    open_fresh_page(browser, server, thinking=True)
+    browser.execute_cdp_cmd("Browser.grantPermissions", {
+        "origin": server.url, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    browser.execute_script(FAKE_STREAM_JS, "Let me write a small Python function.", ANSWER)
+    answer = ask(browser, "Write an add function in Python.")
+    box = wait_for(lambda: answer.find_elements("css selector", "details.reasoning"), 10, "the Thinking box")[0]
+    wait_for(lambda: "small Python function" in box.text, 10, "the reasoning to stream")
+    assert box.get_attribute("open") is not None  # open while the model thinks
+    browser.execute_script("window.__release()")
+    wait_for(lambda: answer.get_attribute("data-state") == "done", 20, "the answer to finish")
+    assert box.get_attribute("open") is None  # folded once the answer started
+
+    content = answer.find_element("css selector", ".content")
+    assert content.find_element("css selector", "strong").text == "the function"
+    code = content.find_element("css selector", ".code-block pre code.hljs")
+    assert code.text == CODE  # the code as written, highlighted into spans
+    keywords = [k.text for k in code.find_elements("css selector", ".hljs-keyword")]
+    assert "def" in keywords and "return" in keywords, keywords
+    assert code.find_elements("css selector", ".hljs-string")  # the docstring
+    assert "monospace" in code.value_of_css_property("font-family")
+    assert content.find_element("css selector", ".code-lang").text == "python"
+    assert content.find_element("css selector", "p code").text == "inline code"
+
+    # Nothing from the model ran or survived sanitizing; a click on the link does nothing either.
+    assert browser.execute_script("return window.__pwned") is None
+    assert not content.find_elements("css selector", "script, img, [onerror]")
+    assert content.find_element("link text", "a chart").get_attribute("href") == server.url + "/chart.png"
+    link = content.find_element("link text", "a link")
+    assert not (link.get_attribute("href") or "").startswith("javascript:")
+    link.click()
+    browser.switch_to.window(browser.window_handles[0])
+    assert browser.execute_script("return window.__pwned") is None
+
+    copy = content.find_element("css selector", ".code-head button.copy")
+    copy.click()
+    wait_for(lambda: copy.text == "Copied", 5, lambda: f"the copy to land (button says {copy.text!r})")
+    clipboard = browser.execute_async_script(
+        "navigator.clipboard.readText().then(arguments[0], (e) => arguments[0]('error: ' + e))")
+    assert clipboard == CODE
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", answer)
+    browser.save_screenshot(str(ARTIFACTS / "browser_chat_code.png"))
+    assert severe_console_messages(browser) == []  # nothing was fetched for the image either
+
+
+def stored_conversations(browser) -> list[dict]:
+    return browser.execute_script("return JSON.parse(localStorage.getItem('pyengine.conversations') || '[]')")
+
+
+def messages_on_page(browser) -> list[tuple[str, str]]:
+    return [("user" if "user" in el.get_attribute("class") else "assistant",
+             el.find_element("css selector", ".content").text)
+            for el in browser.find_elements("css selector", "#conversation .msg")]
+
+
+RECORD_REQUESTS_JS = """
+window.__requests = [];
+const realFetch = window.fetch;
+window.fetch = (url, init) => {
+  if (String(url).endsWith("/v1/chat/completions")) window.__requests.push(JSON.parse(init.body));
+  return realFetch(url, init);
+};
+"""
+
+
+def test_regenerate_edit_and_conversations_survive_a_reload(browser, server):
+    open_fresh_page(browser, server)
+    browser.execute_script(RECORD_REQUESTS_JS)
+    first = ask(browser, "What is 23 + 45?")
+    wait_for(lambda: first.get_attribute("data-state") == "done", 60, "the first answer")
+    first_text = answer_text(first)
+    assert first_text
+
+    # Regenerate: the same question again (greedy, so the same answer), the old answer replaced.
+    first.find_element("css selector", "button.regenerate").click()
+    wait_for(lambda: len(browser.execute_script("return window.__requests")) == 2, 10, "the regenerate request")
+    again = wait_for(lambda: [a for a in browser.find_elements("css selector", ".msg.assistant")
+                              if a.get_attribute("data-state") == "done"], 60, "the regenerated answer")
+    requests = browser.execute_script("return window.__requests")
+    assert requests[1]["messages"] == requests[0]["messages"] == [{"role": "user", "content": "What is 23 + 45?"}]
+    assert len(browser.find_elements("css selector", ".msg.assistant")) == 1
+    assert answer_text(again[0]) == first_text
+    browser.save_screenshot(str(ARTIFACTS / "browser_chat_regenerate.png"))
+
+    # A second turn, then edit it: the edited question replaces it and gets its own answer.
+    second = ask(browser, "And 10 + 5?")
+    wait_for(lambda: second.get_attribute("data-state") == "done", 60, "the second answer")
+    users = browser.find_elements("css selector", ".msg.user")
+    assert not users[0].find_elements("css selector", "button.edit")  # only the last one is editable
+    users[1].find_element("css selector", "button.edit").click()
+    area = users[1].find_element("css selector", "form.edit textarea")
+    area.clear()
+    area.send_keys("And 7 + 8?")
+    users[1].find_element("css selector", "form.edit button[type=submit]").click()
+    wait_for(lambda: len(browser.execute_script("return window.__requests")) == 4, 10, "the edited request")
+    wait_for(lambda: browser.find_elements("css selector", ".msg.assistant")[-1].get_attribute("data-state")
+             == "done", 60, "the answer to the edited question")
+    sent = browser.execute_script("return window.__requests")[3]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"] == first_text and sent[2]["content"] == "And 7 + 8?"
+    before = messages_on_page(browser)
+    assert [m[0] for m in before] == ["user", "assistant", "user", "assistant"]
+    assert before[2][1] == "And 7 + 8?"
+
+    # Reload: the conversation comes back from localStorage, listed under its first question.
+    browser.refresh()
+    wait_for(lambda: len(browser.find_elements("css selector", "#conversation .msg")) == 4, 10,
+             "the conversation to be restored")
+    assert messages_on_page(browser) == before
+    browser.find_element("css selector", "#history summary").click()
+    entries = browser.find_elements("css selector", "#conversation-list li")
+    assert [e.find_element("css selector", ".open").text for e in entries] == ["What is 23 + 45?"]
+    browser.save_screenshot(str(ARTIFACTS / "browser_chat_reloaded.png"))
+
+    # A new chat, then back to the first one through the list; then delete the first.
+    browser.find_element("id", "new-chat").click()
+    assert messages_on_page(browser) == []
+    answer = ask(browser, "Hello!")
+    wait_for(lambda: answer.get_attribute("data-state") == "done", 60, "the new chat's answer")
+    titles = [e.text for e in browser.find_elements("css selector", "#conversation-list .open")]
+    assert titles == ["Hello!", "What is 23 + 45?"]  # most recent first
+    browser.find_elements("css selector", "#conversation-list .open")[1].click()
+    assert messages_on_page(browser) == before
+    browser.find_elements("css selector", "#conversation-list .delete")[1].click()
+    assert messages_on_page(browser) == []  # the open conversation was the deleted one
+    assert [c["title"] for c in stored_conversations(browser)] == ["Hello!"]
+    browser.refresh()
+    wait_for(lambda: "Model:" in browser.find_element("id", "model-status").text, 30, "the page")
+    assert [c["title"] for c in stored_conversations(browser)] == ["Hello!"]

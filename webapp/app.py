@@ -185,6 +185,10 @@ def _add_service_routes(app: Flask) -> None:
     def index():
         return send_from_directory(STATIC_DIR, "index.html")
 
+    @app.get("/favicon.ico")  # asked for by browsers and tools that do not read the page's <link>
+    def favicon():
+        return send_from_directory(STATIC_DIR, "favicon.svg", mimetype="image/svg+xml")
+
     @app.get("/static/<path:name>")
     def static_file(name):
         return send_from_directory(STATIC_DIR, name)

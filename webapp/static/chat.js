@@ -1,8 +1,13 @@
 // pyengine chat page: streams /v1/chat/completions (SSE over fetch), no build step.
+// markdown.js renders answers, conversations.js keeps the conversations in localStorage.
 "use strict";
 
+import { ConversationStore, renderList } from "./conversations.js";
+import { finishCodeBlocks, renderMarkdown } from "./markdown.js";
+
 const $ = (id) => document.getElementById(id);
-const state = { history: [], controller: null, model: null };
+const store = new ConversationStore();
+const state = { controller: null, model: null };
 
 function settings() {
   return {
@@ -32,52 +37,140 @@ async function loadModel() {
   }
 }
 
-function addMessage(role, text) {
-  const el = document.createElement("article");
-  el.className = "msg " + role;
-  const who = document.createElement("span");
-  who.className = "who";
-  who.textContent = role === "user" ? "You" : "Assistant";
-  el.append(who);
-  const body = document.createElement("div");
-  body.className = "content";
-  body.textContent = text;
-  el.append(body);
-  $("conversation").append(el);
-  el.scrollIntoView({ block: "end" });
-  return el;
+// ---- drawing messages ----
+
+function nearBottom() {
+  return window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 80;
 }
 
-// Text nodes grow with appendData: re-setting textContent per chunk is quadratic.
-function reasoningText(answer) {
-  let box = answer.querySelector(".reasoning");
+function reasoningBox(el, open) {
+  let box = el.querySelector(".reasoning");
   if (!box) {
     box = document.createElement("details");
     box.className = "reasoning";
-    box.open = true;
+    box.open = open;
     const summary = document.createElement("summary");
     summary.textContent = "Thinking";
     const text = document.createElement("div");
     text.className = "reasoning-text";
     text.append(document.createTextNode(""));
     box.append(summary, text);
-    answer.insertBefore(box, answer.querySelector(".content"));
+    el.insertBefore(box, el.querySelector(".content"));
   }
-  return box.querySelector(".reasoning-text").firstChild;
+  return box;
 }
+
+function addNote(el, msg) {
+  if (msg.state === "stopped") {
+    const note = document.createElement("em");
+    note.textContent = " [stopped]";
+    el.querySelector(".content").append(note);
+  } else if (msg.state === "error") {
+    const note = document.createElement("p");
+    note.className = "error";
+    note.setAttribute("role", "alert");
+    note.textContent = "Error: " + msg.error;
+    el.append(note);
+  }
+  if (msg.stats) {
+    const stats = document.createElement("span");
+    stats.className = "stats";
+    stats.textContent = msg.stats;
+    el.append(stats);
+  }
+}
+
+function messageElement(msg) {
+  const el = document.createElement("article");
+  el.className = "msg " + msg.role;
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = msg.role === "user" ? "You" : "Assistant";
+  const body = document.createElement("div");
+  body.className = "content";
+  el.append(who, body);
+  if (msg.role === "user") {
+    body.textContent = msg.content;
+    return el;
+  }
+  body.classList.add("markdown");
+  if (msg.reasoning) reasoningBox(el, false).querySelector(".reasoning-text").textContent = msg.reasoning;
+  if (msg.toolCalls && msg.toolCalls.length) showToolCalls(el, msg.toolCalls);
+  renderMarkdown(body, msg.content);
+  finishCodeBlocks(body);
+  addNote(el, msg);
+  if (msg.state) el.dataset.state = msg.state;
+  return el;
+}
+
+// OpenAI-style tool calls streamed in delta.tool_calls: shown as name(arguments).
+function showToolCalls(el, calls) {
+  let box = el.querySelector(".tool-calls");
+  if (!box) {
+    box = document.createElement("div");
+    box.className = "tool-calls";
+    el.insertBefore(box, el.querySelector(".content"));
+  }
+  box.replaceChildren(...calls.map((call) => {
+    const line = document.createElement("code");
+    line.textContent = `${call.name || "tool"}(${call.arguments || ""})`;
+    return line;
+  }));
+}
+
+function renderConversation() {
+  const conv = store.current;
+  $("conversation").replaceChildren(...conv.messages.map(messageElement));
+  updateActions();
+  renderConversationList();
+}
+
+// Edit on the last user message, Regenerate on the last answer; none while one streams.
+function updateActions() {
+  for (const old of document.querySelectorAll("#conversation .actions")) old.remove();
+  if (state.controller) return;
+  const els = [...$("conversation").children];
+  const messages = store.current.messages;
+  const lastUser = messages.map((m) => m.role).lastIndexOf("user");
+  const lastAnswer = messages.length - 1;
+  const add = (index, label, handler) => {
+    if (index < 0 || !els[index]) return;
+    let bar = els[index].querySelector(".actions");
+    if (!bar) {
+      bar = document.createElement("div");
+      bar.className = "actions";
+      els[index].append(bar);
+    }
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = label.toLowerCase();
+    button.textContent = label;
+    button.addEventListener("click", () => handler(els[index], index));
+    bar.append(button);
+  };
+  add(lastUser, "Edit", editMessage);
+  if (messages[lastAnswer] && messages[lastAnswer].role === "assistant") {
+    add(lastAnswer, "Regenerate", regenerate);
+  }
+}
+
+// ---- streaming ----
 
 // Streamed text reaches the DOM once per animation frame, not once per chunk: at hundreds of
 // tokens/s per-chunk updates (and the layout each scroll forces) would swamp the page.
 class AnswerView {
-  constructor(answer) {
-    this.answer = answer;
-    this.pending = { reasoning: "", content: "" };
-    this.contentText = answer.querySelector(".content").appendChild(document.createTextNode(""));
+  constructor(el, msg) {
+    this.el = el;
+    this.msg = msg;
+    this.content = el.querySelector(".content");
+    this.pending = { reasoning: "", content: false };
     this.scheduled = false;
+    this.collapsed = false;
   }
 
   add(part, text) {
-    this.pending[part] += text;
+    if (part === "reasoning") this.pending.reasoning += text;
+    else this.pending.content = true;
     if (!this.scheduled) {
       this.scheduled = true;
       requestAnimationFrame(() => this.flush());
@@ -86,23 +179,33 @@ class AnswerView {
 
   flush() {
     this.scheduled = false;
-    if (this.pending.reasoning) reasoningText(this.answer).appendData(this.pending.reasoning);
-    if (this.pending.content) this.contentText.appendData(this.pending.content);
-    if (this.pending.reasoning || this.pending.content) this.answer.scrollIntoView({ block: "end" });
-    this.pending = { reasoning: "", content: "" };
+    const follow = nearBottom();
+    if (this.pending.reasoning) {
+      // Text nodes grow with appendData: re-setting textContent per chunk is quadratic.
+      reasoningBox(this.el, true).querySelector(".reasoning-text").firstChild
+        .appendData(this.pending.reasoning);
+    }
+    if (this.pending.content) {
+      renderMarkdown(this.content, this.msg.content);
+      const box = this.el.querySelector(".reasoning");
+      if (box && !this.collapsed) box.open = false;  // the answer has started: fold the thinking
+      this.collapsed = true;
+    }
+    if (this.msg.toolCalls.length) showToolCalls(this.el, this.msg.toolCalls);
+    if (follow && (this.pending.reasoning || this.pending.content)) {
+      this.el.scrollIntoView({ block: "end" });
+    }
+    this.pending = { reasoning: "", content: false };
   }
 }
 
-function showStats(answer, t) {
-  const stats = document.createElement("span");
-  stats.className = "stats";
+function statsText(t) {
   const ttft = t.first ? ((t.first - t.start) / 1000).toFixed(2) + " s" : "–";
   const span = t.first && t.last > t.first ? (t.last - t.first) / 1000 : 0;
   const tps = span > 0 && t.tokens > 1 ? ((t.tokens - 1) / span).toFixed(1) : "–";
   // Without the final usage chunk (stopped answers) the count is of chunks, a lower bound.
   const count = t.exact ? `${t.tokens}` : `≥${t.tokens}`;
-  stats.textContent = `${count} tokens · ${tps} tokens/s · first token after ${ttft}`;
-  answer.append(stats);
+  return `${count} tokens · ${tps} tokens/s · first token after ${ttft}`;
 }
 
 function setBusy(busy) {
@@ -133,25 +236,40 @@ async function* sseEvents(response) {
   }
 }
 
-async function send(text) {
+function requestMessages(conv, system) {
+  // Answers that failed before any text are left out; their question stays for a retry.
+  const turns = conv.messages.filter((m) => m.role === "user" || m.content)
+    .map((m) => ({ role: m.role, content: m.content }));
+  return (system ? [{ role: "system", content: system }] : []).concat(turns);
+}
+
+function addToolCallDeltas(calls, deltas) {
+  for (const d of deltas) {
+    const call = calls[d.index || 0] || (calls[d.index || 0] = { name: "", arguments: "" });
+    if (d.function && d.function.name) call.name += d.function.name;
+    if (d.function && d.function.arguments) call.arguments += d.function.arguments;
+  }
+}
+
+/** Streams an answer to the conversation's messages into a new assistant message. */
+async function generate(conv) {
   const s = settings();
-  state.history.push({ role: "user", content: text });
-  addMessage("user", text);
-  const answer = addMessage("assistant", "");
-  answer.dataset.state = "streaming";
-  const content = answer.querySelector(".content");
-  const view = new AnswerView(answer);
-  const messages = (s.system ? [{ role: "system", content: s.system }] : []).concat(state.history);
   const request = {
-    model: state.model || undefined, messages, stream: true,
+    model: state.model || undefined, messages: requestMessages(conv, s.system), stream: true,
     stream_options: { include_usage: true },
     temperature: s.temperature, max_tokens: s.maxTokens > 0 ? s.maxTokens : undefined,
     chat_template_kwargs: { enable_thinking: s.thinking },
   };
+  const msg = { role: "assistant", content: "", reasoning: "", toolCalls: [], state: "streaming" };
+  conv.messages.push(msg);
+  const el = messageElement(msg);
+  $("conversation").append(el);
+  el.scrollIntoView({ block: "end" });
+  const view = new AnswerView(el, msg);
   const t = { start: performance.now(), first: 0, last: 0, tokens: 0, exact: false };
   state.controller = new AbortController();
   setBusy(true);
-  let reply = "";
+  updateActions();
   try {
     const resp = await fetch("/v1/chat/completions", {
       method: "POST", headers: headers(s.apiKey), body: JSON.stringify(request),
@@ -169,41 +287,119 @@ async function send(text) {
       }
       const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
       if (!delta) continue;
-      if (delta.reasoning_content || delta.content) {
+      if (delta.reasoning_content || delta.content || delta.tool_calls) {
         t.last = performance.now();
         if (!t.first) t.first = t.last;
         t.tokens += 1;
       }
-      if (delta.reasoning_content) view.add("reasoning", delta.reasoning_content);
+      if (delta.reasoning_content) {
+        msg.reasoning += delta.reasoning_content;
+        view.add("reasoning", delta.reasoning_content);
+      }
       if (delta.content) {
-        reply += delta.content;
+        msg.content += delta.content;
         view.add("content", delta.content);
       }
+      if (delta.tool_calls) {
+        addToolCallDeltas(msg.toolCalls, delta.tool_calls);
+        view.add("content", "");
+      }
     }
-    view.flush();
-    answer.dataset.state = "done";
+    msg.state = "done";
   } catch (err) {
-    view.flush();
-    if (err.name === "AbortError") {
-      answer.dataset.state = "stopped";
-      const note = document.createElement("em");
-      note.textContent = " [stopped]";
-      content.append(note);
-    } else {
-      answer.dataset.state = "error";
-      const note = document.createElement("p");
-      note.className = "error";
-      note.setAttribute("role", "alert");
-      note.textContent = "Error: " + err.message;
-      answer.append(note);
-    }
+    msg.state = err.name === "AbortError" ? "stopped" : "error";
+    msg.error = err.message;
   } finally {
+    view.flush();
+    finishCodeBlocks(view.content);
+    msg.stats = statsText(t);
+    addNote(el, msg);
+    el.dataset.state = msg.state;
     state.controller = null;
     setBusy(false);
-    showStats(answer, t);
-    if (reply) state.history.push({ role: "assistant", content: reply });
-    else state.history.pop(); // keep user/assistant turns paired
+    store.save(conv);
+    if (conv === store.current) renderConversationList();
+    updateActions();
   }
+}
+
+function renderConversationList() {
+  renderList(store, $("conversation-list"), $("history-count"), { onOpen: openConversation,
+                                                                  onDelete: deleteConversation });
+}
+
+// ---- user actions ----
+
+function sendMessage(text) {
+  const conv = store.current;
+  conv.messages.push({ role: "user", content: text });
+  store.save(conv);
+  const el = messageElement(conv.messages[conv.messages.length - 1]);
+  $("conversation").append(el);
+  renderConversationList();
+  return generate(conv);
+}
+
+function regenerate() {
+  const conv = store.current;
+  if (state.controller || !conv.messages.length) return;
+  if (conv.messages[conv.messages.length - 1].role === "assistant") {
+    conv.messages.pop();
+    $("conversation").lastElementChild.remove();
+  }
+  generate(conv);
+}
+
+// The last user message becomes a text box; sending it replaces that turn and its answer.
+function editMessage(el, index) {
+  if (state.controller) return;
+  const msg = store.current.messages[index];
+  const form = document.createElement("form");
+  form.className = "edit";
+  const area = document.createElement("textarea");
+  area.value = msg.content;
+  area.rows = Math.min(10, msg.content.split("\n").length + 1);
+  area.setAttribute("aria-label", "Edit your message");
+  const save = document.createElement("button");
+  save.type = "submit";
+  save.textContent = "Send";
+  const cancel = document.createElement("button");
+  cancel.type = "button";
+  cancel.className = "secondary";
+  cancel.textContent = "Cancel";
+  cancel.addEventListener("click", renderConversation);
+  form.append(area, save, cancel);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = area.value.trim();
+    if (!text || state.controller) return;
+    const conv = store.current;
+    conv.messages.splice(index);
+    renderConversation();
+    sendMessage(text);
+  });
+  el.querySelector(".content").replaceWith(form);
+  el.querySelector(".actions")?.remove();
+  area.focus();
+}
+
+function openConversation(id) {
+  if (state.controller) state.controller.abort();
+  store.open(id);
+  renderConversation();
+}
+
+function deleteConversation(id) {
+  if (state.controller && store.current.id === id) state.controller.abort();
+  store.remove(id);
+  renderConversation();
+}
+
+function newConversation() {
+  if (state.controller) state.controller.abort();
+  store.startNew();
+  renderConversation();
+  $("prompt").focus();
 }
 
 function init() {
@@ -221,7 +417,7 @@ function init() {
     const text = $("prompt").value.trim();
     if (!text || state.controller) return;
     $("prompt").value = "";
-    send(text);
+    sendMessage(text);
   });
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
@@ -230,12 +426,9 @@ function init() {
     }
   });
   $("stop").addEventListener("click", () => state.controller && state.controller.abort());
-  $("clear").addEventListener("click", () => {
-    if (state.controller) state.controller.abort();
-    state.history = [];
-    $("conversation").replaceChildren();
-  });
+  $("new-chat").addEventListener("click", newConversation);
+  renderConversation();
   loadModel();
 }
 
-document.addEventListener("DOMContentLoaded", init);
+init();  // a module runs after the document is parsed
