@@ -97,6 +97,13 @@ def check_model_dir(model: str | None) -> str | None:
         return f"model directory not found: {model}"
     if not os.path.isfile(os.path.join(model, "config.json")):
         return f"not a model directory (no config.json): {model}"
+    from pyengine.config import ModelConfig  # pure Python: reads the two small JSON files
+    from pyengine.errors import CheckpointError
+
+    try:
+        ModelConfig.from_dir(model)
+    except CheckpointError as exc:
+        return str(exc)
     return None
 
 

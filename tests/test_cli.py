@@ -75,6 +75,12 @@ def test_model_dir_without_config(tmp_path):
                           "pyengine generate", "no config.json")  # fmt: skip
 
 
+def test_malformed_config_is_reported_before_gunicorn_starts(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert_one_line_error(pyengine_cmd("serve", str(tmp_path), "--port", "0", timeout=30), "pyengine serve",
+                          f"{tmp_path}/config.json", "model_type")  # fmt: skip
+
+
 def test_port_in_use_says_why_before_gunicorn_starts(busy_port):
     proc = pyengine_cmd("serve", "--port", str(busy_port), timeout=30)
     assert_one_line_error(proc, "pyengine serve", f"127.0.0.1:{busy_port}", "Address already in use",

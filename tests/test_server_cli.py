@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from server_process import server_env
+from server_process import find_checkpoint, server_env
 
 from pyengine import serve
 
@@ -81,10 +81,12 @@ def test_no_model_uses_the_embedded_one_or_says_what_to_do(capsys):
 
 
 def test_a_checkpoint_that_fails_to_load_stops_the_server(tmp_path):
-    (tmp_path / "config.json").write_text("{}")
+    # A valid config.json passes the checks before gunicorn; the missing tokenizer fails the load.
+    config = find_checkpoint() / "config.json"
+    (tmp_path / "config.json").write_text(config.read_text())
     proc = subprocess.run([sys.executable, "-m", "pyengine.serve", str(tmp_path), "--port", "0"],
                           check=False, capture_output=True, text=True, timeout=60,
                           env=server_env(), cwd=tmp_path)
     assert proc.returncode == 3  # gunicorn's "worker failed to boot": no restart loop
     assert "model failed to load" in proc.stderr
-    assert "config.json" in proc.stderr  # the loader's own message names the file
+    assert "tokenizer.json: file not found" in proc.stderr  # the loader's own message
