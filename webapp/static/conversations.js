@@ -14,7 +14,12 @@ function newId() {
 function loadList() {
   try {
     const list = JSON.parse(localStorage.getItem(LIST_KEY) || "[]");
-    return Array.isArray(list) ? list.filter((c) => c && c.id && Array.isArray(c.messages)) : [];
+    if (!Array.isArray(list)) return [];
+    const kept = list.filter((c) => c && c.id && Array.isArray(c.messages));
+    for (const m of kept.flatMap((c) => c.messages)) {
+      if (m.state === "streaming") m.state = "stopped";  // the page was left mid-answer
+    }
+    return kept;
   } catch {
     return [];  // a damaged entry must not keep the page from starting
   }
