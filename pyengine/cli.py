@@ -7,6 +7,7 @@ exit status 2, never a traceback; the checks run before anything slow starts.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import __version__
@@ -161,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return _generate(args)
+    except BrokenPipeError:
+        # The reader of stdout left (`pyengine generate ... | head`): not an error. Point stdout
+        # at /dev/null so that the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (ValueError, MemoryError, EngineError, OSError) as e:
         # ValueError covers bad checkpoints (CheckpointError) and templates; MemoryError the
         # memory plan (CapacityError); EngineError the native library's own messages.
