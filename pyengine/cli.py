@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .tools import commands as tool_commands  # bench, stress, kv-depth, eval
 
     tool_commands.add_subparsers(sub)
+    sub.metavar = "{" + ",".join(sub.choices) + "}"  # names the commands in "required" errors
     return parser
 
 

@@ -108,9 +108,11 @@ _FLAGS = {"bench": (_bench_flags, "bench"), "stress": (_stress_flags, "stress"),
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
+    from ..cli_args import Parser  # flag errors in one line, as the other commands
+
     add_flags, module = _FLAGS[command]
-    parser = argparse.ArgumentParser(prog=f"pyengine {command}", description=_doc(module),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = Parser(prog=f"pyengine {command}", description=_doc(module),
+                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     add_flags(parser)
     parser.set_defaults(command=command)
     return parser
