@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cuda_device.h"
 #include "kernels/ops.h"
 #include "kernels/sampling.h"
 
@@ -39,9 +40,6 @@ namespace cuda {
 
 using cpu::GdnArgs;  // the CPU structs, with device pointers inside
 using cpu::PagedKV;
-
-// True when a CUDA device is usable (tests skip otherwise). Never throws.
-bool device_available();
 
 void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out,
                cudaStream_t stream);

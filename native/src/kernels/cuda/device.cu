@@ -61,15 +61,6 @@ int smem_per_sm() {
   return device_attr(known, cudaDevAttrMaxSharedMemoryPerMultiprocessor);
 }
 
-bool device_available() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return false;
-  }
-  return n > 0;
-}
-
 // The ops whose kernels decode every weight format and the tile layout (linear_common.cuh).
 static bool linear_op(const char* op) {
   return std::strcmp(op, "cuda::linear") == 0 || std::strcmp(op, "cuda::linear_swiglu") == 0 ||
