@@ -391,11 +391,11 @@ int main(int argc, char** argv) {
       const bool tc = kvt != DType::BF16 && kvt != DType::F32;
       int next = 0;
       // Then, to 8K, the split length A/B (attention_decode_set_min_split_keys; "msk=N") for the
-      // variants 0, 1 and 4.
+      // variants 0, 1 and 2.
       for (int msk : {0, 16, 64, 128})
       for (int variant = -1; variant < (tc ? cuda::kAttentionDecodeVariants : 0); ++variant) {
-        if (variant == 4 && kvt != DType::NVFP4) continue;  // 4 differs from 1 for NVFP4 only
-        if (msk && (!tc || depth > 8192 || variant == -1 || variant == 2 || variant == 3 || variant == 5)) continue;
+        if (variant == 2 && kvt != DType::NVFP4) continue;  // 2 differs from 1 for NVFP4 only
+        if (msk && (!tc || depth > 8192 || variant == -1 || variant == 3)) continue;
         cuda::attention_decode_set_variant(variant);
         cuda::attention_decode_set_min_split_keys(msk);
         const auto call = [&](int c, cudaStream_t st) {

@@ -20,7 +20,6 @@
 // session 19 its kFast kernel loads its first step before pdl_wait too.
 #include <algorithm>
 
-#include "core/env.h"
 #include "kernels/cuda/attention_decode_mma.cuh"
 
 namespace pe {
@@ -480,32 +479,22 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 
 }  // namespace tc
 
-// attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all;
-// PYENGINE_ATTN_VARIANT sets it for whole-step A/B runs.
-int g_variant = std::clamp(env_int("PYENGINE_ATTN_VARIANT", -1), -1, kAttentionDecodeVariants - 1);
-// The first step's K / V loaded before pdl_wait where safe (DecodeParams::early);
-// PYENGINE_ATTN_EARLY=0 turns it off for the A/B.
-const bool g_early = env_int("PYENGINE_ATTN_EARLY", 1) != 0;
+// attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the kernel for all.
+int g_variant = -1;
 
-// The pairs kernel (attention_decode_pairs.cu) for splits of at most 32 keys in the per-dtype
-// default (session 27, 1K depth: faster for every dtype); PYENGINE_ATTN_PAIRS=0 turns it off for
-// the A/B.
-const bool g_pairs = env_int("PYENGINE_ATTN_PAIRS", 1) != 0;
-
-// Per-dtype default by the call's longest context n_keys for splits the pairs kernel does not
-// take: the fastest in session 7's graph-timed H200 rows (tools/gpu/NOTES.md, "Session 7"). Same
-// bits in every variant.
+// The kernel for splits the pairs kernel does not take: the per-dtype default by the call's
+// longest context n_keys (KERNELS.md, "Decode attention"), or the forced variant.
 template <DType KV>
 int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;
-  if constexpr (KV == DType::NVFP4) return 4;
-  if constexpr (KV == DType::I8) return 5;
-  return n_keys <= 4096 ? 5 : 1;  // F16, FP8
+  if constexpr (KV == DType::NVFP4) return 2;
+  if constexpr (KV == DType::I8) return 0;
+  return n_keys <= 4096 ? 0 : 1;  // F16, FP8
 }
 
 // pairs: splits of at most two warp steps take the pairs kernel, split as this kernel's.
 template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>
-void run_decode_tc(DecodeParams p, int variant, bool pairs, int64_t n_keys, void* scratch, size_t scratch_bytes,
+void run_decode_tc(DecodeParams p, bool pairs, int64_t n_keys, void* scratch, size_t scratch_bytes,
                    cudaStream_t stream) {
   auto* kernel = tc::attention_decode_mma_kernel<KV, D, kTuned, kFastBlocks, kSwzOnly>;
   static const int resident = [kernel] {
@@ -516,9 +505,9 @@ void run_decode_tc(DecodeParams p, int variant, bool pairs, int64_t n_keys, void
   }();
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
-  p.pf_rounds = variant == 2 || variant == 3 ? variant - 1 : 0;
+  p.pf_rounds = 0;
   const auto on_sectors = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 32 == 0; };
-  p.early = g_early && kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v) &&
+  p.early = kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v) &&
             (KV != DType::NVFP4 || (D / 4 % 32 == 0 && on_sectors(p.kv.k_scale) && on_sectors(p.kv.v_scale)));
   if (pairs && decode_split_len(p, resident, n_keys) <= 2 * tc::kStep) {
     launch_decode(pairs_kernel<KV, D>(), resident, p, n_keys, scratch, scratch_bytes, stream);
@@ -530,16 +519,15 @@ void run_decode_tc(DecodeParams p, int variant, bool pairs, int64_t n_keys, void
 template <DType KV, int D>
 void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream) {
-  // 4: for NVFP4 the kFast kernel at 2 blocks per SM (the other dtypes: variant 1); 6: the pairs
-  // kernel for short splits, else variant 4; the default: the pairs kernel for short splits, else
-  // variant_of's.
-  constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0;
+  // 0: rows resolved before pdl_wait; 1: after it; 2: NVFP4's look-ahead kernel (the other dtypes:
+  // 1); 3: the pairs kernel for short splits, else 2; the default: the pairs kernel for short
+  // splits, else variant_of's.
+  constexpr int kFast = KV == DType::NVFP4 ? 2 : 0;
   const int variant = variant_of<KV>(n_keys);
-  const bool pairs = variant == 6 || (g_variant < 0 && g_pairs);
-  const auto run = [&](auto kernel_of) { kernel_of(p, variant, pairs, n_keys, scratch, scratch_bytes, stream); };
-  if (variant == 0) run(run_decode_tc<KV, D, false>);
-  else if (variant == 5) run(run_decode_tc<KV, D, false, 0, true>);
-  else if (kFast4 && (variant == 4 || variant == 6)) run(run_decode_tc<KV, D, true, kFast4>);
+  const bool pairs = variant == 3 || g_variant < 0;
+  const auto run = [&](auto kernel_of) { kernel_of(p, pairs, n_keys, scratch, scratch_bytes, stream); };
+  if (variant == 0) run(run_decode_tc<KV, D, false, 0, true>);
+  else if (kFast && variant >= 2) run(run_decode_tc<KV, D, true, kFast>);
   else run(run_decode_tc<KV, D, true>);
 }
 

@@ -3,7 +3,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -38,11 +37,6 @@ bool pdl_supported() {
     }
     return a.ptxVersion >= 90 && a.binaryVersion >= 90;
   }();
-  return on;
-}
-
-bool pdl_enabled() {
-  static const bool on = env_int("PYENGINE_PDL", 1) != 0 && pdl_supported();
   return on;
 }
 

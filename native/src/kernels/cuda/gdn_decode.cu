@@ -35,7 +35,6 @@
 // (Session 13 did the shifting conv state step inside this launch, its last q/k reader found by a
 // counter per (sequence, key head): 0.035 ms a step slower, removed in session 14. The ring needs
 // no counter: nobody reads the row that is written.)
-#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -311,8 +310,7 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
 template <int DK, int kW = 0>
 void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
-  // The state loads before pdl_wait (the kernel's step 1); PYENGINE_GDN_EARLY_STATE=0: after it (A/B).
-  static const bool early = env_int("PYENGINE_GDN_EARLY_STATE", 1) != 0;
+  constexpr bool early = true;  // the state loads before pdl_wait (the kernel's step 1)
   constexpr int kThreads = Tile<DK, kW>::kThreads;
   if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
   else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
@@ -327,9 +325,8 @@ void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
 template <int DK>
 void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   if constexpr (DK == 128) {
-    static const int forced = env_int("PYENGINE_GDN_WARPS", 0);
     const int64_t blocks = grid_1d(a.dv, kBlockCols) * a.Hv * a.n_seqs;
-    if (forced == 16 || (forced != 8 && blocks <= sm_count())) return launch_w<128, 16>(a, vec, stream);
+    if (blocks <= sm_count()) return launch_w<128, 16>(a, vec, stream);
   }
   launch_w<DK>(a, vec, stream);
 }

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "core/env.h"
 #include "kernels/cuda/kv_encode_row.cuh"
 
 namespace pe {
@@ -214,17 +213,9 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const Pa
   }
   const dim3 grid(grid_1d(tasks, kInputWarps)), block(kInputWarps * 32);
   const PagedKV none{};
-  static const bool early = env_int("PYENGINE_INPUTS_EARLY", 1) != 0;  // the prep before pdl_wait (A/B)
-  // With a cache the next kernel is the attention, whose part before its pdl_wait reads only the
-  // page table and the cache rows of older keys, which no kernel of the step writes (the decode
-  // kernels: attention_decode_mma.cu; prefill is not a programmatic dependent). So it may start
-  // before this kernel's own wait, while the projection before it still runs, and load its K / V
-  // there. PYENGINE_INPUTS_TRIGGER_FIRST=1 does that; off by default. Session 28 (H200): the 1K
-  // depth model ran 15-20 us a step faster for fp16 and ~10 for the quantized dtypes (their
-  // blocks' work after the wait grew by 500-1,400 cycles, likely two blocks placed on one SM beside
-  // the projection's), but the full 27B model at batch 1 / 2 / 8 ran 7.913 / 8.750 / 11.404 ms against
-  // 7.927 / 8.757 / 11.388 without it: no clear gain where it counts (tools/gpu/NOTES.md).
-  static const bool trigger_first = env_int("PYENGINE_INPUTS_TRIGGER_FIRST", 0) != 0;
+  // The kernel's prep before its pdl_wait stays on (early); the attention after it is not let
+  // start before that wait (trigger_first): KERNELS.md, "Attention inputs".
+  constexpr bool early = true, trigger_first = false;
   if (!kv) {
     launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows,
                early, false);
