@@ -34,7 +34,6 @@
 #include "kernels/cuda/linear_gemv_q.cuh"
 #include "kernels/cuda/linear_gemv_q_split_norm.cuh"
 #include "kernels/cuda/linear_gemv_q_stream_k.cuh"
-#include "kernels/cuda/linear_gemv_q_trace.cuh"
 
 namespace pe {
 namespace cuda {
@@ -86,8 +85,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   static_assert(T * 64 <= kWarps * 32, "a row block's sums: one per thread at most");
   pdl_trigger();
-  PE_GEMV_TRACE_DECL;
-  PE_GEMV_STAMP(0);
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
   constexpr int C = 8 / T;        // chunks per row group per step
@@ -224,7 +221,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
   pdl_wait();
-  PE_GEMV_STAMP(1);
   // The split norm's partials (x_early & 1): loaded now, summed once x is staged (or after the first
   // row block's steps); else (or more than one a thread) summed now by warps 0 .. n-1, which then
   // stage x or start their steps one L2 round trip after the others.
@@ -259,7 +255,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     __syncthreads();
     if (norm_early) split_norm_inv(ep, n, norm_np, norm_inv);  // read after the epilogue's barrier
   }
-  PE_GEMV_STAMP(2);
 
   // Row blocks of this block's units, in order: whole (written here) or a part (summed as `spin`
   // says).
@@ -370,7 +365,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       split_norm_inv(ep, n, norm_np, norm_inv);
       __syncthreads();
     }
-    PE_GEMV_STAMP(3);
     const bool whole = k0 == 0 && k1 == n_it;
     // A split row block's sums. Without spin: each block's part to its slot (block, first or second
     // row block), summed by the last of them to finish (a counter). With spin (the grid resident at
@@ -474,7 +468,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     __syncthreads();  // red (and fin) are rewritten by the next row block
   }
-  PE_GEMV_TRACE_END(rows, cols, n_rb + (k_lo != 0 ? 65536 : 0) + (k_hi != n_it ? 131072 : 0));
 }
 
 // Returns the row blocks (the producer's partials per token, GemvEpilogue::res_partial).
