@@ -130,9 +130,8 @@ __device__ __forceinline__ void add4(float4 b, float4& acc) {
 
 template <int DK, bool VEC, int kW = 0>
 __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <= 8 ? 2 : 1)
-    gdn_decode_kernel(GdnDecodeArgs a, bool early_state) {
+    gdn_decode_kernel(GdnDecodeArgs a) {
   pdl_trigger();  // the out_proj GEMV may start prefetching its weights
-  if (!early_state) pdl_wait();  // (A/B: PYENGINE_GDN_EARLY_STATE=0; a second wait returns at once)
   constexpr int W = Tile<DK, kW>::kWarps, T = Tile<DK, kW>::kThreads, NR = Tile<DK, kW>::kRows;
   __shared__ float qs[DK], ks[DK];
   __shared__ float4 vs[32];
@@ -171,8 +170,8 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
       if (e < n_cols) nwv[e] = a.norm_w[c + e];
   }
   // The conv's channel for item t of step 2 (q, k of key head kh, then v columns col0..), whether
-  // it is in range, and the thread's first item's older taps and weights (early_state: before the
-  // wait, as the state).
+  // it is in range, and the thread's first item's older taps and weights (before the wait, as the
+  // state).
   float* cs = a.conv_state + slot * a.conv_slot_stride;
   const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
   struct Item {
@@ -310,10 +309,9 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
 template <int DK, int kW = 0>
 void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
-  constexpr bool early = true;  // the state loads before pdl_wait (the kernel's step 1)
   constexpr int kThreads = Tile<DK, kW>::kThreads;
-  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
-  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
+  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a);
+  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a);
   PE_CUDA_LAUNCH_CHECK();
 }
 

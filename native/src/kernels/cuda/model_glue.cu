@@ -52,9 +52,7 @@ struct HalfInvFreq {
 constexpr int kInputRegs = kMaxInputDim / 32, kRotRegs = kMaxHalfRot / 32;
 template <DType KV, bool kCache>
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half, PagedKV kv,
-                                        const int32_t* __restrict__ cache_rows, bool early, bool trigger_first) {
-  if (trigger_first) pdl_trigger();  // (see attention_inputs below)
-  if (!early) pdl_wait();  // (A/B: PYENGINE_INPUTS_EARLY=0; a second wait returns at once)
+                                        const int32_t* __restrict__ cache_rows) {
   __shared__ float rows[kInputWarps][kMaxInputDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slots = a.Hq + 2 * a.Hkv, D = a.D;
@@ -213,16 +211,12 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const Pa
   }
   const dim3 grid(grid_1d(tasks, kInputWarps)), block(kInputWarps * 32);
   const PagedKV none{};
-  // The kernel's prep before its pdl_wait stays on (early); the attention after it is not let
-  // start before that wait (trigger_first): KERNELS.md, "Attention inputs".
-  constexpr bool early = true, trigger_first = false;
   if (!kv) {
-    launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows,
-               early, false);
+    launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows);
   } else {
     kv_row::with_cache_dtype(*kv, "cuda::attention_inputs", [&](auto t) {
       launch_pdl(attention_inputs_kernel<decltype(t)::value, true>, grid, block, 0, stream, a, inv, half, *kv,
-                 cache_rows, early, trigger_first);
+                 cache_rows);
     });
   }
   PE_CUDA_LAUNCH_CHECK();
