@@ -41,18 +41,8 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 
 // Streaming 16-byte load: weights are read once, keep them out of L1. On sm_80+ code the load
 // also asks L2 to fetch the whole 128-byte line from DRAM (.L2::128B, a cache hint: the same
-// values). PE_LOAD_L2_PREFETCH (build option for A/Bs: -DCMAKE_CUDA_FLAGS=-DPE_LOAD_L2_PREFETCH=N)
-// picks 0 (no hint), 128 (default) or 256. Session 9, H200, interleaved runs of three builds,
-// 27B decode batch 1 / 2 / 8 in ms: no hint 10.305 / 11.310 / 15.190 and 10.321 / 11.307 / 15.291;
-// 128 B 10.149 / 11.164 / 14.920 and 10.196 / 11.159 / 14.985; 256 B 10.408 / 11.320 / 15.249
-// and 10.359 / 11.343 / 15.205 (bench_kernels, % of copy at n = 1, none -> 128 B: qkv|z|a|b
-// 75.4 -> 77.5, gate|up 76.1 -> 77.5, q_proj 64.7 -> 67.2; bf16 rows unchanged).
-#ifndef PE_LOAD_L2_PREFETCH
-#define PE_LOAD_L2_PREFETCH 128
-#endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_LOAD_L2_PREFETCH == 256
-#define PE_LOAD_L2_HINT ".L2::256B"
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_LOAD_L2_PREFETCH == 128
+// values; faster than no hint and than 256 B on the 27B decode step, tools/gpu/KERNELS.md).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define PE_LOAD_L2_HINT ".L2::128B"
 #else
 #define PE_LOAD_L2_HINT ""
