@@ -26,8 +26,7 @@
 // linear_common.cuh).
 // x: with n * cols small enough, the block splits x once into shared memory (StagedX); else each
 // warp splits its columns' x in registers at every step.
-// Measured history (each layout, tuning and idea tried, with its numbers): tools/gpu/NOTES.md,
-// "Quantized GEMV history (from linear_gemv_q.cu)".
+// Its measured numbers and the tuning's reasons: tools/gpu/KERNELS.md, "Quantized GEMV".
 #include <algorithm>
 #include <atomic>
 
@@ -61,8 +60,8 @@ constexpr unsigned kPartMark = 0x7fbadbadu;
 __device__ int g_stream_count[kMaxStreamRowBlocks];
 
 // kStagedX: the block splits x into hi/lo pairs once, into shared memory (StagedX); otherwise
-// every warp splits its columns' x in registers for each row group step (the session-3 kernel:
-// ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
+// every warp splits its columns' x in registers for each row group step (~1/3 of the kernel's
+// instructions then; it is issue-bound at 60 % of the issue slots).
 // kCvt: FP8 decoded by cvt.rn.f16x2.e4m3x2 on sm_89+ (decode_chunk). kMinBlocks: blocks per SM
 // the registers are budgeted for.
 // pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
@@ -335,7 +334,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           }
         }
         // kRoll: once a half of the step is decoded, that half's loads of the next step go out
-        // together (issued chunk by chunk they measured slower: session 17).
+        // together (issued chunk by chunk they are slower).
         if (more && (c == C / 2 - 1 || c == C - 1)) {
 #pragma unroll
           for (int h = c + 1 - C / 2; h <= c; ++h)
@@ -532,8 +531,8 @@ int run_rows(int T, const float* x, int n, const WeightView& w, const GemvEpilog
 template <DType DT>
 int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
-  // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers),
-  // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
+  // ~130 blocks: on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers) T = 4 is
+  // the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
   const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
   const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
   // A tiled weight's layout fixes T (its tiles are the steps of T row groups).

@@ -61,8 +61,8 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
   const int64_t t = task / slots, h = task % slots;
   // Before pdl_wait (launched as a programmatic dependent, launch_pdl): what no kernel of the step
   // writes -- the positions and cache rows (copied by the host before the step), the norm weights --
-  // and the rotation's cos / sin, so they leave the wait-to-store path. Session 24 (27B batch 1
-  // timeline, 16 calls): 57 -> 36 us exclusive a step; PYENGINE_INPUTS_EARLY=0 waits first (A/B).
+  // and the rotation's cos / sin, so they leave the wait-to-store path (tools/gpu/KERNELS.md,
+  // "Attention inputs").
   const int64_t r = kCache ? static_cast<int64_t>(cache_rows[t]) * kv.n_kv_heads : 0;  // the token's first cache row
   const int64_t rb = kv_row_bytes(KV, D), rs = kv_row_scales(KV, D);
   const bool is_v = h >= a.Hq + a.Hkv, is_q = h < a.Hq;
