@@ -11,8 +11,8 @@ namespace pe {
 struct Options {
   // PYENGINE_NUM_THREADS: threads of the CPU backend's pool, the caller included, used where the
   // engine is given no thread count (pe_engine_params.num_threads 0, no --threads); 0 or less =
-  // one per hardware thread. Why: a host shared with other processes (CI, several servers) wants fewer
-  // threads than cores without every caller passing a number.
+  // one per hardware thread. Why: a host shared with other processes (CI, several servers) wants
+  // fewer threads than cores without every caller passing a number.
   int num_threads = 0;
 };
 
