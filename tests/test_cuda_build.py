@@ -1,4 +1,4 @@
-"""The CUDA backend compiles for sm_75 on a machine without a GPU (issue 6), and its test
+"""The CUDA backend compiles for sm_75 on a machine without a GPU, and its test
 binaries start and skip cleanly there. Skipped where no nvcc is installed."""
 
 import os
