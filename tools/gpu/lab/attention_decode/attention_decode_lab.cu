@@ -17,7 +17,7 @@
 // The library keeps v1, v4, v5 and the pairs kernel (its default: pairs for <= 32-key splits, else
 // F16 / FP8 v5 up to 4K keys then v1, I8 v5, NVFP4 v4); v0, v2 and v3 lost on every shape.
 //
-// Build (repo root, a GPU machine): tools/gpu/lab/build.sh; run: build/lab/lab/attention_decode_lab
+// Build (repo root, a GPU machine): tools/gpu/lab/build.sh; run: build/lab/bin/attention_decode_lab
 //   [--depths 1024,8192,32768,65536] [--check-depth 8192] [--reps 5]
 // Prints per dtype, depth and variant: device us per call (CUDA graph of one call per cache copy,
 // copies >= 256 MiB in all, so the reads come from HBM), the normalized error against the CPU (at
