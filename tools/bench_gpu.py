@@ -23,7 +23,7 @@ Measures in ONE run, on the GPU it runs on:
              launch-bound: where replaying graphs matters most)
 
 Every engine runs with the engine option overlap_schedule at its default (on for CUDA) unless
-PYENGINE_BENCH_OVERLAP=0 / 1 is set (A/B runs; tools/gpu/ab_call.sh DECODE_ENVS passes it).
+--overlap-schedule on / off says otherwise.
 
   PYTHONPATH=. python3 tools/bench_gpu.py [--hf] [--skip-depth] [--cuda-graphs] [--prefill-sizes N ...]
                                           [--out results.json]     (--prefill-sizes with no sizes: none)
@@ -149,13 +149,15 @@ def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int,
     return model, engine_on(model, kv, max_len, max_batch, chunk, **kw), load_s
 
 
+OVERLAP_SCHEDULE = "auto"  # --overlap-schedule
+
+
 def engine_on(model, kv: str, max_len: int, max_batch: int, chunk: int, cuda_graphs: bool = False, **kw):
     from pyengine.engine import EngineArgs, NativeEngine
 
     kw.setdefault("gpu_mem_ratio", 0.92)
-    overlap = os.environ.get("PYENGINE_BENCH_OVERLAP")
-    if overlap is not None:
-        kw.setdefault("overlap_schedule", overlap != "0")
+    if OVERLAP_SCHEDULE != "auto":
+        kw.setdefault("overlap_schedule", OVERLAP_SCHEDULE == "on")
     args = EngineArgs(max_batch=max_batch, max_model_len=max_len, chunked_prefill_size=chunk,
                       max_num_batched_tokens=chunk + max_batch, kv_cache_dtype=kv, prefix_cache=True,
                       cuda_graphs=cuda_graphs, **kw)  # fmt: skip
@@ -378,8 +380,12 @@ def main() -> None:
     ap.add_argument("--depths", type=int, nargs="+", default=[1024, 8192, 32768, 65536])
     ap.add_argument("--depth-rounds", type=int, default=5)
     ap.add_argument("--depth-kv-bytes", type=int, default=6 << 30, help="kv_cache_bytes of each depth engine")
+    ap.add_argument("--overlap-schedule", choices=["auto", "on", "off"], default="auto",
+                    help="the engines' overlap_schedule option (auto: the engine's default)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    global OVERLAP_SCHEDULE
+    OVERLAP_SCHEDULE = args.overlap_schedule
     import torch
 
     out: dict = {"gpu": torch.cuda.get_device_name(0), "command": " ".join(sys.argv)}

@@ -252,11 +252,11 @@ int main(int argc, char** argv) {
         w.global_scale = 0.01f;
         // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
         // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt (sm_89+), "T2" 16
-        // rows per warp, "mb3" the staged kernels at 3 blocks per SM (session 5: slower for FP8,
-        // faster on some I8 shapes), "nopdl" without programmatic dependent launch, "nosk" one
+        // rows per warp, "mb3" the staged kernels at 3 blocks per SM (slower for FP8, faster on
+        // some I8 shapes), "nopdl" without programmatic dependent launch, "nosk" one
         // whole row block per block (no stream-K), "sk1" stream-K wherever the row blocks leave
         // slots empty, "bal" stream-K over several waves too (stream_k_balance_pct 100), "roll" /
-        // "noroll" roll 2 / 0, "nopre" preload 0. Dropped ideas ("stg": session 7): NOTES.md.
+        // "noroll" roll 2 / 0, "nopre" preload 0. Why the defaults: tools/gpu/KERNELS.md.
         const bool ab = (dt == DType::FP8_E4M3 || dt == DType::I8 || dt == DType::NVFP4) && (n == 1 || n == 8);
         const cuda::GemvTuning dflt;
         std::vector<std::pair<std::string, cuda::GemvTuning>> tunings = {{"", dflt}};
@@ -280,8 +280,8 @@ int main(int argc, char** argv) {
           with(" nopre", [](cuda::GemvTuning& t) { t.preload = 0; });
         }
         // " tileR": each tuning again on the weight in the GEMV tile layout of R rows, the R the
-        // model gives this shape (cuda_ops.h, gemv_tile_rows; the model's layout since session 10;
-        // random bytes either way). T2 is left out there: a tiled weight's R fixes T.
+        // model gives this shape (cuda_ops.h, gemv_tile_rows: the model's layout; random bytes
+        // either way). T2 is left out there: a tiled weight's R fixes T.
         std::vector<int> tiles(tunings.size(), 0);
         WeightView shape_only;
         shape_only.dtype = dt;
@@ -391,11 +391,11 @@ int main(int argc, char** argv) {
       const bool tc = kvt != DType::BF16 && kvt != DType::F32;
       int next = 0;
       // Then, to 8K, the split length A/B (attention_decode_set_min_split_keys; "msk=N") for the
-      // variants 0, 1 and 4.
+      // variants 0, 1 and 2.
       for (int msk : {0, 16, 64, 128})
       for (int variant = -1; variant < (tc ? cuda::kAttentionDecodeVariants : 0); ++variant) {
-        if (variant == 4 && kvt != DType::NVFP4) continue;  // 4 differs from 1 for NVFP4 only
-        if (msk && (!tc || depth > 8192 || variant == -1 || variant == 2 || variant == 3 || variant == 5)) continue;
+        if (variant == 2 && kvt != DType::NVFP4) continue;  // 2 differs from 1 for NVFP4 only
+        if (msk && (!tc || depth > 8192 || variant == -1 || variant == 3)) continue;
         cuda::attention_decode_set_variant(variant);
         cuda::attention_decode_set_min_split_keys(msk);
         const auto call = [&](int c, cudaStream_t st) {

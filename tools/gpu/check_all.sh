@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The issue-6 GPU checks (repo root, on the GPU machine); each stage can be left out so the work
+# The GPU checks (repo root, on the GPU machine); each stage can be left out so the work
 # fits the device's per-call limit:
 #   1. pytest -m gpu: tests/test_gpu_model.py (model on CUDA vs transformers and the CPU engine,
 #      KV dtypes, weight formats, CUDA graphs, 1,000 requests) and tests/test_gpu_ops.py (every
@@ -9,7 +9,7 @@
 #   3. tools/bench_gpu.py (27B dummy FP8: decode, prefill, KV depth table; --hf in BENCH_ARGS for
 #      transformers)                                                         (SKIP_BENCH=1: off)
 #   4. PROFILE=1: per-kernel time of 27B batch-1 decode steps under ncu (tools/gpu/profile_decode.py);
-#      NCU_CACHE=all flushes the caches before each kernel (ncu's default; session 3/4 numbers),
+#      NCU_CACHE=all flushes the caches before each kernel (ncu's default),
 #      NCU_CACHE=none (default here) keeps them as the step left them, as in a real decode step
 # Env: OUT (default /tmp/out), BENCH_ARGS (extra bench flags), PYTEST_ARGS.
 set -u -o pipefail

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The end-of-session issue-6 checks in one device call (repo root; carry .whl):
+# The GPU checks of a change in one device call (repo root; carry .whl):
 #   1. the library built as pytest_gpu.sh builds it (75;90);
-#   2. the 27B bench (decode batch 1/2/8, prefill 4K/32K, the depth table; must-show 3, 4);
+#   2. the 27B bench (decode batch 1/2/8, prefill 4K/32K, the depth table);
 #   3. `pytest -m gpu` on the two GPU test files (the server tests need the openai client, which
 #      the GPU machine lacks): every op test against its CPU twin, memcheck on the op tests, the
-#      transformers goldens on the GPU (must-show 1, 2, 5). PYTEST_K: a -k expression (e.g.
+#      transformers goldens on the GPU. PYTEST_K: a -k expression (e.g.
 #      "not twins" skips the full-size op binaries, ~190 s);
 #   4. SM75=1: the sm_75 PTX-JIT op tests (SM75_TARGETS: only these binaries), with the time left.
 # LIMIT (default 600) is the call's time limit: each stage stops in time for the next and

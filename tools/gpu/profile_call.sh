@@ -3,7 +3,7 @@
 #   1. ncu sections (speed of light, warp states, instructions, memory, occupancy, launch) of the
 #      four GEMVs of a GDN layer (FP8, n = 1) inside a 27B decode step: ncu_gemv.txt;
 #   2. per-kernel time of decode steps of the depth table's model (8 attention layers, 1,024-token
-#      context) with fp16 and with fp8_e4m3 KV (must-show 4's gap at 1K): profile_<kv>.txt, and
+#      context) with fp16 and with fp8_e4m3 KV (the quantized KV's cost at 1K): profile_<kv>.txt, and
 #      ncu sections of that model's decode attention kernels: ncu_attn_<kv>.txt;
 #   3. per-kernel time of batch-1 decode steps of the 64-layer 27B model: profile_27b.txt.
 # ncu runs with --clock-control none (the device's METHOD.md: leave the clocks alone).
@@ -14,7 +14,7 @@ OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; S="$OUT/summary.txt"; L=/tmp/profile_lo
 for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
 t0=$SECONDS
 # A timed-out ncu run is killed as a group (setsid + timeout -k), and any profiled process left is
-# killed before the next: one that lives on keeps the GPU's memory (session 7's first call).
+# killed before the next: one that lives on keeps the GPU's memory.
 reap() { pkill -9 -f profile_decode.py 2>/dev/null; sleep 1; }
 BUILD_ONLY=1 OUT="$L" bash tools/gpu/pytest_gpu.sh > "$L/build_lib.log" 2>&1 || { echo "build FAILED" >> "$S"; cat "$S"; exit 1; }
 export PYENGINE_LIBRARY="$ROOT/build/dev/libpyengine.so" PYTHONPATH="$ROOT:/tmp/site:${PYTHONPATH:-}"

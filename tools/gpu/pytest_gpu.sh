@@ -3,7 +3,7 @@
 #   tools/gpu/pytest_gpu.sh [pytest args...]        (repo root; OUT defaults to /tmp/out)
 # Env: ARCHS (CMAKE_CUDA_ARCHITECTURES, default "75;90"), BUILD (default build/dev), BUILD_ONLY=1
 # (build the library, install the wheels, run nothing), CMAKE_EXTRA (more -D options, e.g.
-# -DPYENGINE_GEMV_TRACE=ON).
+# -DCMAKE_BUILD_TYPE=RelWithDebInfo).
 # Wheels the machine lacks (cffi, flask, ...) are taken from .whl when it is there
 # (../shared/device/wheels.sh fetches them; name .whl in the device call's carry).
 set -u -o pipefail

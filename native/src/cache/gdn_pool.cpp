@@ -10,15 +10,15 @@ namespace {
 
 // K rows, not the K - 1 a conv step reads: the step writes its new row in place of the oldest
 // (position p - K) instead of shifting the K - 1 rows up, so no second pass over the state.
-int64_t conv_ring_floats(const ModelConfig& cfg) { return cfg.conv_kernel * cfg.conv_dim(); }
+int64_t conv_ring_floats(const CacheShape& s) { return s.conv_kernel * s.conv_dim; }
 
 }  // namespace
 
-GdnPool::GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot, Device device)
+GdnPool::GdnPool(const CacheShape& shape, int64_t n_running, int64_t n_snapshot, Device device)
     : n_running_(n_running), n_snapshot_(n_snapshot) {
-  conv_floats_ = conv_ring_floats(cfg);
-  rec_floats_ = cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim;
-  slot_floats_ = cfg.n_gdn_layers() * (conv_floats_ + rec_floats_);
+  conv_floats_ = conv_ring_floats(shape);
+  rec_floats_ = shape.gdn_v_heads * shape.gdn_k_dim * shape.gdn_v_dim;
+  slot_floats_ = shape.n_gdn_layers * (conv_floats_ + rec_floats_);
   const int64_t n = n_running + n_snapshot;
   data_ = Buffer(device, static_cast<size_t>(n * slot_floats_) * sizeof(float));
   in_use_.assign(n, false);
@@ -26,10 +26,10 @@ GdnPool::GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot, 
   for (int64_t s = n - 1; s >= n_running; --s) free_snapshot_.push_back(static_cast<int32_t>(s));
 }
 
-int64_t GdnPool::slot_bytes(const ModelConfig& cfg) {
-  int64_t conv = conv_ring_floats(cfg);
-  int64_t rec = cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim;
-  return cfg.n_gdn_layers() * (conv + rec) * int64_t(sizeof(float));
+int64_t GdnPool::slot_bytes(const CacheShape& shape) {
+  int64_t conv = conv_ring_floats(shape);
+  int64_t rec = shape.gdn_v_heads * shape.gdn_k_dim * shape.gdn_v_dim;
+  return shape.n_gdn_layers * (conv + rec) * int64_t(sizeof(float));
 }
 
 float* GdnPool::conv_state(int32_t slot, int64_t l) {

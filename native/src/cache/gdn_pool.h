@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cache/cache_shape.h"
 #include "core/buffer.h"
-#include "model/config.h"
 
 namespace pe {
 
@@ -22,9 +22,9 @@ struct GdnPoolOp {
 
 class GdnPool {
  public:
-  GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot, Device device = Device::CPU);
+  GdnPool(const CacheShape& shape, int64_t n_running, int64_t n_snapshot, Device device = Device::CPU);
 
-  static int64_t slot_bytes(const ModelConfig& cfg);
+  static int64_t slot_bytes(const CacheShape& shape);
 
   // Pointers into the pool's memory (device memory for a CUDA pool).
   float* conv_state(int32_t slot, int64_t gdn_layer);

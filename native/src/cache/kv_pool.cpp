@@ -5,23 +5,23 @@
 
 namespace pe {
 
-KvPool::KvPool(const ModelConfig& cfg, int64_t n_pages, int64_t page_size, DType dtype, Device device)
-    : n_pages_(n_pages), page_size_(page_size), n_kv_heads_(cfg.n_kv_heads), head_dim_(cfg.head_dim), dtype_(dtype),
+KvPool::KvPool(const CacheShape& shape, int64_t n_pages, int64_t page_size, DType dtype, Device device)
+    : n_pages_(n_pages), page_size_(page_size), n_kv_heads_(shape.n_kv_heads), head_dim_(shape.head_dim), dtype_(dtype),
       device_(device) {
-  const cpu::KvRowFormat fmt = cpu::kv_row_format(dtype, cfg.head_dim);
-  rows_ = n_pages * page_size * cfg.n_kv_heads;
+  const cpu::KvRowFormat fmt = cpu::kv_row_format(dtype, shape.head_dim);
+  rows_ = n_pages * page_size * shape.n_kv_heads;
   row_bytes_ = fmt.bytes;
   scale_floats_ = fmt.scales;
   const size_t values = static_cast<size_t>(rows_ * row_bytes_), scales = static_cast<size_t>(rows_ * scale_floats_) * 4;
-  for (int64_t l = 0; l < cfg.n_full_layers(); ++l) layers_.emplace_back(device, 2 * values + 2 * scales);
+  for (int64_t l = 0; l < shape.n_attn_layers; ++l) layers_.emplace_back(device, 2 * values + 2 * scales);
   refs_.assign(n_pages, 0);
   free_.reserve(n_pages);
   for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
 }
 
-int64_t KvPool::page_bytes(const ModelConfig& cfg, int64_t page_size, DType dtype) {
-  const cpu::KvRowFormat fmt = cpu::kv_row_format(dtype, cfg.head_dim);
-  return cfg.n_full_layers() * 2 * page_size * cfg.n_kv_heads * (fmt.bytes + 4 * fmt.scales);
+int64_t KvPool::page_bytes(const CacheShape& shape, int64_t page_size, DType dtype) {
+  const cpu::KvRowFormat fmt = cpu::kv_row_format(dtype, shape.head_dim);
+  return shape.n_attn_layers * 2 * page_size * shape.n_kv_heads * (fmt.bytes + 4 * fmt.scales);
 }
 
 cpu::PagedKV KvPool::layer(int64_t l) {

@@ -5,19 +5,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "cache/cache_shape.h"
 #include "core/buffer.h"
 #include "kernels/ops.h"
-#include "model/config.h"
 
 namespace pe {
 
 class KvPool {
  public:
-  KvPool(const ModelConfig& cfg, int64_t n_pages, int64_t page_size, DType dtype = DType::F32,
+  KvPool(const CacheShape& shape, int64_t n_pages, int64_t page_size, DType dtype = DType::F32,
          Device device = Device::CPU);
 
   // Bytes one page takes over all attention layers (K and V).
-  static int64_t page_bytes(const ModelConfig& cfg, int64_t page_size, DType dtype = DType::F32);
+  static int64_t page_bytes(const CacheShape& shape, int64_t page_size, DType dtype = DType::F32);
 
   // Pointers into the pool's memory (device memory for a CUDA pool).
   cpu::PagedKV layer(int64_t attention_layer_index);

@@ -17,14 +17,14 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // shared prefixes (system prompts) and older turns.
 static constexpr int64_t kSnapshotsPerSequence = 4;
 
-pe_memory_plan plan_memory(const ModelConfig& cfg, const PlanRequest& r) {
+pe_memory_plan plan_memory(const CacheShape& shape, const PlanRequest& r) {
   if (r.max_batch < 1) fail(PE_ERR_INVALID_ARGUMENT, "max_batch must be >= 1, got ", r.max_batch);
   if (r.page_size < 1) fail(PE_ERR_INVALID_ARGUMENT, "kv_page_size must be >= 1, got ", r.page_size);
   if (r.max_model_len < 2) fail(PE_ERR_INVALID_ARGUMENT, "max_model_len must be >= 2, got ", r.max_model_len);
   pe_memory_plan p{};
   p.kv_page_size = r.page_size;
-  p.kv_page_bytes = std::max<int64_t>(1, KvPool::page_bytes(cfg, r.page_size, r.kv_dtype));
-  p.gdn_slot_bytes = GdnPool::slot_bytes(cfg);
+  p.kv_page_bytes = std::max<int64_t>(1, KvPool::page_bytes(shape, r.page_size, r.kv_dtype));
+  p.gdn_slot_bytes = GdnPool::slot_bytes(shape);
   p.gdn_slots = r.max_batch;
   p.budget_bytes = r.budget_bytes;
 
@@ -56,9 +56,9 @@ pe_memory_plan plan_memory(const ModelConfig& cfg, const PlanRequest& r) {
   return p;
 }
 
-int64_t default_cpu_budget(const ModelConfig& cfg, const PlanRequest& r) {
-  const int64_t page_bytes = KvPool::page_bytes(cfg, r.page_size, r.kv_dtype);
-  const int64_t slot = GdnPool::slot_bytes(cfg);
+int64_t default_cpu_budget(const CacheShape& shape, const PlanRequest& r) {
+  const int64_t page_bytes = KvPool::page_bytes(shape, r.page_size, r.kv_dtype);
+  const int64_t slot = GdnPool::slot_bytes(shape);
   const int64_t want = r.max_batch * (1 + kSnapshotsPerSequence) * slot +
                        r.max_batch * ceil_div(r.max_model_len, r.page_size) * page_bytes;
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);

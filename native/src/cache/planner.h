@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cache/cache_shape.h"
 #include "core/dtype.h"
-#include "model/config.h"
 #include "pyengine.h"
 
 namespace pe {
@@ -20,11 +20,11 @@ struct PlanRequest {
   DType kv_dtype = DType::F32;
 };
 
-pe_memory_plan plan_memory(const ModelConfig& cfg, const PlanRequest& req);
+pe_memory_plan plan_memory(const CacheShape& shape, const PlanRequest& req);
 
 // The budget used when the caller gives none on the CPU: room for max_batch full contexts and
 // their snapshots, but at most a quarter of physical memory.
-int64_t default_cpu_budget(const ModelConfig& cfg, const PlanRequest& req);
+int64_t default_cpu_budget(const CacheShape& shape, const PlanRequest& req);
 
 std::string describe_plan(const pe_memory_plan& p);
 

@@ -21,7 +21,7 @@ PrefixCache::PrefixCache(KvPool& kv, GdnPool& gdn, int64_t interval)
     : kv_(kv), gdn_(gdn), interval_(std::max<int64_t>(1, interval)), page_(kv.page_size()) {}
 
 // Hashes of r's full blocks up to `n_blocks` (computed once per request, then reused).
-static void extend_hashes(Request& r, int64_t n_blocks, int64_t page) {
+static void extend_hashes(Sequence& r, int64_t n_blocks, int64_t page) {
   while (static_cast<int64_t>(r.block_hashes.size()) < n_blocks) {
     int64_t i = static_cast<int64_t>(r.block_hashes.size());
     uint64_t parent = i ? r.block_hashes[i - 1] : kChainSeed;
@@ -63,7 +63,7 @@ void PrefixCache::erase(Block& b) {
   blocks_.erase(b.hash);
 }
 
-void PrefixCache::attach(Request& r) {
+void PrefixCache::attach(Sequence& r) {
   const int64_t max_blocks = (static_cast<int64_t>(r.tokens.size()) - 1) / page_;
   extend_hashes(r, max_blocks, page_);
   int64_t best = 0;
@@ -91,7 +91,7 @@ void PrefixCache::attach(Request& r) {
   hit_tokens_ += r.n_computed;
 }
 
-bool PrefixCache::is_snapshot_point(const Request& r, int64_t pos) const {
+bool PrefixCache::is_snapshot_point(const Sequence& r, int64_t pos) const {
   if (pos <= 0 || pos % page_) return false;
   if (pos > r.n_prompt) return true;  // generated text: the newest boundary (older ones dropped)
   return (pos / page_) % interval_ == 0 || pos == r.n_prompt / page_ * page_;
@@ -108,7 +108,7 @@ int32_t PrefixCache::take_snapshot_slot() {
   return slot;
 }
 
-std::vector<SnapshotPoint> PrefixCache::plan_snapshots(const Request& r, int64_t start, int64_t n) {
+std::vector<SnapshotPoint> PrefixCache::plan_snapshots(const Sequence& r, int64_t start, int64_t n) {
   std::vector<SnapshotPoint> out;
   for (int64_t pos = (start / page_ + 1) * page_; pos <= start + n; pos += page_) {
     if (!is_snapshot_point(r, pos)) continue;
@@ -119,7 +119,7 @@ std::vector<SnapshotPoint> PrefixCache::plan_snapshots(const Request& r, int64_t
   return out;
 }
 
-void PrefixCache::on_computed(Request& r, const std::vector<SnapshotPoint>& taken, int64_t chunk_start) {
+void PrefixCache::on_computed(Sequence& r, const std::vector<SnapshotPoint>& taken, int64_t chunk_start) {
   const int64_t full = r.n_computed / page_;
   extend_hashes(r, full, page_);
   for (int64_t i = r.n_blocks_offered; i < full; ++i) {
@@ -163,7 +163,7 @@ void PrefixCache::on_computed(Request& r, const std::vector<SnapshotPoint>& take
   }
 }
 
-void PrefixCache::on_finished(const Request& r) {
+void PrefixCache::on_finished(const Sequence& r) {
   auto it = decode_snapshot_of_.find(r.id);
   if (it == decode_snapshot_of_.end()) return;
   auto b = blocks_.find(it->second);

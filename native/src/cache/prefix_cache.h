@@ -8,7 +8,7 @@
 // of a prompt, at the prompt's last block boundary, and at the newest block boundary of the
 // generated text (so the next turn of a chat starts from it). A lookup returns the longest
 // cached chain of blocks that ends at a block holding a snapshot.
-// Eviction: least recently used first, only blocks no running request holds.
+// Eviction: least recently used first, only blocks no running sequence holds.
 #pragma once
 #include <cstdint>
 #include <list>
@@ -18,7 +18,7 @@
 
 #include "cache/gdn_pool.h"
 #include "cache/kv_pool.h"
-#include "engine/request.h"
+#include "cache/sequence.h"
 
 namespace pe {
 
@@ -33,15 +33,15 @@ class PrefixCache {
 
   // At admission: shares the longest cached prefix with r (refs its pages, copies its snapshot
   // into r's running slot, sets n_computed / n_cached). At least one token is left to compute.
-  void attach(Request& r);
+  void attach(Sequence& r);
   // Snapshot points for the chunk [start, start + n) of r: slots are taken from the snapshot pool
   // (evicting old snapshots when needed). start is r.n_computed unless tokens before the chunk
   // are still in flight (overlapped steps).
-  std::vector<SnapshotPoint> plan_snapshots(const Request& r, int64_t start, int64_t n);
+  std::vector<SnapshotPoint> plan_snapshots(const Sequence& r, int64_t start, int64_t n);
   // After the forward: offers r's newly completed blocks and the snapshots taken in them.
-  void on_computed(Request& r, const std::vector<SnapshotPoint>& taken, int64_t chunk_start);
+  void on_computed(Sequence& r, const std::vector<SnapshotPoint>& taken, int64_t chunk_start);
   // r ended: its decode snapshot stays cached but no longer moves with it.
-  void on_finished(const Request& r);
+  void on_finished(const Sequence& r);
   // Frees up to n pages held only by the cache; returns how many were freed.
   int64_t evict_pages(int64_t n);
   // Returns snapshot slots that plan_snapshots handed out but the forward never used.
@@ -58,7 +58,7 @@ class PrefixCache {
     std::vector<int32_t> tokens;
     int32_t page;
     int32_t snapshot = -1;
-    uint64_t owner_request = 0;   // request whose decode snapshot this is (replaced as it grows)
+    uint64_t owner_request = 0;   // sequence whose decode snapshot this is (replaced as it grows)
     std::list<uint64_t>::iterator lru;
   };
   Block* find(uint64_t parent, uint64_t hash, const int32_t* tokens);
@@ -66,7 +66,7 @@ class PrefixCache {
   void drop_snapshot(Block& b);
   void erase(Block& b);
   int32_t take_snapshot_slot();
-  bool is_snapshot_point(const Request& r, int64_t pos) const;
+  bool is_snapshot_point(const Sequence& r, int64_t pos) const;
 
   KvPool& kv_;
   GdnPool& gdn_;
@@ -74,7 +74,7 @@ class PrefixCache {
   int64_t page_;
   std::unordered_map<uint64_t, Block> blocks_;  // by hash
   std::list<uint64_t> lru_;                     // front = most recent
-  std::unordered_map<uint64_t, uint64_t> decode_snapshot_of_;  // request id -> block hash
+  std::unordered_map<uint64_t, uint64_t> decode_snapshot_of_;  // sequence id -> block hash
   int64_t hit_tokens_ = 0;
 };
 

@@ -7,8 +7,7 @@
 
 #include "core/error.h"
 #ifdef PE_WITH_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/device_memory.h"
+#include "core/cuda_device.h"
 #endif
 
 namespace pe {

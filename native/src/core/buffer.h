@@ -2,8 +2,8 @@
 //
 // Design: every long-lived allocation of the engine (weights, KV pages, GDN slots, the forward
 // workspace) is a Buffer made once at start-up; nothing on the step path allocates. The CUDA side
-// goes through kernels/cuda/device_memory.h so this header needs no CUDA include, and a build
-// without CUDA fails with a clear message when a CUDA buffer is asked for.
+// goes through core/cuda_device.h so this header needs no CUDA include, and a build without CUDA
+// fails with a clear message when a CUDA buffer is asked for.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -20,11 +20,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "core/options.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -44,10 +45,7 @@ constexpr auto kSlowWait = std::chrono::microseconds(300);  // beyond 2x the cal
 constexpr auto kBackoff = std::chrono::milliseconds(50);
 
 int default_threads() {
-  if (const char* env = std::getenv("PYENGINE_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n >= 1) return n;
-  }
+  if (options().num_threads >= 1) return options().num_threads;
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
 }

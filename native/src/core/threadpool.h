@@ -14,8 +14,8 @@ namespace pe {
 void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
                   int64_t min_grain = 1);
 
-// Threads a parallel_for may use, the caller included (>= 1). Default: env PYENGINE_NUM_THREADS,
-// else std::thread::hardware_concurrency().
+// Threads a parallel_for may use, the caller included (>= 1). Default: options().num_threads
+// (PYENGINE_NUM_THREADS) where >= 1, else std::thread::hardware_concurrency().
 int num_threads();
 // Resizes the pool (n < 1 means the default). Waits for a running parallel_for to finish.
 void set_num_threads(int n);

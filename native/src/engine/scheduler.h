@@ -4,8 +4,8 @@
 // the rest of the token budget with prefill chunks (at most chunked_prefill_size tokens per
 // request), shortest remaining prefill first, admitting waiting requests in arrival order while
 // a GDN slot and KV pages are free. With cooperative_prefill off, a request in the middle of its
-// prefill has the step to itself until its prompt is done (the old blocking behaviour, kept for
-// A/B measurement). When KV pages run out, the newest running request is preempted: its pages
+// prefill has the step to itself until its prompt is done (blocking prefill; tools/
+// bench_cooperative.py measures both). When KV pages run out, the newest running request is preempted: its pages
 // and slot are freed and it waits again to recompute (its generated tokens are kept).
 #pragma once
 #include <cstdint>

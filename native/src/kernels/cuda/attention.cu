@@ -235,8 +235,7 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
     return;
   }
   // Prefill chunks of >= 64 queries (a full query tile per block) run on the tensor cores
-  // (attention_prefill_mma.cu, verified on the H200: 489 cases vs the CPU twin, sm_90 and sm_75
-  // PTX). Shorter chunks at depth keep the split-K tiled kernel: one block per 64 queries and head
+  // (attention_prefill_mma.cu). Shorter chunks at depth keep the split-K tiled kernel: one block per 64 queries and head
   // would leave most SMs idle there. Shapes the mma kernel refuses fall back too.
   if (n_q >= kAttentionMmaMinQueries && attention_prefill_mma_supported(n_q, kv)) {
     attention_prefill_mma(q, n_q, q_start_pos, n_heads, kv, page_table, scale, gate, out, stream);

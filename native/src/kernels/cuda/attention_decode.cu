@@ -19,7 +19,6 @@
 //     group over U keys per step; quantized chunks widened without their scale.
 #include <algorithm>
 
-#include "core/env.h"
 #include "kernels/cuda/attention_decode.cuh"
 
 namespace pe {
@@ -34,8 +33,7 @@ int64_t scratch_splits(int64_t n_keys) { return max_splits(n_keys, kMinSplitKeys
 
 namespace {
 
-// attention_decode_set_min_split_keys; PYENGINE_ATTN_MIN_SPLIT_KEYS sets it for whole-step A/B runs.
-int g_min_split_keys = std::clamp(env_int("PYENGINE_ATTN_MIN_SPLIT_KEYS", kMinSplitKeys), kMinSplitKeysFloor, 1 << 16);
+int g_min_split_keys = kMinSplitKeys;  // attention_decode_set_min_split_keys (cuda_ops.h)
 
 template <DType KV> __host__ __device__ constexpr int unroll() { return KV == DType::F32 ? 2 : 4; }
 

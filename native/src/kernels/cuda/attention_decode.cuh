@@ -1,6 +1,6 @@
 // Internal to the decode attention: what its kernel files share. attention_decode.cu holds the
 // fp32 SIMT kernel, the split-K combine, the launch and the dispatch; attention_decode_mma.cu the
-// tensor-core kernel and its variants, attention_decode_pairs.cu the tensor-core kernel for short
+// tensor-core kernels, attention_decode_pairs.cu the tensor-core kernel for short
 // splits; all take the same DecodeParams and leave the same outputs and partial states.
 #pragma once
 #include "kernels/cuda/kv_codec.cuh"
@@ -17,9 +17,6 @@ constexpr int kDecodeMaxQ = 16;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kWindow = 512;  // keys whose cache rows are resolved per shared-memory pass
-// Tensor-core kernel: L2 prefetch runs this many rounds (kWarps x 16 keys) ahead at most; the
-// rows of a window are resolved that far past its end.
-constexpr int kMaxPrefetchRounds = 2;
 constexpr int kMaxD = 256, kMaxVecs = 8;
 
 struct DecodeParams {
@@ -33,7 +30,6 @@ struct DecodeParams {
   int group, hb, n_hb, qb, n_qb, split_len, lpk_log2;
   float q_mul;   // scale * log2(e) * unit of the K chunks
   float v_unit;  // unit of the V chunks
-  int pf_rounds;  // tensor-core kernel: L2 prefetch distance in rounds (0..kMaxPrefetchRounds)
   // Tensor-core kernel: the page table and the cache rows of keys < q_start_pos are read before
   // pdl_wait (attention_decode_mma.cu says why that is safe; the pairs kernel also prefetches the
   // new keys' lines into L2 there, no L1 fill, and resolves every row before it in any case: the

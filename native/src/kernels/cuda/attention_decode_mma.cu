@@ -6,21 +6,19 @@
 // every cache value is exact in fp16 (kv_codec units), q and P are split into fp16 high + low
 // parts (~22 bits, q normalized per vector by a power of two), scales multiply fp32 values (I8
 // row / NVFP4 group scales on the per-group partial scores and on P), so the result matches the
-// fp32 SIMT kernel to ~1e-6 (tolerance 1e-4 as before). ~15-50 instructions per key instead of
-// ~230.
+// fp32 SIMT kernel to ~1e-6 (tolerance 1e-4, the SIMT kernel's). ~15-50 instructions per key
+// instead of the SIMT kernel's ~230.
 //
 // The warp step's operand layout: attention_decode_mma.cuh (Layout).
 //
-// Variants (attention_decode_set_variant, cuda_ops.h; all give the same bits): v0 the session-3
-// kernel; v1 + a conflict-free merge layout (Layout::merge_index) and the page-table loads under
-// the Q setup; v2 / v3 v1 + an L2 prefetch one / two rounds ahead; v4 (NVFP4) whole-chunk loads
-// one step ahead exchanged through shared memory (Fp4Stage); v5 v0 + v1's merge layout. Why each
-// exists and what it measured: tools/gpu/NOTES.md ("Decode attention variants").
-// At 1K depth fp8 / int8 run as fast as fp16, NVFP4 not in session 16 (tools/gpu/NOTES.md); since
-// session 19 its kFast kernel loads its first step before pdl_wait too.
+// Kernels (attention_decode_set_variant, cuda_ops.h; all give the same bits): the cache rows of a
+// window resolved before pdl_wait, each warp's first K / V step loaded there (variant 0), or after
+// it with the page-table loads under the Q setup (1); for NVFP4 the latter with whole-chunk loads a
+// step ahead, exchanged through shared memory (Fp4Stage, 2). Every kernel merges its warps in the
+// conflict-free layout of Layout::merge_index. Which one each dtype and depth takes and why:
+// tools/gpu/KERNELS.md, "Decode attention".
 #include <algorithm>
 
-#include "core/env.h"
 #include "kernels/cuda/attention_decode_mma.cuh"
 
 namespace pe {
@@ -31,17 +29,16 @@ namespace {
 
 namespace tc {
 
-// kTuned: variants 1-4 (else 0), p.pf_rounds > 0: 2 / 3 (see the top). kFastBlocks 2: variant 4
-// (NVFP4, with kTuned), the same arithmetic on the same fp16 operands in the same order as v0; P
-// is transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector g) and scaled
+// kLateRows: the cache rows resolved after pdl_wait, their page-table entries loaded before the Q
+// setup (variant 1); else resolved before pdl_wait (variant 0). kFastBlocks 2 (NVFP4, with
+// kLateRows; variant 2): the same arithmetic on the same fp16 operands in the same order; P is
+// transposed once per step to the B layout (keys 2t, 2t+1, 2t+8, 2t+9 of vector g) and scaled
 // there by those keys' V group scales (from the tile), not by a movmatrix pair per m-tile.
-// kSwzOnly (variant 5): v0 with v1's conflict-free merge, without the early page-table loads.
-template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>
+template <DType KV, int D, bool kLateRows, int kFastBlocks = 0>
 __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     attention_decode_mma_kernel(DecodeParams p) {
-  constexpr bool kFast = kFastBlocks > 0, kSwz = kTuned || kSwzOnly;
-  static_assert(!(kTuned && kSwzOnly), "kSwzOnly: the untuned kernel's rows");
-  static_assert(!kFast || (KV == DType::NVFP4 && kTuned), "kFast: the NVFP4 path of the tuned kernel");
+  constexpr bool kFast = kFastBlocks > 0;
+  static_assert(!kFast || (KV == DType::NVFP4 && kLateRows), "kFast: the NVFP4 path of the late-rows kernel");
   using L = Layout<KV, D>;
   using F = Fp4Stage<D>;
   // FP8 pairs by the hardware conversion where the compiled code has it (exact, like the integer
@@ -49,8 +46,10 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   constexpr bool kFp8ByCvt = L::kPairedBytes;
   constexpr int KS = L::KS, MT = L::MT, KW = L::KW, VW = L::VW;
   constexpr bool kFp4 = L::kFp4, kI8 = KV == DType::I8, kF16 = L::kF16;
-  // Tuned: the rows of a window plus up to kMaxPrefetchRounds rounds past it (prefetch targets).
-  constexpr int kRowsCap = kTuned ? kWindow + kMaxPrefetchRounds * kWarps * kStep : kWindow;
+  // The rows of a window; kFast: plus the round past it that its look-ahead loads read (a row per
+  // thread more).
+  static_assert(kWarps * kStep <= kThreads, "a round's rows: one per thread at most");
+  constexpr int kRowsCap = kFast ? kWindow + kThreads : kWindow;
   constexpr int kPg = kRowsCap / kThreads;
   static_assert(kRowsCap % kThreads == 0, "rows per thread");
   __shared__ int64_t rows[kRowsCap];
@@ -59,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   // kFast: the per-warp staging tiles share red_acc's memory (the merge runs after the loop).
   constexpr int kStageRows = (kWarps * F::kWarpWords + D - 1) / D;
   constexpr int kRedRows = kFast && kStageRows > kVecs ? kStageRows : kVecs;
-  constexpr int kRedFloats = kSwz && kVecs * L::kPitch > kRedRows * D ? kVecs * L::kPitch : kRedRows * D;
+  constexpr int kRedFloats = kVecs * L::kPitch > kRedRows * D ? kVecs * L::kPitch : kRedRows * D;
   __shared__ __align__(16) float red_acc[kRedFloats];
   __shared__ float red_m[kWarps][kVecs], red_l[kWarps][kVecs];
   __shared__ float fin_l[kVecs], fin_m[kVecs];
@@ -72,29 +71,17 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   const int64_t ke = min(kb + p.split_len, p.q_start_pos + i0 + nqi);
   const auto row_of = [&](int32_t page, int64_t tk) { return cache_row(p, page, tk, kvh); };  // tk in `page`
 
-  // Tuned: the first window's page-table entries (and the first rounds' L2 prefetches) go out
-  // before the Q loads, so their latencies overlap instead of adding up.
-  // Prefetch distance in keys (kFast: one round, the registers' look-ahead; no L2 prefetch).
-  const int ahead = kFast ? kWarps * kStep : kTuned ? p.pf_rounds * kWarps * kStep : 0;
+  // kLateRows: the first window's page-table entries go out before the Q loads, so their
+  // latencies overlap instead of adding up. Rows resolved past a window's end, in keys (kFast: one
+  // round, the registers' look-ahead).
+  constexpr int ahead = kFast ? kWarps * kStep : 0;
   const int ext0 = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(kWindow + ahead), ke - kb)));
-  int32_t pg[kTuned ? kPg : 1];
-  if constexpr (kTuned) {
+  int32_t pg[kLateRows ? kPg : 1];
+  if constexpr (kLateRows) {
 #pragma unroll
     for (int i = 0; i < kPg; ++i) {
       const int j = tid + i * kThreads;
       pg[i] = j < ext0 ? p.pt[(kb + j) / p.kv.page_size] : 0;
-    }
-    if (ahead > 0 && !kFast) {  // rounds 0 .. pf_rounds, a key per thread
-      const int n_pf = min(ext0, ahead + kWarps * kStep);
-#pragma unroll
-      for (int i = 0; i < kPg; ++i) {
-        const int j = tid + i * kThreads;
-        if (j < n_pf) {
-          const int64_t row = row_of(pg[i], kb + j);
-#pragma unroll
-          for (int u = 0; u < L::PF; ++u) prefetch_item<KV, D>(p, row, u);
-        }
-      }
     }
   }
 
@@ -102,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   // its own pdl_wait: every kernel before it has completed, and it writes only the keys from
   // q_start_pos on. So before pdl_wait this block may read the page table (copied by the host
   // before the step) and the cache rows of older keys (p.early: rows on whole sectors, so no
-  // cached sector holds a key being written): the untuned kernel resolves its first window's
+  // cached sector holds a key being written): the early-rows kernel resolves its first window's
   // rows and each warp loads its first step's K and V there, overlapping kv_write.
   const int wn0 = static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(kWindow), ke - kb)));
   const int64_t rb = kv_row_bytes(KV, D);
@@ -112,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
   const auto load_k = [&](int jw, int wn) { L::load_k(kbase, rows, rb, jw, wn, g, t, kw); };
   const auto load_v = [&](int jw, int wn) { L::load_v(vbase, rows, rb, jw, wn, g, t, vw); };
   // V too for the 8-bit caches, F16 K only (its K and V words held over the Q setup spill on
-  // sm_75 at head_dim 256); not for NVFP4's untuned kernel (at 255 registers already). NVFP4's
+  // sm_75 at head_dim 256); not for NVFP4's early-rows kernel (at 255 registers already). NVFP4's
   // kFast kernel resolves its first window's rows here and loads the warp's first whole step.
   constexpr bool kEarly = !kFp4, kEarlyV = !kF16 && !kFp4;
   bool preloaded = false;  // this warp's first step is in kw (and vw), kFast: in kc, vc, ksq, vsq
@@ -133,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
     for (int r = 0; r < 4; ++r)
       kv_load_chunk(vbase + rows[min(j0 + 2 * t + (r & 1) + 8 * (r >> 1), lim - 1)] * rb + g * F::PB, vc[r]);
   };
-  if constexpr (!kTuned) {
+  if constexpr (!kLateRows) {
     resolve_rows(rows, p, kb, wn0, kvh, tid);
     __syncthreads();
     const int j0 = warp * kStep;
@@ -161,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 
   q_fragments<KV, D>(g < nv ? p.q + ((i0 + g / nh) * p.n_heads + h0 + g % nh) * D : nullptr, p.q_mul, lane, qfrag,
                      qscale);
-  if (kTuned && !(kFast && p.early))
+  if (kLateRows && !(kFast && p.early))
 #pragma unroll
     for (int i = 0; i < kPg; ++i) {
       const int j = tid + i * kThreads;
@@ -190,23 +177,15 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 
   for (int64_t w0 = kb; w0 < ke; w0 += kWindow) {
     const int wn = static_cast<int>(min(static_cast<int64_t>(kWindow), ke - w0));
-    // Rows resolved: this window's, plus (tuned) `ahead` keys past it, which the next window
+    // Rows resolved: this window's, plus (kFast) `ahead` keys past it, which the next window
     // hands to the same warp (kWindow is a multiple of a round).
-    const int wn_ext = kTuned ? static_cast<int>(min(static_cast<int64_t>(kWindow + ahead), ke - w0)) : wn;
-    if (w0 != kb) {  // the first window's rows: before pdl_wait (untuned), with the Q fragments (tuned)
+    const int wn_ext = kFast ? static_cast<int>(min(static_cast<int64_t>(kWindow + ahead), ke - w0)) : wn;
+    if (w0 != kb) {  // the first window's rows: before pdl_wait (early rows), with the Q fragments (late)
       __syncthreads();  // the previous window's rows are no longer read
       resolve_rows(rows, p, w0, wn_ext, kvh, tid);
       __syncthreads();
     }
     for (int jw = warp * kStep; jw < wn; jw += kWarps * kStep) {  // warp-uniform
-      if constexpr (kTuned) {  // this warp's tile `ahead` keys on: lane = key (lane & 15), items of half lane >> 4
-        const int jp = jw + ahead + (lane & 15);
-        if (ahead > 0 && !kFast && jp < wn_ext) {
-          const int64_t row = rows[jp];
-#pragma unroll
-          for (int i = 0; i < L::PF / 2; ++i) prefetch_item<KV, D>(p, row, (lane >> 4) + 2 * i);
-        }
-      }
       const int64_t rk[2] = {rows[min(jw + g, wn - 1)], rows[min(jw + g + 8, wn - 1)]};
       if constexpr (!kFast) {
         if (!preloaded) load_k(jw, wn);
@@ -428,8 +407,8 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 
   // Merge: l over the 8 groups, then the warps through shared memory (fixed order).
   float* const racc = red_acc;
-  const auto acc_at = [&](int v, int d) -> float& { return racc[kSwz ? L::merge_index(v, d) : v * D + d]; };
-  float* const lane_acc = racc + (kSwz ? L::merge_lane(g, t) : 0);  // kSwz: + merge_const(j, i)
+  const auto acc_at = [&](int v, int d) -> float& { return racc[L::merge_index(v, d)]; };
+  float* const lane_acc = racc + L::merge_lane(g, t);  // + merge_const(j, i)
 #pragma unroll
   for (int e = 0; e < 2; ++e)
 #pragma unroll
@@ -468,7 +447,7 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
       for (int j = 0; j < MT; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          float& dst = kSwz ? lane_acc[L::merge_const(j, i)] : acc_at(2 * t + (i & 1), L::out_dim(j, i >> 1, g));
+          float& dst = lane_acc[L::merge_const(j, i)];
           const float x = acc[j][i] * fac[i & 1];
           dst = w == 0 ? x : dst + x;
         }
@@ -480,34 +459,24 @@ __global__ void __launch_bounds__(kThreads, kFastBlocks > 0 ? kFastBlocks : 2)
 
 }  // namespace tc
 
-// attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the variant for all;
-// PYENGINE_ATTN_VARIANT sets it for whole-step A/B runs.
-int g_variant = std::clamp(env_int("PYENGINE_ATTN_VARIANT", -1), -1, kAttentionDecodeVariants - 1);
-// The first step's K / V loaded before pdl_wait where safe (DecodeParams::early);
-// PYENGINE_ATTN_EARLY=0 turns it off for the A/B.
-const bool g_early = env_int("PYENGINE_ATTN_EARLY", 1) != 0;
+// attention_decode_set_variant (cuda_ops.h): -1 the per-dtype default, else the kernel for all.
+int g_variant = -1;
 
-// The pairs kernel (attention_decode_pairs.cu) for splits of at most 32 keys in the per-dtype
-// default (session 27, 1K depth: faster for every dtype); PYENGINE_ATTN_PAIRS=0 turns it off for
-// the A/B.
-const bool g_pairs = env_int("PYENGINE_ATTN_PAIRS", 1) != 0;
-
-// Per-dtype default by the call's longest context n_keys for splits the pairs kernel does not
-// take: the fastest in session 7's graph-timed H200 rows (tools/gpu/NOTES.md, "Session 7"). Same
-// bits in every variant.
+// The kernel for splits the pairs kernel does not take: the per-dtype default by the call's
+// longest context n_keys (tools/gpu/KERNELS.md, "Decode attention"), or the forced variant.
 template <DType KV>
 int variant_of(int64_t n_keys) {
   if (g_variant >= 0) return g_variant;
-  if constexpr (KV == DType::NVFP4) return 4;
-  if constexpr (KV == DType::I8) return 5;
-  return n_keys <= 4096 ? 5 : 1;  // F16, FP8
+  if constexpr (KV == DType::NVFP4) return 2;
+  if constexpr (KV == DType::I8) return 0;
+  return n_keys <= 4096 ? 0 : 1;  // F16, FP8
 }
 
 // pairs: splits of at most two warp steps take the pairs kernel, split as this kernel's.
-template <DType KV, int D, bool kTuned, int kFastBlocks = 0, bool kSwzOnly = false>
-void run_decode_tc(DecodeParams p, int variant, bool pairs, int64_t n_keys, void* scratch, size_t scratch_bytes,
+template <DType KV, int D, bool kLateRows, int kFastBlocks = 0>
+void run_decode_tc(DecodeParams p, bool pairs, int64_t n_keys, void* scratch, size_t scratch_bytes,
                    cudaStream_t stream) {
-  auto* kernel = tc::attention_decode_mma_kernel<KV, D, kTuned, kFastBlocks, kSwzOnly>;
+  auto* kernel = tc::attention_decode_mma_kernel<KV, D, kLateRows, kFastBlocks>;
   static const int resident = [kernel] {
     int b = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0) != cudaSuccess)
@@ -516,9 +485,8 @@ void run_decode_tc(DecodeParams p, int variant, bool pairs, int64_t n_keys, void
   }();
   p.q_mul *= KvChunk<KV>::kUnit;
   p.v_unit = KvChunk<KV>::kUnit / tc::Layout<KV, D>::kVMul;
-  p.pf_rounds = variant == 2 || variant == 3 ? variant - 1 : 0;
   const auto on_sectors = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 32 == 0; };
-  p.early = g_early && kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v) &&
+  p.early = kv_row_bytes(KV, D) % 32 == 0 && on_sectors(p.kv.k) && on_sectors(p.kv.v) &&
             (KV != DType::NVFP4 || (D / 4 % 32 == 0 && on_sectors(p.kv.k_scale) && on_sectors(p.kv.v_scale)));
   if (pairs && decode_split_len(p, resident, n_keys) <= 2 * tc::kStep) {
     launch_decode(pairs_kernel<KV, D>(), resident, p, n_keys, scratch, scratch_bytes, stream);
@@ -530,16 +498,15 @@ void run_decode_tc(DecodeParams p, int variant, bool pairs, int64_t n_keys, void
 template <DType KV, int D>
 void run_decode_tc_variant(const DecodeParams& p, int64_t n_keys, void* scratch, size_t scratch_bytes,
                            cudaStream_t stream) {
-  // 4: for NVFP4 the kFast kernel at 2 blocks per SM (the other dtypes: variant 1); 6: the pairs
-  // kernel for short splits, else variant 4; the default: the pairs kernel for short splits, else
-  // variant_of's.
-  constexpr int kFast4 = KV == DType::NVFP4 ? 2 : 0;
+  // 0: rows resolved before pdl_wait; 1: after it; 2: NVFP4's look-ahead kernel (the other dtypes:
+  // 1); 3: the pairs kernel for short splits, else 2; the default: the pairs kernel for short
+  // splits, else variant_of's.
+  constexpr int kFast = KV == DType::NVFP4 ? 2 : 0;
   const int variant = variant_of<KV>(n_keys);
-  const bool pairs = variant == 6 || (g_variant < 0 && g_pairs);
-  const auto run = [&](auto kernel_of) { kernel_of(p, variant, pairs, n_keys, scratch, scratch_bytes, stream); };
+  const bool pairs = variant == 3 || g_variant < 0;
+  const auto run = [&](auto kernel_of) { kernel_of(p, pairs, n_keys, scratch, scratch_bytes, stream); };
   if (variant == 0) run(run_decode_tc<KV, D, false>);
-  else if (variant == 5) run(run_decode_tc<KV, D, false, 0, true>);
-  else if (kFast4 && (variant == 4 || variant == 6)) run(run_decode_tc<KV, D, true, kFast4>);
+  else if (kFast && variant >= 2) run(run_decode_tc<KV, D, true, kFast>);
   else run(run_decode_tc<KV, D, true>);
 }
 

@@ -1,6 +1,6 @@
 // Device helpers of the tensor-core decode attention (attention_decode_mma.cu, its only
-// includer): mma and fragment moves, the per-dtype operand layout (Layout), the NVFP4 look-ahead
-// staging of variant 4 (Fp4Stage) and the L2 prefetch of cache rows.
+// includers, and tools/gpu/lab's): mma and fragment moves, the per-dtype operand layout (Layout),
+// the NVFP4 look-ahead staging (Fp4Stage) and the L2 prefetch of cache rows.
 //
 // Warp step = 16 keys. S^T (16 keys x 8 vectors) = K Q^T by m16n8k16 with K as A (rows = keys g,
 // g+8 of the lane's group g = lane / 4) and Q^T as B, Q split into an fp16 high and low part (two
@@ -175,13 +175,13 @@ template <DType KV, int D> struct Layout {
     const int v = 2 * j + h;
     return PV * (g + 8 * (v / PV)) + v % PV;
   }
-  // Tuned merge: dim d of vector v at merge_index(v, d) = v * kPitch + d + (d >> kShift) of the
+  // Merge layout: dim d of vector v at merge_index(v, d) = v * kPitch + d + (d >> kShift) of the
   // shared accumulator. One merge store (lanes g, t at out_dim(j, h, g) of vectors 2t + e) then
   // hits 32 distinct banks (out_dim alone: 2 banks for FP8/I8, 16-way conflicts; 4 for F16; 8 for
   // NVFP4), and its offset is the lane's base plus a constant (merge_lane + merge_const: the same
   // index, with d >> kShift split, carry-free, into its g and j parts), so the stores take no
-  // address math. Pitches from an exhaustive search over the 12 layouts (dtype x head_dim); session
-  // 6's XOR swizzle cost F16 ~1.2 us at 1K in address math.
+  // address math (an XOR swizzle costs F16 ~1.2 us at 1K in address math). Pitches from an
+  // exhaustive search over the 12 layouts (dtype x head_dim).
   static constexpr int kShift = kFp4 ? 3 : 5;
   static constexpr int kPitch = kFp4 ? (D == 64 ? 76 : D == 128 ? 148 : 292)
                                 : kF16 ? (D == 64 ? 67 : D == 128 ? 133 : 265)
@@ -257,9 +257,10 @@ __device__ __forceinline__ void q_fragments(const float* qrow, float q_mul, int 
   if (t == 0) qscale[lane >> 2] = __uint_as_float(static_cast<uint32_t>(127 - k2 - (L::kPairedBytes ? 8 : 0)) << 23);
 }
 
-// ---- variant 4, NVFP4 (kFast): whole-chunk loads, fragments exchanged through shared memory ----
-// Why: NVFP4 per key under v0 (session 5, SASS of the inner loop, head_dim 256, per warp step of 16 keys): v0
-// issues ~1,410 instructions a step against ~910 for FP8 and ~545 for F16. The extra: 112 global
+// ---- NVFP4 look-ahead kernel (kFast): whole-chunk loads, fragments exchanged through shared memory ----
+// Why: NVFP4 per key with the other dtypes' loads (SASS of the inner loop, head_dim 256, per warp
+// step of 16 keys) issues ~1,410 instructions a step against ~910 for FP8 and ~545 for F16. The
+// extra: 112 global
 // loads (a 4-byte word per group and key row of which 2 (K) or 1 (V) bytes are used; FP8: 20
 // 16-byte loads) plus their address math, 64 movmatrix (P' high and low parts per m-tile: an
 // NVFP4 m-tile is one group, so P is scaled and transposed 16 times a step), 32 FMUL (V scales x
@@ -272,8 +273,8 @@ __device__ __forceinline__ void q_fragments(const float* qrow, float q_mul, int 
 // Per warp step, each lane loads whole 8/16-byte chunks (K: its quad's rows g, g+8; V: its own
 // rows 2t, 2t+1, 2t+8, 2t+9; scales: a quarter of rows g, g+8) and the warp exchanges them through
 // a per-warp tile, so every lane then reads ONE word per k-step / m-tile that holds exactly its
-// fragment bytes (v0 loads a word per group and row and uses 2 or 1 of its 4 bytes: 112 loads
-// per step instead of 12 here). K word of k-step ks for lane (g, t): bytes 2t, 2t+1 of group ks of
+// fragment bytes (a word per group and row, of which 2 or 1 of its 4 bytes are used, would be 112
+// loads per step instead of 12 here). K word of k-step ks for lane (g, t): bytes 2t, 2t+1 of group ks of
 // rows g (bytes 0, 2) and g+8 (bytes 1, 3). V word of m-tile j for lane (g, t): byte g of group j
 // of keys 2t, 2t+8, 2t+1, 2t+9 (bytes 0..3). Strides (words) chosen by an exhaustive search of
 // the bank conflicts of the stores and loads (D 256: K 48 wavefronts per step, V 32 = the minimum,

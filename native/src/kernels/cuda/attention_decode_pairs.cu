@@ -1,29 +1,24 @@
 // Decode attention on the tensor cores (F16, FP8, I8, NVFP4 caches) for splits of at most two
-// warp steps (the pairs kernel: variant 6 of attention_decode_set_variant, cuda_ops.h, and the
+// warp steps (the pairs kernel: variant 3 of attention_decode_set_variant, cuda_ops.h, and the
 // default for such splits). At 1K context and batch 1 the split is 32 keys: the other kernels
 // (attention_decode_mma.cu) give each of the two steps to one warp and leave two of the four
 // idle, so a whole step runs on one warp's critical path (NVFP4's is ~800 instructions longer
 // than F16's: the per-group K scales on the partial scores, P scaled and split per m-tile by the
-// V group scales; tools/gpu/NOTES.md, sessions 19-20). Here warp (st, h) = (warp & 1, warp >> 1)
-// takes step st's k-steps and m-tiles of half h: the two halves' partial scores meet in shared
-// memory (a 64-thread named barrier per pair), both warps run the same softmax, each then does
-// half the P V m-tiles. Nothing is computed twice but the softmax (session 20's shared steps
-// duplicated the scores and the staging and lost). Session 27, 1K depth model, ms a step without
-// / with it (PYENGINE_ATTN_PAIRS=0 / 1): F16 1.541 / 1.531, FP8 1.538 / 1.530, I8 1.544 / 1.536,
-// NVFP4 1.550 / 1.540 (tools/gpu/NOTES.md).
+// V group scales). Here warp (st, h) = (warp & 1, warp >> 1) takes step st's k-steps and m-tiles
+// of half h: the two halves' partial scores meet in shared memory (a 64-thread named barrier per
+// pair), both warps run the same softmax, each then does half the P V m-tiles. Nothing is
+// computed twice but the softmax (duplicating the scores and the staging instead is slower).
+// Measured against the other kernels: tools/gpu/KERNELS.md, "Decode attention".
 //
 // Every load of the step goes to registers straight from global memory, before pdl_wait where the
 // step's keys are all older than the new ones (DecodeParams::early, as the other kernels), and
 // such a step is decoded to fp16 there too. The step holding new keys resolves its cache rows and
-// prefetches its lines into L2 before pdl_wait and loads after it. Session 28 timed each warp
-// (globaltimer / clock64, tools/gpu/NOTES.md): the new-key block was the last to finish, ~1,800
-// cycles after the others, its loads after the wait being a page-table load and then an HBM
-// round trip; with both moved before the wait it finishes with the others (1K depth model, fp4
-// +0.008 -> -0.003 ms against fp16, int8 +0.003 -> -0.003). The Q
-// half of a warp gets its own power-of-two scale (q_pow2), taken off its partial scores before
-// the halves are added. The operands, their decode and the merge layout are the other kernels'
-// (Layout); the scores are summed in two halves, so the result matches the other variants within
-// float rounding, not bit for bit.
+// prefetches its lines into L2 before pdl_wait and loads after it: otherwise its block finishes
+// last, its loads after the wait a page-table load and then an HBM round trip. The Q half of a
+// warp gets its own power-of-two scale (q_pow2), taken off its partial scores before the halves
+// are added. The operands, their decode and the merge layout are the other kernels' (Layout); the
+// scores are summed in two halves, so the result matches the other variants within float
+// rounding, not bit for bit.
 #include "kernels/cuda/attention_decode_mma.cuh"
 
 namespace pe {

@@ -7,20 +7,10 @@
 
 #include <cstdint>
 
+#include "core/cuda_check.cuh"
 #include "core/error.h"
 #include "kernels/cuda/cuda_ops.h"
 
-// Throws pe::Error(PE_ERR_INTERNAL) with file:line and the CUDA message when `call` fails.
-#define PE_CUDA_CHECK(call)                                                                     \
-  do {                                                                                          \
-    const cudaError_t err_ = (call);                                                            \
-    if (err_ != cudaSuccess)                                                                    \
-      ::pe::fail(PE_ERR_INTERNAL, __FILE__, ":", __LINE__, ": ", #call, ": ",                   \
-                 cudaGetErrorString(err_));                                                     \
-  } while (0)
-
-// After a <<<>>> launch: configuration errors surface here (execution errors at the next sync).
-#define PE_CUDA_LAUNCH_CHECK() PE_CUDA_CHECK(cudaGetLastError())
 
 namespace pe {
 namespace cuda {
@@ -46,11 +36,8 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 // pdl_supported: the library's kernels run their sm_90 code (a probe kernel compiled with the same
-// architectures was built from compute_90+ PTX), so griddepcontrol is in them. pdl_enabled: that,
-// and PYENGINE_PDL is not 0 (the A/B switch of launch_pdl; the quantized GEMV has its own,
-// GemvTuning::pdl). device.cu.
+// architectures was built from compute_90+ PTX), so griddepcontrol is in them (device.cu).
 bool pdl_supported();
-bool pdl_enabled();
 int sm_count();    // of the current device (device.cu)
 int smem_optin();  // the current device's shared memory a block may opt in to, bytes (device.cu)
 int smem_per_sm();  // the current device's shared memory per SM, bytes (device.cu)
@@ -75,11 +62,11 @@ void launch_ex(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_
   PE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...));
 }
 
-// launch_ex with PDL where pdl_enabled().
+// launch_ex with PDL where pdl_supported().
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args&&... args) {
-  launch_ex(pdl_enabled(), kernel, grid, block, smem, stream, static_cast<Args&&>(args)...);
+  launch_ex(pdl_supported(), kernel, grid, block, smem, stream, static_cast<Args&&>(args)...);
 }
 
 inline unsigned grid_1d(int64_t n, int threads) {

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/cuda_device.h"
 #include "kernels/ops.h"
 #include "kernels/sampling.h"
 
@@ -39,9 +40,6 @@ namespace cuda {
 
 using cpu::GdnArgs;  // the CPU structs, with device pointers inside
 using cpu::PagedKV;
-
-// True when a CUDA device is usable (tests skip otherwise). Never throws.
-bool device_available();
 
 void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out,
                cudaStream_t stream);
@@ -75,12 +73,11 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 // where that GEMV also takes >= 16 rows per warp (tiled at 16 / 32 rows, or >= 2048 rows).
 // Supported for n <= 8 and quantized weights the GEMV takes at >= 16 rows per warp (up0 a multiple
 // of 8, of the tile rows when tiled and of the FP8 block); linear_swiglu fails otherwise.
-// PYENGINE_GEMV_SWIGLU=0 turns it off (supported says no): the A/B switch for whole steps.
 bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter);
 void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,
                    cudaStream_t stream, const SplitNorm* norm = nullptr);
 // The residual add and the rms norm after it split over the two decode GEMVs around them (in place
-// of add_rms_norm's launch between them, ~3.5 us of a 27B decode step's 128):
+// of add_rms_norm's launch between them):
 // - the producer, linear_add_norm (the mixer's out projection, the mlp's down), adds its output
 //   to the residual rows: x += in W^T; h = x * (offset ? 1 + w : w), the norm's weight but not its
 //   1 / rms yet; and per token one partial sum of x^2 per row block of its GEMV, in
@@ -91,7 +88,7 @@ void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, 
 // output before the 1 / rms (the same fp32 add); the consumer's output matches add_rms_norm +
 // linear within the GEMV's 1e-5 (the 1 / rms applied after the sum instead of before).
 // Supported (both sides) for n <= 8 and the weights of the quantized GEMV (FP8 / I8 / NVFP4);
-// the producer's weight has dim rows. PYENGINE_SPLIT_NORM=0 turns it off (supported says no).
+// the producer's weight has dim rows.
 struct SplitNorm {
   float* x = nullptr;        // [n, dim] residual rows
   float* h = nullptr;        // [n, dim] x * norm weight (the consumer's input)
@@ -113,7 +110,6 @@ void embedding_norm(const WeightView& table, const int32_t* ids, int64_t n, Spli
 // tiled_offset): every linear path reads it; the quantized GEMV streams each step's 4 KB in one run.
 // gemv_tile_rows: the tile rows R for w (the quantized GEMV's rows per warp for its height: 32, 16
 // or 8), 0 where w is not FP8 / I8 / NVFP4 or its row bytes are not a multiple of 4096 / R.
-// PYENGINE_GEMV_TILE=0 keeps every weight row-major (A/B), 8 / 16 / 32 forces R.
 // tile_weight: src.data (row-major, on the device) copied to dst in the layout of R = tile rows;
 // dst holds tiled_weight_bytes (rows rounded up to R), zero-filled; returns src's view on dst with
 // its tile set (the scales stay src's).
@@ -121,95 +117,54 @@ int gemv_tile_rows(const WeightView& w);
 size_t tiled_weight_bytes(const WeightView& w, int tile);
 WeightView tile_weight(const WeightView& src, void* dst, int tile, cudaStream_t stream);
 // Tuning hook for tools/gpu/bench_kernels (A/B of the GEMM tiles): from this many tokens the GEMM
-// uses 128-token tiles instead of 64 for FP8 and NVFP4 weights (default 128; on the H200 they were
-// 1.25-1.45x faster there, while 64-token tiles stayed faster for F16/BF16/I8 and are always used
-// for those). Not for use while other threads run linear.
+// uses 128-token tiles instead of 64 for FP8 and NVFP4 weights (default 128; 64-token tiles are
+// always used for F16/BF16/I8, where they are faster). Not for use while other threads run linear.
 void linear_gemm_set_big_tile_tokens(int64_t n);
-// Quantized GEMV (FP8/I8/NVFP4, n <= 8) tuning, for A/B runs (tools/gpu/bench_kernels) and the
-// tests; every setting gives the same results within the GEMV tolerance. Defaults = the measured
-// best so far. Not for use while other threads run linear.
+// The quantized GEMV's (FP8/I8/NVFP4, n <= 8) tuning. The defaults are the fastest measured on the
+// 27B decode step (tools/gpu/KERNELS.md, "Quantized GEMV"); tools/gpu/bench_kernels and the tests
+// set others through linear_gemv_set_tuning. Every setting gives the same results within the GEMV
+// tolerance. Not for use while other threads run linear.
 struct GemvTuning {
   int rows_per_warp = 0;               // 1, 2 or 4 groups of 8 rows per warp; 0: by the row count
   int64_t staged_x_max_bytes = 32768;  // x split once per block into shared memory up to this
                                        // size (<= 128 KB), else per warp in registers; 0: never
   bool fp8_cvt = true;                 // FP8 decoded by cvt.rn.f16x2.e4m3x2 where the GPU has it
-  int fp8_stage_one_wave = 2;          // FP8 by cvt, 32 rows per warp: x staged only where the
+  int fp8_stage_one_wave = 2;          // FP8 by cvt at 32 rows per warp: x staged only where the
                                        // launch is one wave: 1 where the row blocks fit in one,
-                                       // 2 also where stream-K balance makes one; 0: always
-                                       // (session 7, % of copy at n = 1, staged -> registers:
-                                       // qkv|z|a|b 73.4 -> 78.1, gate|up 76.6 -> 79.2, out_proj
-                                       // (160 blocks) 59.0 -> 54.2; I8 and NVFP4 lose in
-                                       // registers on every shape)
+                                       // 2 also where stream-K balance makes one; 0: always (past
+                                       // one wave x in registers is faster for FP8; I8 and NVFP4
+                                       // are faster staged on every shape)
   int min_blocks = 2;                  // staged kernels' register budget: 2 or 3 blocks per SM
   bool pdl = true;                     // sm_90+: launched as a programmatic dependent of the
-                                       // previous kernel (its first weight step prefetched to L2
-                                       // while that kernel runs); measured faster in session 5
+                                       // previous kernel, its first weight steps loaded while
+                                       // that kernel runs
   int pdl_prefetch_steps = 1;          // with pdl, tiled weights: the steps per warp prefetched
                                        // to L2 before waiting for the previous kernel
   bool stream_k = true;                // where the row blocks leave SMs idle and rows have at
   int stream_k_min_steps = 48;         // least this many column steps (128 FP8 columns at 32 rows
                                        // per warp): one block per slot, each a share of the row
-                                       // blocks x column steps, split rows summed by the last
-                                       // block to finish them. Session 6: mlp down 35.7 -> 32.8
-                                       // us; out_proj (48 steps) 13.8 -> 17.2 (the sum's latency;
-                                       // 96 from then until session 26, see stream_k_quantum)
+                                       // blocks x column steps, split rows summed across blocks
   int stream_k_balance_pct = 100;      // stream-K also where the row blocks take more than one
                                        // wave and the last is at most this % full (0: never, 100:
-                                       // wherever it is part full): one wave of equal shares.
-                                       // Session 18 (bench_kernels, % of copy, FP8 n = 1, off ->
-                                       // always; split rows summed by a counter): gate|up (1088
-                                       // blocks on 264 slots, 12 %) 75.9 -> 83.0, q|k|v (70 %) 77.6
-                                       // -> 67.6, qkv|z|a|b (95 %) 82.8 -> 71.5. Session 22's spinning
-                                       // sum made 100 a gain: session 23, 27B batch 1 ms, 50 -> 100:
-                                       // call 2 8.100 / 8.099 -> 8.043; call 3 8.096 / 8.090 ->
-                                       // 8.001 / 8.016 (batch 2 8.910 / 8.917 -> 8.833 / 8.831)
+                                       // wherever it is part full): one wave of equal shares
   int stream_k_quantum = 8;            // stream-K block boundaries on multiples of this many
-                                       // steps; 0: 1 (fill), 8 = the warps (balance). Session 25
-                                       // (27B batch 1, two interleaved rounds): min_steps 48 (fill
-                                       // for out_proj / o_proj, 48 steps) with quantum 8: 7.937 /
-                                       // 7.937 ms against 7.995 (96, 0); 48 alone 7.964 / 7.960.
-                                       // Session 26 call 1 (three / two interleaved rounds): 7.932
-                                       // / 7.937 / 7.937 against (96, 0) 7.990 / 7.987; batch 8
-                                       // 11.546-11.561 against 11.596 / 11.613.
+                                       // steps; 0: 1 (fill), 8 = the warps (balance)
   int roll = 1;                        // tiled weights, the next step loaded in halves during this
-                                       // step's math (gemv_q_kernel's kRoll): 0 never, 1 I8 only,
-                                       // 2 every dtype. H200, session 17 (bench_kernels, graph-
-                                       // timed, n = 1, % of copy, off -> on): I8 gate|up 79.9 ->
-                                       // 86.4, qkv|z|a|b 78.0 -> 86.1, q_proj 68.0 -> 73.2; FP8
-                                       // gate|up 87.7 -> 83.5, and the FP8 27B decode step 8.56
-                                       // -> 8.85 ms (NVFP4 +-1.5 points)
+                                       // step's math (gemv_q_kernel's kRoll): 0 never, 1 I8 only
+                                       // (faster there, slower for FP8), 2 every dtype
   int preload = 2;                     // 1, without roll: the warp's first step loaded into
                                        // registers before pdl_wait (as roll does; pdl_prefetch_steps
                                        // then count from the second); 2: also each later row
                                        // block's first step, before the previous one's sums (roll
-                                       // too). H200, 27B FP8 decode ms, interleaved: session 21,
-                                       // batch 1 / 2 / 8, 0: 8.646 / 9.523 / 12.514, 8.690 / 9.586 /
-                                       // 12.493, 8.636 / 9.539 / 12.509; 1: 8.544 / 9.378 / 12.350,
-                                       // 8.546 / 9.386 / 12.365. Session 22, batch 1, 1 -> 2: 8.674
-                                       // / 8.695 / 8.659 -> 8.547 / 8.587
+                                       // too)
   bool stream_k_spin = true;           // a split row block summed by its first block, from the
                                        // later blocks' parts, published at their start as marked
                                        // words (not waited for); only where the grid is resident
-                                       // at once. false: the last block to finish sums (a counter).
-                                       // Session 22, batch 1 ms: counter 8.674 / 8.695 / 8.659;
-                                       // first block after a fence and a count (removed) 8.374 /
-                                       // 8.394; call 4, fence + count 8.496 / 8.580 -> marked
-                                       // words 8.235 / 8.206. (Also removed: a block's last row
-                                       // block right after its first, no gain: 8.125 / 8.228.)
+                                       // at once. false: the last block to finish sums (a counter)
   int x_early = 3;                     // after pdl_wait, loads in flight together: 1 the split
                                        // norm's partials (one a thread) with x's; 2 two of x's
-                                       // chunks a thread where x is staged. Session 23, call 2,
-                                       // batch 1 ms: 0: 8.125 / 8.137, 1: 8.124, 2: 8.087, 3: 8.100 /
-                                       // 8.099
+                                       // chunks a thread where x is staged
 };
-// The initial tuning takes PYENGINE_GEMV_PDL, PYENGINE_GEMV_STREAM_K,
-// PYENGINE_GEMV_STAGE_ONE_WAVE (0/1/2), PYENGINE_GEMV_ROLL (0/1/2), PYENGINE_GEMV_PDL_PREFETCH,
-// PYENGINE_GEMV_PRELOAD (0/1/2), PYENGINE_GEMV_STREAM_K_SPIN (0/1), PYENGINE_GEMV_X_EARLY (0-3),
-// PYENGINE_GEMV_STREAM_K_MIN_STEPS / _QUANTUM (steps), PYENGINE_GEMV_STREAM_K_BALANCE (percent)
-// from the environment when set: the A/B switches for whole decode steps (tools/bench_gpu.py).
-// (Measured and removed: K split over thread-block clusters, summed in distributed shared memory,
-// session 5: slower on every 27B shape; the mlp's swiglu computed while the down GEMV stages x,
-// session 13: 0.28 ms a step slower, every block recomputing silu * up over the whole row.)
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();
 
@@ -237,24 +192,20 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
 // attention_prefill_mma supports run there (tensor cores, its tolerance). Quantized caches are
 // dequantized exactly as on the CPU (same values), so their tolerance is that of the F16 cache.
 constexpr int64_t kAttentionMmaMinQueries = 64;
-// Tuning hook for tools/gpu/bench_kernels and the tests (A/B of the tensor-core decode kernel,
-// F16/FP8/I8/NVFP4 caches): -1 = the per-dtype default: splits of at most 32 keys (1K context at
-// batch 1 on the H200) take the pairs kernel of variant 6 (PYENGINE_ATTN_PAIRS=0: not), longer
-// ones the fastest measured by the longest context of the call (F16 and FP8 5 up to 4K keys then
-// 1; I8 5; NVFP4 4); a value 0..kAttentionDecodeVariants-1 forces that variant for every dtype:
-// 0 = the session-3 kernel; 1 = its merge without shared-memory bank conflicts and the page-table
-// loads under the Q setup; 2 / 3 = 1 + L2 prefetch of the K/V lines one / two rounds of tiles
-// ahead; 4 = for NVFP4 caches, 1 with whole-chunk K/V/scale loads one step ahead, exchanged
-// through shared memory, and P scaled in the mma B layout (no movmatrix per m-tile); for the
-// other dtypes 4 runs 1; 5 = 0 with 1's conflict-free merge (no early page-table loads); 6 =
-// splits of at most 32 keys on the pairs kernel (two warps share each 16-key step, half its dims
-// each: the score halves added, then half the m-tiles each; attention_decode_pairs.cu), longer
-// splits as 4. Same results in every variant, bit for bit, except the pairs kernel (the scores
-// summed in two halves: within float rounding). Values outside
-// -1..kAttentionDecodeVariants-1 are clamped. Not for use while other threads run attention_paged.
-// (Measured and removed: in session 4 a one-wait split-K combine and split lengths in whole
-// 64-key rounds; in session 5 variant 4 at 3 blocks per SM; tools/gpu/NOTES.md.)
-constexpr int kAttentionDecodeVariants = 7;
+// Tuning hook for tools/gpu/bench_kernels and the tests: the tensor-core decode kernel (F16, FP8,
+// I8, NVFP4 caches) for every dtype. -1 = the per-dtype default: splits of at most 32 keys (1K
+// context at batch 1 on an H200) on the pairs kernel, longer ones on the kernel measured fastest
+// for the dtype and the call's longest context (F16 and FP8: 0 up to 4K keys, then 1; I8: 0;
+// NVFP4: 2). 0 = the first window's cache rows resolved and each warp's first K / V step loaded
+// before the kernel waits for the one before it; 1 = the rows resolved after that wait, their
+// page-table loads under the Q setup; 2 = for NVFP4 caches, 1 with whole-chunk K / V / scale loads
+// a step ahead, exchanged through shared memory, and P scaled in the mma B layout (the other
+// dtypes run 1); 3 = splits of at most 32 keys on the pairs kernel (two warps share each 16-key
+// step, half its dims each; attention_decode_pairs.cu), longer splits as 2. Same results in every
+// variant, bit for bit, except the pairs kernel (the scores summed in two halves: within float
+// rounding). Values outside -1..kAttentionDecodeVariants-1 are clamped. Not for use while other
+// threads run attention_paged. The kernels these were measured against: tools/gpu/lab.
+constexpr int kAttentionDecodeVariants = 4;
 void attention_decode_set_variant(int variant);
 // Tuning hook (bench_kernels, tests): the fewest keys a decode split handles (<= 0: the default,
 // 32; at least 16). Same results for any value within the op's tolerance (the splits' partial
@@ -336,9 +287,6 @@ using cpu::GdnDecodeArgs;
 // for the kernel before it (programmatic dependent launch, sm_90): no kernel of the last few
 // launched before may write them (the model's last writer of a slot's state is the previous
 // forward, which the host waited for; tests and the pools write them by copies).
-// (Measured and removed, session 14: a shifting conv state step inside the launch, its last
-// reader found by per-key-head counters, 0.035 ms a step slower on the H200, session 13; then
-// it ran as a second launch until the ring, whose written row nobody reads in the same step.)
 // Tolerance against the CPU twin (test_cuda_gdn_decode): normalized error 1e-5 on out and on the
 // recurrent state after several steps with the state carried (measured <= 3e-7 on H200, sm_90
 // SASS and compute_75 PTX JIT); the conv state is copied exactly. The fused gated norm (norm_w

@@ -3,7 +3,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -41,11 +40,6 @@ bool pdl_supported() {
   return on;
 }
 
-bool pdl_enabled() {
-  static const bool on = env_int("PYENGINE_PDL", 1) != 0 && pdl_supported();
-  return on;
-}
-
 int sm_count() {
   static std::atomic<int> known[64] = {};
   return device_attr(known, cudaDevAttrMultiProcessorCount);
@@ -59,15 +53,6 @@ int smem_optin() {
 int smem_per_sm() {
   static std::atomic<int> known[64] = {};
   return device_attr(known, cudaDevAttrMaxSharedMemoryPerMultiprocessor);
-}
-
-bool device_available() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return false;
-  }
-  return n > 0;
 }
 
 // The ops whose kernels decode every weight format and the tile layout (linear_common.cuh).

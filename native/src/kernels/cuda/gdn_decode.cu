@@ -21,21 +21,10 @@
 //      warps through shared memory; the state is written back once.
 // With norm_w set, warp 0 finishes step 3 with the gated RMSNorm of its head's row (dv <= 128:
 // one block holds the row), instead of a separate rms_norm_gated launch.
-// HBM traffic is the state, read and written once: 2 * 4 * Hv * dk * dv bytes per sequence.
-// H200, 27B shape, CUDA graph of 48 layers (tools/gpu/bench_kernels.cpp section 7; measured with
-// the conv state step still a second launch that shifted K-1 rows),
-// us per layer and state r+w bandwidth: n=1 9.5 (0.67 TB/s), n=2 10.8 (1.17),
-// n=8 24.9 (2.02), n=32 74.2 (2.71 TB/s, 64 % of the 4.25 TB/s copy); the per-sequence ops: 14.8,
-// 29.7, 119, 494 us. Small n is bound by the latency of one block per head. Session 9: the gate /
-// z / norm-weight loads moved up to the state's: 8.06 -> 7.90 us exclusive per call in the 27B
-// step's timeline (timeline_decode.py). Session 24: the first conv item's older taps and weights
-// before pdl_wait too: 269 -> 251 us exclusive a step (27B batch 1, 48 calls; whole-step A/B
-// within the run-to-run spread).
+// HBM traffic is the state, read and written once: 2 * 4 * Hv * dk * dv bytes per sequence. Small
+// batches are bound by the latency of one block per head; the measured times per layer are in
+// tools/gpu/KERNELS.md ("GDN decode").
 // dv % 4 != 0 takes a scalar path (spills a little; unused by Qwen3.5).
-// (Session 13 did the shifting conv state step inside this launch, its last q/k reader found by a
-// counter per (sequence, key head): 0.035 ms a step slower, removed in session 14. The ring needs
-// no counter: nobody reads the row that is written.)
-#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -131,9 +120,8 @@ __device__ __forceinline__ void add4(float4 b, float4& acc) {
 
 template <int DK, bool VEC, int kW = 0>
 __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <= 8 ? 2 : 1)
-    gdn_decode_kernel(GdnDecodeArgs a, bool early_state) {
+    gdn_decode_kernel(GdnDecodeArgs a) {
   pdl_trigger();  // the out_proj GEMV may start prefetching its weights
-  if (!early_state) pdl_wait();  // (A/B: PYENGINE_GDN_EARLY_STATE=0; a second wait returns at once)
   constexpr int W = Tile<DK, kW>::kWarps, T = Tile<DK, kW>::kThreads, NR = Tile<DK, kW>::kRows;
   __shared__ float qs[DK], ks[DK];
   __shared__ float4 vs[32];
@@ -150,7 +138,7 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   const int64_t slot = a.slots[seq];
   // Ring row of the oldest tap (position pos - K + 1). The position is read before pdl_wait, as
   // the slot (both host-written), so the conv's loads need no extra round trip after the wait;
-  // ptxas also spilled less so (sm_90, dk 128, scalar path, 16 warps: 36 -> 0 bytes).
+  // and ptxas spills less (none at sm_90, dk 128, scalar path, 16 warps).
   const int r_old = (a.pos[seq] + 1) % K;
   float* S = a.rec_state + slot * a.rec_slot_stride + static_cast<int64_t>(h) * dk * dv;
 
@@ -172,8 +160,8 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
       if (e < n_cols) nwv[e] = a.norm_w[c + e];
   }
   // The conv's channel for item t of step 2 (q, k of key head kh, then v columns col0..), whether
-  // it is in range, and the thread's first item's older taps and weights (early_state: before the
-  // wait, as the state).
+  // it is in range, and the thread's first item's older taps and weights (before the wait, as the
+  // state).
   float* cs = a.conv_state + slot * a.conv_slot_stride;
   const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
   struct Item {
@@ -197,9 +185,8 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   pdl_wait();
 
   // The gate inputs and (warp 0, fused norm) the z row go out with the conv's loads: their round
-  // trips overlap instead of following the delta rule step. (Unrolling the conv loop below to
-  // issue its two rounds' loads together spills at dk = 128: 16 bytes on sm_75 with the taps
-  // loaded at once, none on sm_90; not done.)
+  // trips overlap instead of following the delta rule step. (The conv loop below is not unrolled
+  // to issue its two rounds' loads together: that spills at dk = 128 on sm_75.)
   const float a_in = a.a[static_cast<int64_t>(seq) * a.Hv + h];
   const float b_in = a.b[static_cast<int64_t>(seq) * a.Hv + h];
   if (w == 0 && a.norm_w) {
@@ -311,25 +298,19 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
 template <int DK, int kW = 0>
 void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
-  // The state loads before pdl_wait (the kernel's step 1); PYENGINE_GDN_EARLY_STATE=0: after it (A/B).
-  static const bool early = env_int("PYENGINE_GDN_EARLY_STATE", 1) != 0;
   constexpr int kThreads = Tile<DK, kW>::kThreads;
-  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
-  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a, early);
+  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a);
+  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a);
   PE_CUDA_LAUNCH_CHECK();
 }
 
 // dk 128: 16 warps a block (1 block per SM, 8 state rows a thread) where the blocks fit on the
-// SMs at once, else 8 (2 per SM). H200, 27B step (session 16, three interleaved rounds, ms): batch
-// 1 8.583 / 8.586 / 8.603 against 8.687 / 8.627 / 8.704 (gdn_decode 241 -> 190 us exclusive a
-// step), batch 2 9.485 / 9.494 / 9.515 against 9.532 / 9.496 / 9.571, batch 8 (384 blocks)
-// 12.825 / 12.823 / 12.862 against 12.820 / 12.642 / 12.670. PYENGINE_GDN_WARPS=8 / 16 forces one.
+// SMs at once (faster at batch 1 and 2 on the 27B step), else 8 (2 per SM).
 template <int DK>
 void launch(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   if constexpr (DK == 128) {
-    static const int forced = env_int("PYENGINE_GDN_WARPS", 0);
     const int64_t blocks = grid_1d(a.dv, kBlockCols) * a.Hv * a.n_seqs;
-    if (forced == 16 || (forced != 8 && blocks <= sm_count())) return launch_w<128, 16>(a, vec, stream);
+    if (blocks <= sm_count()) return launch_w<128, 16>(a, vec, stream);
   }
   launch_w<DK>(a, vec, stream);
 }

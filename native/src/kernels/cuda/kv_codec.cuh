@@ -28,8 +28,8 @@ constexpr int kKvFp4Group = 16;
 
 // m / d rounded to nearest (IEEE), for m >= 0 and d = 6 or 127, without div.rn's slow-path call:
 // q = m * fl(1 / d) corrected by one fma residual step. Checked exhaustively on the CPU for every
-// non-negative normal float with a normal quotient (tools/gpu/NOTES.md, session 13; the plain
-// product differs on 7.0e8 of the 2.11e9 values); 0 gives 0, FTZ as __fdiv_rn.
+// non-negative normal float with a normal quotient (the plain product differs on 7.0e8 of the
+// 2.11e9 values); 0 gives 0, FTZ as __fdiv_rn.
 template <int D>
 __device__ __forceinline__ float div_rn_by(float m) {
   static_assert(D == 6 || D == 127, "checked for 6 and 127 only");
@@ -61,7 +61,7 @@ __device__ __forceinline__ uint16_t kv_enc_bf16(float f) {
 }
 
 // Every case is computed and one selected, without a branch, so the values of a row interleave
-// (session 26 SASS: the early returns made each value of a pass its own branch). Normal e4m3:
+// (early returns make each value of a pass its own branch). Normal e4m3:
 // exp8:mant3 rounded to nearest even on the bits, rebiased 127 -> 7, capped at 448; subnormal:
 // quantum 2^-9, x * 512 exact (from the bits below 2^-6 only, so no overflow), rintf ties to
 // even; 448 and up (inf too) saturate; NaN.
@@ -81,8 +81,8 @@ __device__ __forceinline__ uint8_t kv_enc_fp8(float f) {
 // CPU's walk over the midpoints. From 1 on the e2m1 values are the floats of one mantissa bit:
 // the bits rounded to nearest even at bit 22 give (exponent, mantissa bit) = code + 252, 7 at most
 // (saturation; inf too). Below 1 the grid is 0, .5, 1 = codes 0, 1, 2 = 2a rounded to nearest even
-// by the 1.5 * 2^23 add (its low bits). ~13 instructions a value where the 7 midpoint compares took
-// ~28 (the attention inputs' K warp encodes on the path to the attention, session 28).
+// by the 1.5 * 2^23 add (its low bits). ~13 instructions a value where 7 midpoint compares take
+// ~28 (the attention inputs' K warp encodes on the path to the attention).
 __device__ __forceinline__ uint32_t kv_enc_fp4(float f) {
   const float a = fabsf(f);
   const uint32_t u = __float_as_uint(a);

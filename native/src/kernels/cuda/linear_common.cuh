@@ -41,18 +41,8 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 
 // Streaming 16-byte load: weights are read once, keep them out of L1. On sm_80+ code the load
 // also asks L2 to fetch the whole 128-byte line from DRAM (.L2::128B, a cache hint: the same
-// values). PE_LOAD_L2_PREFETCH (build option for A/Bs: -DCMAKE_CUDA_FLAGS=-DPE_LOAD_L2_PREFETCH=N)
-// picks 0 (no hint), 128 (default) or 256. Session 9, H200, interleaved runs of three builds,
-// 27B decode batch 1 / 2 / 8 in ms: no hint 10.305 / 11.310 / 15.190 and 10.321 / 11.307 / 15.291;
-// 128 B 10.149 / 11.164 / 14.920 and 10.196 / 11.159 / 14.985; 256 B 10.408 / 11.320 / 15.249
-// and 10.359 / 11.343 / 15.205 (bench_kernels, % of copy at n = 1, none -> 128 B: qkv|z|a|b
-// 75.4 -> 77.5, gate|up 76.1 -> 77.5, q_proj 64.7 -> 67.2; bf16 rows unchanged).
-#ifndef PE_LOAD_L2_PREFETCH
-#define PE_LOAD_L2_PREFETCH 128
-#endif
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_LOAD_L2_PREFETCH == 256
-#define PE_LOAD_L2_HINT ".L2::256B"
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && PE_LOAD_L2_PREFETCH == 128
+// values; faster than no hint and than 256 B on the 27B decode step, tools/gpu/KERNELS.md).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define PE_LOAD_L2_HINT ".L2::128B"
 #else
 #define PE_LOAD_L2_HINT ""
@@ -66,8 +56,8 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 }
 
 // Read-only loads the GEMV step issues with its weight loads (x in registers, FP8 block scales).
-// As asm volatile they keep their place ahead of the step's first mma; by __ldg, ptxas (sm_90) put
-// 4 of the swiglu step's 18 loads after it, behind the weights' DRAM latency (session 19, SASS).
+// As asm volatile they keep their place ahead of the step's first mma; by __ldg, ptxas (sm_90)
+// puts 4 of the swiglu step's 18 loads after it, behind the weights' DRAM latency.
 __device__ __forceinline__ float4 load_nc_f4(const float* p) {
   float4 v;
   asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
@@ -162,8 +152,8 @@ __device__ __forceinline__ float e4m3_to_f32(uint32_t byte) {
 // rows is a run of tiles, one per GEMV step of S = 4096 / R bytes of each row; tile `it` holds
 // the 16-byte chunks of its R x S bytes as [r][c][g][t] (row 8r + g, row bytes it * S + (4c + t) *
 // 16 .. + 15, c < C = 8 / T): exactly the warp's loads of that step, load (r, c) 512 contiguous
-// bytes, so a step reads 4 KB in one run instead of R row segments (bench_kernels --only pattern,
-// H200, the loads alone at the gemv's grid: gate|up 58 -> 95 % of copy at R = 32). Needs
+// bytes, so a step reads 4 KB in one run instead of R row segments (the loads alone at the gemv's
+// grid, gate|up at R = 32: 95 % of the copy bandwidth against 58 for row-major rows). Needs
 // row bytes % S == 0; the last row block is padded to R rows (tile_weight). Byte b of row `row`:
 // (R is a power of two: shifts, not the 64-bit divisions a GEMM load could not afford.)
 __host__ __device__ __forceinline__ int64_t tiled_offset(int64_t row, int64_t b, int64_t row_bytes, int tile) {

@@ -11,7 +11,6 @@
 // FP8 / I8 / NVFP4 weights take the tensor-core GEMV (linear_gemv_q.cu: the decode, not the
 // bytes, limits a SIMT kernel there). Shapes whose rows are not 16-byte aligned take a scalar
 // warp-per-row kernel (every format).
-#include "core/env.h"
 #include "kernels/cuda/linear_common.cuh"
 
 namespace pe {
@@ -214,8 +213,7 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
 }
 
 bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter) {
-  static const bool enabled = env_int("PYENGINE_GEMV_SWIGLU", 1) != 0;  // FP8 / I8 / NVFP4 only (gemv_q)
-  return enabled && n >= 1 && n <= 8 && gemv_q_swiglu_supported(x, w, up0, inter);
+  return n >= 1 && n <= 8 && gemv_q_swiglu_supported(x, w, up0, inter);
 }
 
 void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,
@@ -234,8 +232,7 @@ void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, 
 int64_t split_norm_partial_floats(int64_t dim) { return (dim + 7) / 8; }  // row blocks of >= 8 rows
 
 bool linear_split_norm_supported(const float* x, int64_t n, const WeightView& w) {
-  static const bool enabled = env_int("PYENGINE_SPLIT_NORM", 1) != 0;
-  return enabled && n >= 1 && n <= 8 && w.rows > 0 && w.cols > 0 && quantized_weight(w) && gemv_q_supported(x, w);
+  return n >= 1 && n <= 8 && w.rows > 0 && w.cols > 0 && quantized_weight(w) && gemv_q_supported(x, w);
 }
 
 void linear_add_norm(const float* in, int64_t n, const WeightView& w, SplitNorm& norm, cudaStream_t stream) {

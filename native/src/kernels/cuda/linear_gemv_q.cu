@@ -26,15 +26,13 @@
 // linear_common.cuh).
 // x: with n * cols small enough, the block splits x once into shared memory (StagedX); else each
 // warp splits its columns' x in registers at every step.
-// Measured history (each layout, tuning and idea tried, with its numbers): tools/gpu/NOTES.md,
-// "Quantized GEMV history (from linear_gemv_q.cu)".
+// Its measured numbers and the tuning's reasons: tools/gpu/KERNELS.md, "Quantized GEMV".
 #include <algorithm>
 #include <atomic>
 
 #include "kernels/cuda/linear_gemv_q.cuh"
 #include "kernels/cuda/linear_gemv_q_split_norm.cuh"
 #include "kernels/cuda/linear_gemv_q_stream_k.cuh"
-#include "kernels/cuda/linear_gemv_q_trace.cuh"
 
 namespace pe {
 namespace cuda {
@@ -62,8 +60,8 @@ constexpr unsigned kPartMark = 0x7fbadbadu;
 __device__ int g_stream_count[kMaxStreamRowBlocks];
 
 // kStagedX: the block splits x into hi/lo pairs once, into shared memory (StagedX); otherwise
-// every warp splits its columns' x in registers for each row group step (the session-3 kernel:
-// ~1/3 of its instructions, measured issue-bound at 60 % of the issue slots).
+// every warp splits its columns' x in registers for each row group step (~1/3 of the kernel's
+// instructions then; it is issue-bound at 60 % of the issue slots).
 // kCvt: FP8 decoded by cvt.rn.f16x2.e4m3x2 on sm_89+ (decode_chunk). kMinBlocks: blocks per SM
 // the registers are budgeted for.
 // pdl: launched as a programmatic dependent of the previous kernel (sm_90+): the warp's first
@@ -86,8 +84,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   static_assert(!kSwiglu || T >= 2, "swiglu: gate and up row groups in each row block");
   static_assert(T * 64 <= kWarps * 32, "a row block's sums: one per thread at most");
   pdl_trigger();
-  PE_GEMV_TRACE_DECL;
-  PE_GEMV_STAMP(0);
   constexpr int VPC = values_per_chunk<DT>();
   constexpr int NP = VPC / 2;     // k-pairs per chunk
   constexpr int C = 8 / T;        // chunks per row group per step
@@ -224,7 +220,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
   pdl_wait();
-  PE_GEMV_STAMP(1);
   // The split norm's partials (x_early & 1): loaded now, summed once x is staged (or after the first
   // row block's steps); else (or more than one a thread) summed now by warps 0 .. n-1, which then
   // stage x or start their steps one L2 round trip after the others.
@@ -259,7 +254,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     __syncthreads();
     if (norm_early) split_norm_inv(ep, n, norm_np, norm_inv);  // read after the epilogue's barrier
   }
-  PE_GEMV_STAMP(2);
 
   // Row blocks of this block's units, in order: whole (written here) or a part (summed as `spin`
   // says).
@@ -340,7 +334,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           }
         }
         // kRoll: once a half of the step is decoded, that half's loads of the next step go out
-        // together (issued chunk by chunk they measured slower: session 17).
+        // together (issued chunk by chunk they are slower).
         if (more && (c == C / 2 - 1 || c == C - 1)) {
 #pragma unroll
           for (int h = c + 1 - C / 2; h <= c; ++h)
@@ -370,7 +364,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       split_norm_inv(ep, n, norm_np, norm_inv);
       __syncthreads();
     }
-    PE_GEMV_STAMP(3);
     const bool whole = k0 == 0 && k1 == n_it;
     // A split row block's sums. Without spin: each block's part to its slot (block, first or second
     // row block), summed by the last of them to finish (a counter). With spin (the grid resident at
@@ -474,7 +467,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
     __syncthreads();  // red (and fin) are rewritten by the next row block
   }
-  PE_GEMV_TRACE_END(rows, cols, n_rb + (k_lo != 0 ? 65536 : 0) + (k_hi != n_it ? 131072 : 0));
 }
 
 // Returns the row blocks (the producer's partials per token, GemvEpilogue::res_partial).
@@ -539,8 +531,8 @@ int run_rows(int T, const float* x, int n, const WeightView& w, const GemvEpilog
 template <DType DT>
 int launch(const float* x, int n, const WeightView& w, const GemvEpilogue& ep, float* out, cudaStream_t stream) {
   // Rows per warp: 32 (x pairs amortized over 4 row groups) unless that leaves fewer than
-  // ~130 blocks; measured on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers),
-  // T = 4 was the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
+  // ~130 blocks: on the H200 (T = 1, 2, 4 forced on every 27B shape, x in registers) T = 4 is
+  // the fastest or within noise from 4224 rows up, T = 1 below 2048 (k/v_proj).
   const int seg_per_block = DT == DType::FP8_E4M3 ? static_cast<int>(w.block / 128) : 1;
   const int64_t xbytes = StagedX<DT>::bytes(n, w.cols);
   // A tiled weight's layout fixes T (its tiles are the steps of T row groups).

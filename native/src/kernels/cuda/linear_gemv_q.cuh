@@ -21,8 +21,7 @@ __host__ __device__ constexpr int values_per_chunk() { return DT == DType::NVFP4
 // x_hi + x_lo == x (to ~2^-22 relative), both fp16x2. sm_80+ code: the saturating conversion
 // (cvt.rn.satfinite.f16x2.f32) does the range clamp itself, 4 instructions a pair fewer (64 of
 // the 468 in a 32-row FP8 step): the same bits for |x| <= 65504; beyond it hi + lo keeps x up to
-// ~131008 (the clamp below gives 65504) and NaN stays NaN (the clamp made it -65504).
-// Measured in session 11 (with kWhole, linear_gemv_q.cu): 27B decode batch 1 9.64 -> 9.26 ms.
+// ~131008 (the clamp below gives 65504) and NaN stays NaN (the clamp makes it -65504).
 __device__ __forceinline__ void split_x(float a, float b, uint32_t& hi, uint32_t& lo) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t h;

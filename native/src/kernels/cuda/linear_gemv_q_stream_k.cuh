@@ -26,8 +26,8 @@ constexpr int kMaxStreamBlocks = 1024;
 constexpr int kMaxStreamRowBlocks = 8192, kPartFloats = 256;  // the counters; T * 64 at T = 4
 
 // A launch's split: U units, block boundaries on multiples of q (n_it: a row block per block; or the
-// stream-K quantum), quanta = U / q. A parameter: computed in the kernel it stayed live through the
-// loop, whose loads then went out later (session 18: steady FP8 105 -> 93 % of copy).
+// stream-K quantum), quanta = U / q. A parameter: computed in the kernel it would stay live
+// through the loop, whose loads then go out later (steady FP8 93 instead of 105 % of copy).
 struct Split {
   int64_t units, quanta;
   int q;

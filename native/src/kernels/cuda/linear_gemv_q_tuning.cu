@@ -1,30 +1,14 @@
-// The quantized GEMV's host side that is not a launch (linear_gemv_q.cu launches): the tuning and
-// its environment switches, the rows per warp and what the kernels support.
+// The quantized GEMV's host side that is not a launch (linear_gemv_q.cu launches): the tuning, the
+// rows per warp and what the kernels support.
 #include <algorithm>
 
-#include "core/env.h"
 #include "kernels/cuda/linear_gemv_q.cuh"
 
 namespace pe {
 namespace cuda {
 namespace gemv_q {
 
-GemvTuning g_tuning = [] {
-  // A/B switch for tools/bench_gpu.py (whole decode steps): PYENGINE_GEMV_PDL=0/1.
-  GemvTuning t;
-  t.pdl = env_int("PYENGINE_GEMV_PDL", t.pdl) != 0;
-  t.pdl_prefetch_steps = env_int("PYENGINE_GEMV_PDL_PREFETCH", t.pdl_prefetch_steps);
-  t.stream_k = env_int("PYENGINE_GEMV_STREAM_K", t.stream_k) != 0;
-  t.stream_k_balance_pct = env_int("PYENGINE_GEMV_STREAM_K_BALANCE", t.stream_k_balance_pct);
-  t.stream_k_min_steps = env_int("PYENGINE_GEMV_STREAM_K_MIN_STEPS", t.stream_k_min_steps);
-  t.stream_k_quantum = env_int("PYENGINE_GEMV_STREAM_K_QUANTUM", t.stream_k_quantum);
-  t.fp8_stage_one_wave = env_int("PYENGINE_GEMV_STAGE_ONE_WAVE", t.fp8_stage_one_wave);
-  t.roll = env_int("PYENGINE_GEMV_ROLL", t.roll);
-  t.preload = env_int("PYENGINE_GEMV_PRELOAD", t.preload);
-  t.stream_k_spin = env_int("PYENGINE_GEMV_STREAM_K_SPIN", t.stream_k_spin) != 0;
-  t.x_early = env_int("PYENGINE_GEMV_X_EARLY", t.x_early);
-  return t;
-}();
+GemvTuning g_tuning;
 
 int swiglu_rows_per_warp(const WeightView& w) { return w.tile ? w.tile / 8 : std::max(2, gemv_rows_per_warp(w.rows)); }
 

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "core/env.h"
 #include "kernels/cuda/kv_encode_row.cuh"
 
 namespace pe {
@@ -53,9 +52,7 @@ struct HalfInvFreq {
 constexpr int kInputRegs = kMaxInputDim / 32, kRotRegs = kMaxHalfRot / 32;
 template <DType KV, bool kCache>
 __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, int half, PagedKV kv,
-                                        const int32_t* __restrict__ cache_rows, bool early, bool trigger_first) {
-  if (trigger_first) pdl_trigger();  // (see attention_inputs below)
-  if (!early) pdl_wait();  // (A/B: PYENGINE_INPUTS_EARLY=0; a second wait returns at once)
+                                        const int32_t* __restrict__ cache_rows) {
   __shared__ float rows[kInputWarps][kMaxInputDim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t slots = a.Hq + 2 * a.Hkv, D = a.D;
@@ -64,8 +61,8 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
   const int64_t t = task / slots, h = task % slots;
   // Before pdl_wait (launched as a programmatic dependent, launch_pdl): what no kernel of the step
   // writes -- the positions and cache rows (copied by the host before the step), the norm weights --
-  // and the rotation's cos / sin, so they leave the wait-to-store path. Session 24 (27B batch 1
-  // timeline, 16 calls): 57 -> 36 us exclusive a step; PYENGINE_INPUTS_EARLY=0 waits first (A/B).
+  // and the rotation's cos / sin, so they leave the wait-to-store path (tools/gpu/KERNELS.md,
+  // "Attention inputs").
   const int64_t r = kCache ? static_cast<int64_t>(cache_rows[t]) * kv.n_kv_heads : 0;  // the token's first cache row
   const int64_t rb = kv_row_bytes(KV, D), rs = kv_row_scales(KV, D);
   const bool is_v = h >= a.Hq + a.Hkv, is_q = h < a.Hq;
@@ -214,24 +211,12 @@ void attention_inputs(const cpu::AttnInputArgs& a, cudaStream_t stream, const Pa
   }
   const dim3 grid(grid_1d(tasks, kInputWarps)), block(kInputWarps * 32);
   const PagedKV none{};
-  static const bool early = env_int("PYENGINE_INPUTS_EARLY", 1) != 0;  // the prep before pdl_wait (A/B)
-  // With a cache the next kernel is the attention, whose part before its pdl_wait reads only the
-  // page table and the cache rows of older keys, which no kernel of the step writes (the decode
-  // kernels: attention_decode_mma.cu; prefill is not a programmatic dependent). So it may start
-  // before this kernel's own wait, while the projection before it still runs, and load its K / V
-  // there. PYENGINE_INPUTS_TRIGGER_FIRST=1 does that; off by default. Session 28 (H200): the 1K
-  // depth model ran 15-20 us a step faster for fp16 and ~10 for the quantized dtypes (their
-  // blocks' work after the wait grew by 500-1,400 cycles, likely two blocks placed on one SM beside
-  // the projection's), but the full 27B model at batch 1 / 2 / 8 ran 7.913 / 8.750 / 11.404 ms against
-  // 7.927 / 8.757 / 11.388 without it: no clear gain where it counts (tools/gpu/NOTES.md).
-  static const bool trigger_first = env_int("PYENGINE_INPUTS_TRIGGER_FIRST", 0) != 0;
   if (!kv) {
-    launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows,
-               early, false);
+    launch_pdl(attention_inputs_kernel<DType::F32, false>, grid, block, 0, stream, a, inv, half, none, cache_rows);
   } else {
     kv_row::with_cache_dtype(*kv, "cuda::attention_inputs", [&](auto t) {
       launch_pdl(attention_inputs_kernel<decltype(t)::value, true>, grid, block, 0, stream, a, inv, half, *kv,
-                 cache_rows, early, trigger_first);
+                 cache_rows);
     });
   }
   PE_CUDA_LAUNCH_CHECK();

@@ -10,10 +10,9 @@
 // These kernels are latency bound (a decode row is 20 KB), so each thread loads its whole share
 // of the row (x, r, w, z) into registers before its first store or use: one memory round trip
 // per row instead of one per value. A store may alias a later load as far as the compiler knows
-// (out may be x), so a load-use-store loop runs its loads one round trip at a time. H200,
-// bench_kernels --only norm, one 5120-float row (graph-timed; warm / after a 256 MB memset):
-// add_rms_norm 9.0 / 16.4 us with the loops, 4.4 / 4.9 us with the row in registers (rms_norm
-// 8.0 / 16.0 -> 4.3 / 4.6); the 27B decode step has 128 of them. Rows longer than kRowRegs
+// (out may be x), so a load-use-store loop runs its loads one round trip at a time (about twice
+// the time of the row in registers: tools/gpu/KERNELS.md, "Norms"); the 27B decode step has 128
+// of them. Rows longer than kRowRegs
 // values per thread take the two-pass loop. Each thread sums its values in the same order on both
 // paths (j = idx, idx + n_thr, ...), so both give the same bits.
 #include <type_traits>
@@ -30,9 +29,9 @@ enum class Kind { kRms, kRmsOffset, kGated, kL2 };
 constexpr int kRowRegs = 32;
 // Warp rows of at most 8 values per lane (head dims to 256) unroll only that far.
 constexpr int kShortRowRegs = 8;
-// Block rows to 8192 values (the hidden size): 1024 threads of 8 values each (session 8, 27B
-// decode step on the H200: 10.84 -> 10.63 ms against 256 threads of 20; a row norm sits on the
-// step's critical path between two GEMVs, and fewer serial loads per thread shorten it).
+// Block rows to 8192 values (the hidden size): 1024 threads of 8 values each, not 256 of 20: a
+// row norm sits on the step's critical path between two GEMVs, and fewer serial loads per thread
+// shorten it.
 constexpr int kWideThreads = 1024;
 
 template <Kind K>

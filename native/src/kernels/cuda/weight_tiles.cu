@@ -3,7 +3,6 @@
 // its chunk of a row and writes it to its place in the row block's tiles. A last row block of
 // fewer than R rows keeps the rest of its tiles as dst held them (zeros from Buffer): the GEMV
 // computes those rows and writes none of them. gemv_tile_rows: the tile a weight gets.
-#include "core/env.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/linear_common.cuh"
 
@@ -23,8 +22,7 @@ __global__ void tile_kernel(const uint4* __restrict__ src, uint4* __restrict__ d
 }  // namespace
 
 int gemv_tile_rows(const WeightView& w) {
-  int tile = 8 * gemv_rows_per_warp(w.rows);  // (16 / 8 for one-wave weights: slower, NOTES session 16)
-  tile = env_int("PYENGINE_GEMV_TILE", tile);  // 0: row-major (A/B)
+  const int tile = 8 * gemv_rows_per_warp(w.rows);  // the GEMV's rows per warp at this height
   const bool scales_ok = w.dtype != DType::FP8_E4M3 || w.block % 128 == 0;  // the GEMV's FP8 rule
   return tile_fits(w, tile) && scales_ok ? tile : 0;
 }

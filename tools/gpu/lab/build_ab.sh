@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# A/B of build options or source trees in one device call (repo root on the GPU machine; carry .whl):
-#   VARIANTS="none=-DPE_LOAD_L2_PREFETCH=0 dflt=" TESTS="test_cuda_linear" BENCH=gemv ROUNDS=2 \
-#     OUT=$OUT tools/gpu/build_ab.sh
+# A/B of source trees or build options in one device call (repo root on the GPU machine; carry .whl):
+#   VARIANTS="base:.ab/base= new=" TESTS="test_cuda_linear" BENCH=gemv ROUNDS=2 DEPTHS="1024 65536" \
+#     OUT=$OUT tools/gpu/lab/build_ab.sh
 # builds the library once per variant, all in parallel (sm_90 only: the A/B is about the H200's
 # speed). A variant is name=CUDA flags (commas for spaces); name:DIR=flags builds the source tree
 # in DIR instead of the repo, e.g. a branch exported before the call (1.4 MB; .ab is git-ignored:
 # carry it) with
-#   mkdir -p .ab/enc && git archive BRANCH CMakeLists.txt native tools/gpu | tar -x -C .ab/enc
+#   mkdir -p .ab/base && git archive BRANCH CMakeLists.txt native tools | tar -x -C .ab/base
 # Then: each TESTS binary on each variant (PE_TEST_SMALL=1 unless FULL=1); bench_kernels --only
 # BENCH per variant (BENCH empty: none); ROUNDS times over the variants in turn (so drift of the
 # machine shows up between rounds rather than between variants) the 27B decode bench (batch 1, 2,
@@ -14,7 +14,7 @@
 # (DEPTH_ROUNDS rounds a run, default 2). Prints summary.txt (rows tagged [name]); the
 # per-variant logs stay in $OUT.
 set -u -o pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
+ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"; cd "$ROOT"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; S="$OUT/summary.txt"; t0=$SECONDS
 VARIANTS="${VARIANTS:?set VARIANTS, e.g. \"base= other=-DNAME=1\"}"; TESTS="${TESTS:-}"; BENCH="${BENCH-}"
 for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done

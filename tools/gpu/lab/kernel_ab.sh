@@ -3,9 +3,9 @@
 #   build the library and the named op tests (archs 75;90), run each test, bench_kernels --only
 #   for each BENCH section (A/B rows of the kernels behind tuning hooks), and with DECODE=1 the 27B
 #   decode bench (batch 1, 2, 8). Logs in $OUT/ab_*.log; the summary lines print.
-#   TESTS="test_cuda_linear test_cuda_ops" BENCH="gemv attn" DECODE=1 OUT=$OUT tools/gpu/kernel_ab.sh
+#   TESTS="test_cuda_linear test_cuda_ops" BENCH="gemv attn" DECODE=1 OUT=$OUT tools/gpu/lab/kernel_ab.sh
 set -u -o pipefail
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
+ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"; cd "$ROOT"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; B=build/dev
 TESTS="${TESTS:-test_cuda_linear}"; BENCH="${BENCH-gemv}"; DECODE="${DECODE:-0}"  # BENCH="": none
 for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
@@ -24,7 +24,7 @@ for s in $BENCH; do
   echo "== bench $s rc=$? at $((SECONDS - t0)) s"
 done
 if [ "$DECODE" = 1 ]; then
-  # DEPTH=1 adds must-show 4's table (decode step per KV dtype at 1K..64K).
+  # DEPTH=1 adds the depth table (decode step per KV dtype at 1K..64K).
   PYENGINE_LIBRARY="$ROOT/$B/libpyengine.so" PYTHONPATH="$ROOT:/tmp/site" \
     python3 tools/bench_gpu.py $([ "${DEPTH:-0}" = 1 ] || echo --skip-depth) --prefill-sizes --decode-tokens 48 \
     > "$OUT/ab_decode_full.log" 2>&1

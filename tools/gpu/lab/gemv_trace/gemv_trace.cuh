@@ -1,11 +1,12 @@
-// Diagnostic build only (cmake -DPYENGINE_GEMV_TRACE=ON; tools/gpu/gemv_trace.py): every block of
-// the quantized GEMV (linear_gemv_q.cu) records %globaltimer at its start, after pdl_wait, once x
-// is staged, once its warps' step loops are done and at its end, so a decode step shows where each
-// launch's time goes (the previous kernel's release, x staging, the loop's tail across blocks, the
-// epilogue). Records are written at a block's end (a dependent's blocks end after every block of
-// the launch it waits for), so a launch's records are consecutive. Default builds compile none of it.
+// Per-block timestamps of the quantized GEMV (tools/gpu/lab/gemv_trace: build.sh copies this
+// header to native/src/kernels/cuda/linear_gemv_q_trace.cuh of a copy of the tree and applies
+// gemv_trace.patch, which puts the stamps into linear_gemv_q.cu). Every block records %globaltimer
+// at its start, after pdl_wait, once x is staged, once its warps' step loops are done and at its
+// end, so a decode step shows where each launch's time goes (the previous kernel's release, x
+// staging, the loop's tail across blocks, the epilogue). Records are written at a block's end (a
+// dependent's blocks end after every block of the launch it waits for), so a launch's records are
+// consecutive. gemv_trace.py reads them through pe_debug_gemv_trace_dump.
 #pragma once
-#ifdef PE_GEMV_TRACE
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -14,7 +15,7 @@ namespace pe {
 namespace cuda {
 namespace gemv_q {
 
-struct GemvTraceRec {  // 64 bytes; tools/gpu/gemv_trace.py reads them in this layout
+struct GemvTraceRec {  // 64 bytes; gemv_trace.py reads them in this layout
   unsigned long long t[5];
   int smid, grid, block, rows, cols;
   int parts;  // the block's row blocks, + 65536 if its first starts mid-row, + 131072 if its last ends mid-row
@@ -71,8 +72,3 @@ extern "C" long long pe_debug_gemv_trace_dump(const char* path) {
       rec.parts = (parts_);                                                        \
     }                                                                              \
   }
-#else
-#define PE_GEMV_TRACE_DECL
-#define PE_GEMV_STAMP(i)
-#define PE_GEMV_TRACE_END(rows_, cols_, parts_)
-#endif

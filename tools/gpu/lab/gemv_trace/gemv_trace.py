@@ -1,6 +1,6 @@
-"""Where each quantized GEMV launch of a decode step spends its time, from inside the kernel: a
-library built with -DPYENGINE_GEMV_TRACE=ON records, per block, %globaltimer at its start, after
-pdl_wait, once x is staged, once its step loops are done and at its end (linear_gemv_q_trace.cuh).
+"""Where each quantized GEMV launch of a decode step spends its time, from inside the kernel: the
+library built by tools/gpu/lab/gemv_trace/build.sh records, per block, %globaltimer at its start,
+after pdl_wait, once x is staged, once its step loops are done and at its end (gemv_trace.cuh).
 This runs steady decode steps of the 27B dummy FP8 model and prints, per GEMV shape (rows x cols,
 grid), medians over its launches of (us, from the launch's first pdl_wait return):
   release  first wait return - the previous GEMV launch's last block end (other kernels between
@@ -15,7 +15,8 @@ grouped by that count and whether their first / last row block is a part split w
 neighbour: how many, and the medians of their loop end and end.
 GPU machine, repo root, the trace build's library:
 
-  PYENGINE_LIBRARY=build/trace/libpyengine.so PYTHONPATH=. python3 tools/gpu/gemv_trace.py [--steps 8]
+  tools/gpu/lab/gemv_trace/build.sh
+  PYENGINE_LIBRARY=build/trace/libpyengine.so PYTHONPATH=. python3 tools/gpu/lab/gemv_trace/gemv_trace.py [--steps 8]
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections import defaultdict
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
