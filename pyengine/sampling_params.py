@@ -7,6 +7,7 @@ gives HTTP clients a 400 that says what to fix instead of an engine error code.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 MAX_LOGPROBS = 20  # PE_MAX_TOP_LOGPROBS
@@ -85,15 +86,24 @@ def _int_in(name: str, value: object, low: int, high: int, hint: str = "") -> in
 
 
 def _float_in(name: str, value: object, low: float, high: float, low_open: bool = False) -> float:
+    """value as a float, checked as the engine will see it: a float32 (1e308 is infinite there,
+    1e-50 zero)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
-    if value < low or (low_open and value == low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value:g}")
-    if value > high:
-        raise ValueError(f"{name} must be <= {high:g}, got {value:g}")
+    try:
+        seen = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # some Pythons refuse, others round to infinity
+        seen = math.inf
+    if not math.isfinite(seen):
+        raise ValueError(f"{name} must be within the float32 range (3.4e38), got {value:g}")
+    as_f32 = "" if seen == value else f" ({seen:g} as a float32)"
+    if seen < low or (low_open and seen == low):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value:g}{as_f32}")
+    if seen > high:
+        raise ValueError(f"{name} must be <= {high:g}, got {value:g}{as_f32}")
     return value
 
 

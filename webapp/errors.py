@@ -34,8 +34,15 @@ class APIError(Exception):
         self.type = type_ or _TYPES.get(status, "invalid_request_error")
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type,
-                          "param": self.param, "code": self.code}}
+        return {"error": {"message": _writable(self.message), "type": self.type,
+                          "param": _writable(self.param), "code": self.code}}
+
+
+def _writable(text: str | None) -> str | None:
+    """Client text echoed in an error may hold lone surrogates, which UTF-8 cannot write."""
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

@@ -25,6 +25,16 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _read_body() -> bytes:
+    try:
+        return _read_limited_body()
+    except APIError:
+        raise
+    except Exception as exc:  # the server's parser of a bad chunked body, a client gone
+        raise bad_request(f"The request body could not be read: {type(exc).__name__}: {exc}",
+                          code="invalid_body")
+
+
+def _read_limited_body() -> bytes:
     limit = current_app.config["MAX_CONTENT_LENGTH"]
     if request.content_length is not None:  # the guard already refused one above the limit
         return request.get_data(cache=True)
