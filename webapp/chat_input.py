@@ -1,10 +1,13 @@
 """The inputs of a chat request (messages, tools, template kwargs), checked before anything is
 rendered or tokenized: counts first, then the type of every nested field, each error naming it.
 
-The counts are OpenAI's own caps (2,048 messages, 128 tools); the rendered prompt's length is
-checked afterwards against the context by `Tokenizer.encode_within`, which needs no full
-tokenization to refuse a prompt far over it.
+The counts are OpenAI's own caps (2,048 messages, 128 tools). Before rendering, the text of the
+non-assistant messages is measured: a chat template renders those in full (templates rewrite
+assistant turns, e.g. drop old reasoning), so more characters than the context's tokens can
+cover is refused without rendering. The rendered prompt is then checked against the context by
+`Tokenizer.encode_within`, which needs no full tokenization to refuse a prompt far over it.
 """
+from pyengine.errors import PromptTooLongError
 from webapp.errors import bad_request
 from webapp.params import get_dict, get_list, get_str
 
@@ -79,6 +82,20 @@ def normalize_messages(messages) -> list[dict]:
         out.append({**msg, "role": "system" if role == "developer" else role,
                     "content": content})
     return out
+
+
+def check_length_bound(messages: list[dict], llm) -> None:
+    """PromptTooLongError when the user, system and tool messages alone have more characters
+    than the context's tokens can cover (no rendering, no tokenizing)."""
+    per_token = llm.tokenizer.max_token_chars
+    if per_token is None:
+        return
+    n_chars = sum(len(m["content"]) for m in messages if m["role"] != "assistant")
+    limit = llm.max_model_len - 1
+    if n_chars > limit * per_token:
+        raise PromptTooLongError(
+            f"the messages have {n_chars} characters, more than {limit} tokens can cover (a "
+            f"token of this model covers at most {per_token} characters)", limit)
 
 
 def _tools(body: dict) -> list | None:

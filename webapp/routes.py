@@ -12,7 +12,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from pyengine.errors import PromptTooLongError
 from pyengine.reasoning import prompt_opens_reasoning
-from webapp.chat_input import normalize_messages, template_inputs
+from webapp.chat_input import check_length_bound, normalize_messages, template_inputs
 from webapp.disconnect import socket_from_environ
 from webapp.errors import APIError, bad_request
 from webapp.generation import Generation
@@ -52,13 +52,17 @@ def _check_model(body: dict) -> str:
     return name
 
 
+def _too_long(llm, exc: PromptTooLongError, param: str) -> APIError:
+    return APIError(400, f"The prompt does not fit the model's context of {llm.max_model_len} "
+                    f"tokens: {exc}", param=param, code="context_length_exceeded")
+
+
 def _encode(llm, text: str, param: str) -> list[int]:
     """The prompt's tokens, or a 400 without tokenizing all of a prompt far over the context."""
     try:
         return llm.tokenizer.encode_within(text, llm.max_model_len - 1)
     except PromptTooLongError as exc:
-        raise APIError(400, f"The prompt does not fit the model's context of {llm.max_model_len} "
-                       f"tokens: {exc}", param=param, code="context_length_exceeded")
+        raise _too_long(llm, exc, param)
     except ValueError as exc:  # a lone surrogate or another text the tokenizer cannot take
         raise bad_request(f"Invalid text in '{param}': {exc}", param=param)
 
@@ -105,6 +109,10 @@ def chat_completions():
     state().check_accepting()
     messages = normalize_messages(body.get("messages"))
     llm = state().engine.get()
+    try:
+        check_length_bound(messages, llm)
+    except PromptTooLongError as exc:
+        raise _too_long(llm, exc, "messages")
     tools, template_kwargs = template_inputs(body, llm)
     sreq = parse_sampling(body, chat=True)
     try:
