@@ -64,6 +64,11 @@ class LLM:
         return self._template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools,
                                      **template_kwargs)  # fmt: skip
 
+    @property
+    def chat_template_variables(self) -> frozenset[str] | None:
+        """The variables chat_template_kwargs may set (None: the model has no chat template)."""
+        return None if self._template is None else self._template.variables
+
     def check_chat_template_kwargs(self, template_kwargs: dict) -> None:
         """ChatTemplateError (a ValueError) when this model's template cannot take these kwargs."""
         if self._template is None:

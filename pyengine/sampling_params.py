@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 MAX_LOGPROBS = 20  # PE_MAX_TOP_LOGPROBS
 _INT32_MAX = 2**31 - 1
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.401298464324817e-45  # the smallest positive float32 (a subnormal)
 _UINT64_LIMIT = 2**64
 
 
@@ -86,24 +88,23 @@ def _int_in(name: str, value: object, low: int, high: int, hint: str = "") -> in
 
 
 def _float_in(name: str, value: object, low: float, high: float, low_open: bool = False) -> float:
-    """value as a float, checked as the engine will see it: a float32 (1e308 is infinite there,
-    1e-50 zero)."""
+    """value as a float, checked as the engine will see it, a float32: beyond 3.4e38 is infinite
+    there, and a positive value below 1.4e-45 is 0 (so `> 0` means at least that)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
-    try:
-        seen = struct.unpack("f", struct.pack("f", value))[0]
-    except OverflowError:  # some Pythons refuse, others round to infinity
-        seen = math.inf
-    if not math.isfinite(seen):
+    if abs(value) > FLOAT32_MAX:
         raise ValueError(f"{name} must be within the float32 range (3.4e38), got {value:g}")
-    as_f32 = "" if seen == value else f" ({seen:g} as a float32)"
+    seen = struct.unpack("f", struct.pack("f", value))[0]
+    if low_open and low == 0.0 and 0.0 < value < FLOAT32_TINY:
+        raise ValueError(f"{name} must be > 0 (at least {FLOAT32_TINY:.3g}, the smallest "
+                         f"float32), got {value:g}")
     if seen < low or (low_open and seen == low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value:g}{as_f32}")
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value:g}")
     if seen > high:
-        raise ValueError(f"{name} must be <= {high:g}, got {value:g}{as_f32}")
+        raise ValueError(f"{name} must be <= {high:g}, got {value:g}")
     return value
 
 

@@ -15,7 +15,7 @@ from flask import Flask, Response, current_app, jsonify, request, send_from_dire
 
 from webapp.errors import APIError, register_error_handlers
 from webapp.metrics import CONTENT_TYPE
-from webapp.openapi import openapi_spec
+from webapp.openapi import ModelFacts, openapi_spec
 from webapp.routes import api
 from webapp.state import EngineHolder, ServerState, state
 
@@ -80,7 +80,9 @@ def _add_service_routes(app: Flask) -> None:
 
     @app.get("/openapi.json")
     def openapi():
-        return jsonify(openapi_spec())
+        st = state()
+        facts = ModelFacts.of(st.model_name, st.engine.get()) if st.engine.ready else None
+        return jsonify(openapi_spec(facts))
 
     @app.get("/metrics")
     def metrics():

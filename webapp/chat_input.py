@@ -71,7 +71,7 @@ def normalize_messages(messages) -> list[dict]:
         if not isinstance(msg, dict):
             raise bad_request(f"{where} must be an object", param="messages")
         role = msg.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise bad_request(f"{where}.role must be one of {sorted(ROLES)}, got {role!r}",
                               param="messages")
         content = _content_text(msg.get("content"), where)

@@ -68,7 +68,9 @@ def register_error_handlers(app: Flask) -> None:
             limit = app.config.get("MAX_CONTENT_LENGTH")
             message = f"Request body too large: the limit is {limit} bytes (--max_body_bytes)"
         code = "request_too_large" if status == 413 else None
-        return error_response(APIError(status, message, code=code))
+        body, status = error_response(APIError(status, message, code=code))
+        allow = getattr(exc, "valid_methods", None)  # a 405 names the methods it allows
+        return body, status, {"Allow": ", ".join(sorted(allow))} if allow else {}
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

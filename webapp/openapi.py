@@ -1,16 +1,36 @@
 """The OpenAPI 3.1 description of the server, served at /openapi.json.
 
 Written by hand from what the routes check (webapp/params.py, webapp/chat_input.py,
-SamplingParams), so a request the spec calls invalid is refused with a 4xx and a valid one is
-never refused for its shape; what depends on the model (the context length, the vocabulary, the
-chat template's variables) is a documented 400. tests/test_openapi.py keeps the paths equal to
-the app's routes and runs schemathesis against a live server.
+SamplingParams), so a request the spec calls invalid is refused with a 4xx. Once the model is
+loaded the spec also states what depends on it (its id, the context length, the vocabulary, the
+chat template's variables); what no schema can say (the prompt's length in tokens, prompts x n)
+is a documented 400. tests/test_openapi.py keeps the paths equal to the app's routes and runs
+schemathesis against a live server.
 """
+from dataclasses import dataclass
+
+from pyengine.chat_template import REASONING_EFFORTS
+from pyengine.sampling_params import FLOAT32_MAX, FLOAT32_TINY
 from webapp.chat_input import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, ROLES
 from webapp.params import MAX_N, MAX_STOP_STRINGS, MAX_TOP_LOGPROBS
 
 INT32_MAX = 2**31 - 1
+# Sampling numbers reach the engine as float32: a positive value below the smallest float32 is 0
+# there, one above the largest is infinite (SamplingParams refuses both).
 REF = "#/components/schemas/"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the spec states about the served model."""
+    name: str
+    max_model_len: int
+    vocab_size: int
+    template_variables: frozenset[str] | None  # None: no chat template
+
+    @classmethod
+    def of(cls, name: str, llm) -> "ModelFacts":
+        return cls(name, llm.max_model_len, llm.config.vocab_size, llm.chat_template_variables)
 
 
 def _ref(name: str) -> dict:
@@ -27,6 +47,9 @@ _STR = {"type": "string"}
 
 
 def _number(**bounds) -> dict:
+    if bounds.pop("positive", False):
+        bounds["minimum"] = FLOAT32_TINY
+    bounds.setdefault("maximum", FLOAT32_MAX)
     return _nullable({"type": "number", **bounds})
 
 
@@ -36,13 +59,13 @@ _SAMPLING = {
                              "description": "at most the context left after the prompt (else "
                                             "400 context_length_exceeded)"}),
     "temperature": _number(minimum=0),
-    "top_p": _number(exclusiveMinimum=0, maximum=1),
+    "top_p": _number(positive=True, maximum=1),
     "top_k": _nullable({"type": "integer", "maximum": INT32_MAX,
                         "description": "0 or negative: off"}),
     "min_p": _number(minimum=0, maximum=1),
     "presence_penalty": _number(minimum=-2, maximum=2),
     "frequency_penalty": _number(minimum=-2, maximum=2),
-    "repetition_penalty": _number(exclusiveMinimum=0),
+    "repetition_penalty": _number(positive=True),
     "seed": _nullable(_INT),
     "stop": _nullable({"anyOf": [
         {"type": "string", "minLength": 1},
@@ -59,7 +82,6 @@ _SAMPLING = {
     "return_tokens_as_token_ids": _BOOL,
     "logit_bias": _nullable({"type": "object", "maxProperties": 0,
                              "description": "not supported: only {} or null"}),
-    "best_of": _nullable({"type": "integer", "description": "only equal to n"}),
     "model": _nullable({"type": "string", "description": "the served model's id (else 404)"}),
 }
 
@@ -83,13 +105,45 @@ _TOOL = {"type": "object", "required": ["function"], "properties": {
         "name": {"type": "string", "minLength": 1}, "description": _STR,
         "parameters": {"type": "object"}}}}}
 
-_CHAT_REQUEST = {
-    "type": "object", "required": ["messages"],
-    "properties": {
+def _max_tokens(model: ModelFacts | None) -> dict:
+    bounds = {"minimum": 1}
+    if model is not None:
+        bounds["maximum"] = model.max_model_len - 1
+    return _nullable({"type": "integer", **bounds, "description": "at most the context left "
+                      "after the prompt (else 400 context_length_exceeded)"})
+
+
+def _template_kwargs(model: ModelFacts | None) -> dict:
+    known = {"enable_thinking": {"type": "boolean"},
+             "reasoning_effort": {"enum": list(REASONING_EFFORTS)}}
+    if model is None or model.template_variables is None:
+        return _nullable({"type": "object", "properties": {"enable_thinking": known[
+            "enable_thinking"]}, "description": "variables of the model's chat template; a name "
+            "the template does not read is a 400"})
+    return _nullable({"type": "object", "additionalProperties": False,
+                      "properties": {v: known.get(v, {}) for v in sorted(
+                          model.template_variables)},
+                      "description": "variables of the model's chat template"})
+
+
+# Fields valid only beside another (JSON Schema if/then).
+_NEEDS = [("stream_options", {"type": "object"}, "stream"),
+          ("top_logprobs", {"type": "integer"}, "logprobs")]
+
+
+def _needs(pairs) -> list[dict]:
+    return [{"if": {"required": [field], "properties": {field: when}},
+             "then": {"required": [needed], "properties": {needed: {"const": True}}}}
+            for field, when, needed in pairs]
+
+
+def _chat_request(model: ModelFacts | None) -> dict:
+    props = {
         **_SAMPLING,
+        "max_tokens": _max_tokens(model),
         "messages": {"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES,
                      "items": _MESSAGE},
-        "max_completion_tokens": _SAMPLING["max_tokens"],
+        "max_completion_tokens": _max_tokens(model),
         "logprobs": _BOOL,
         "top_logprobs": _nullable({"type": "integer", "minimum": 0, "maximum": MAX_TOP_LOGPROBS,
                                    "description": "only with logprobs: true"}),
@@ -97,33 +151,39 @@ _CHAT_REQUEST = {
         "tool_choice": {"enum": ["auto", "none", None]},
         "response_format": _nullable({"type": "object",
                                       "properties": {"type": {"const": "text"}}}),
-        "chat_template_kwargs": _nullable({
-            "type": "object", "description": "variables of the model's chat template; a name "
-            "the template does not read is a 400",
-            "properties": {"enable_thinking": {"type": "boolean"}}}),
-        "reasoning_effort": _nullable({
-            "enum": ["none", "minimal", "low", "medium", "high"],
-            "description": "a 400 when the model's chat template has no reasoning_effort"}),
-    },
-}
-_TOKEN_IDS = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0,
-                                                        "description": "within the vocabulary"}}
-_COMPLETION_REQUEST = {
-    "type": "object", "required": ["prompt"],
-    "properties": {
-        **_SAMPLING,
-        "prompt": {"anyOf": [
-            {"type": "string", "minLength": 1},
-            {"type": "array", "minItems": 1, "maxItems": MAX_N,
-             "items": {"type": "string", "minLength": 1}},
-            _TOKEN_IDS,
-            {"type": "array", "minItems": 1, "maxItems": MAX_N, "items": _TOKEN_IDS}],
-            "description": "prompts x n may not exceed %d" % MAX_N},
-        "logprobs": _nullable({"type": "integer", "minimum": 0, "maximum": MAX_TOP_LOGPROBS}),
-        "echo": _nullable({"const": False}),
-        "suffix": _nullable({"const": ""}),
-    },
-}
+        "chat_template_kwargs": _template_kwargs(model),
+    }
+    if model is None or "reasoning_effort" in (model.template_variables or ()):
+        props["reasoning_effort"] = _nullable({
+            "enum": list(REASONING_EFFORTS),
+            "description": "a 400 when the model's chat template has no reasoning_effort"})
+    return {"type": "object", "required": ["messages"], "properties": props,
+            "allOf": _needs(_NEEDS)}
+
+
+def _completion_request(model: ModelFacts | None) -> dict:
+    token = {"type": "integer", "minimum": 0}
+    if model is not None:
+        token["maximum"] = model.vocab_size - 1
+    ids = {"type": "array", "minItems": 1, "items": token}
+    if model is not None:
+        ids["maxItems"] = model.max_model_len - 1
+    return {"type": "object", "required": ["prompt"], "allOf": _needs(_NEEDS[:1]),
+            "properties": {
+                **_SAMPLING,
+                "max_tokens": _max_tokens(model),
+                "prompt": {"anyOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "minItems": 1, "maxItems": MAX_N,
+                     "items": {"type": "string", "minLength": 1}},
+                    ids,
+                    {"type": "array", "minItems": 1, "maxItems": MAX_N, "items": ids}],
+                    "description": f"prompts x n may not exceed {MAX_N}"},
+                "logprobs": _nullable({"type": "integer", "minimum": 0,
+                                       "maximum": MAX_TOP_LOGPROBS}),
+                "echo": _nullable({"const": False}),
+                "suffix": _nullable({"const": ""})}}
+
 
 _USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
           "properties": {"prompt_tokens": _INT, "completion_tokens": _INT,
@@ -165,6 +225,9 @@ _MODEL = {"type": "object", "required": ["id", "object", "created", "owned_by", 
           "properties": {"id": _STR, "object": {"const": "model"}, "created": _INT,
                          "owned_by": _STR, "root": _STR, "max_model_len": _INT}}
 
+_SSE_EVENT = {"type": "object", "required": ["data"], "properties": {"data": {
+    "type": "string", "description": "a JSON chunk, an error object, or [DONE] (the last)"}}}
+
 _ERROR_TEXT = {
     400: "invalid request (the error's param names the field)",
     401: "missing or wrong API key",
@@ -195,7 +258,7 @@ def _generation(request: str, response: str, summary: str) -> dict:
                                    "ending in data: [DONE] (an error event first when a "
                                    "shutdown cuts the stream)",
                     "content": {"application/json": {"schema": _ref(response)},
-                                "text/event-stream": {"schema": _STR}}},
+                                "text/event-stream": {"schema": _SSE_EVENT}}},
             **_errors(400, 401, 404, 413, 503)}}}
 
 
@@ -206,8 +269,17 @@ def _get(summary: str, ok: dict, *errors: int, secured: bool = True) -> dict:
     return {"get": op}
 
 
-def openapi_spec() -> dict:
+def _path_parameter(name: str, example: str | None) -> dict:
+    param = {"name": name, "in": "path", "required": True, "schema": _STR}
+    if example:
+        param["example"] = example
+    return param
+
+
+def openapi_spec(model: ModelFacts | None = None) -> dict:
+    """The spec; with the served model's facts once it is loaded."""
     obj = {"type": "object"}
+    model_name = model.name if model is not None else None
     return {
         "openapi": "3.1.0",
         "info": {"title": "pyengine", "version": "0.1.0",
@@ -224,8 +296,7 @@ def openapi_spec() -> dict:
                                "data": {"type": "array", "items": _ref("Model")}}}),
                 401, 503),
             "/v1/models/{model_id}": {**_get("One model", _json(_ref("Model")), 401, 404, 503),
-                                      "parameters": [{"name": "model_id", "in": "path",
-                                                      "required": True, "schema": _STR}]},
+                                      "parameters": [_path_parameter("model_id", model_name)]},
             "/v1/capacity": _get("Memory plan and pools", _json({
                 "type": "object", "required": ["model", "max_model_len", "plan", "pools"],
                 "properties": {"model": _STR, "max_model_len": _INT, "plan": obj,
@@ -247,15 +318,14 @@ def openapi_spec() -> dict:
             "/static/{name}": {**_get("The chat page's files", {
                 "description": "OK", "content": {t: {"schema": _STR} for t in (
                     "text/javascript", "text/css", "text/html")}}, 404, secured=False),
-                "parameters": [{"name": "name", "in": "path", "required": True,
-                                "schema": _STR}]},
+                "parameters": [_path_parameter("name", "chat.js")]},
         },
         "components": {
             "securitySchemes": {"bearer": {
                 "type": "http", "scheme": "bearer",
                 "description": "needed on /v1 when the server has --api_key"}},
-            "schemas": {"ChatCompletionRequest": _CHAT_REQUEST,
-                        "CompletionRequest": _COMPLETION_REQUEST,
+            "schemas": {"ChatCompletionRequest": _chat_request(model),
+                        "CompletionRequest": _completion_request(model),
                         "ChatCompletion": _CHAT_RESPONSE, "Completion": _COMPLETION_RESPONSE,
                         "Model": _MODEL, "Error": _ERROR},
         },
