@@ -139,7 +139,9 @@ class ChatTemplate:
         the tokenizer sets, one the template never reads, or a known one of the wrong type."""
         for name, value in template_kwargs.items():
             if name in _RENDER_VARIABLES or name in self.special_tokens:
-                raise ChatTemplateError(f"'{name}' is set by the server, not by chat_template_kwargs")
+                raise ChatTemplateError(
+                    f"'{name}' is set by the server, not by chat_template_kwargs"
+                )
             if name not in self.variables:
                 known = ", ".join(sorted(self.variables)) or "none"
                 raise ChatTemplateError(

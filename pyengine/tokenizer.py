@@ -191,7 +191,9 @@ class Tokenizer:
     def _encode_nogil(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
-    def encode_within(self, text: str, max_tokens: int, add_special_tokens: bool = False) -> list[int]:
+    def encode_within(
+        self, text: str, max_tokens: int, add_special_tokens: bool = False
+    ) -> list[int]:
         """encode(text), or PromptTooLongError when it has more than max_tokens tokens. A text
         far over the limit is refused after work bounded by max_tokens: by its character count
         when no max_tokens tokens can cover it, else by counting tokens of successive pieces

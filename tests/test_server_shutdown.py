@@ -60,7 +60,8 @@ def check_cut(out: dict) -> None:
     assert out["stream_status"] == 200 and events[-1] == "[DONE]", events[-3:]
     last = json.loads(events[-2])
     assert last["error"]["code"] == "server_shutting_down", last
-    finishes = [c.get("finish_reason") for e in events[:-1] for c in json.loads(e).get("choices", [])]
+    finishes = [c.get("finish_reason") for e in events[:-1]
+                for c in json.loads(e).get("choices", [])]
     assert "cancelled" not in finishes and len(events) > 5
 
 

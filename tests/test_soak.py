@@ -5,7 +5,7 @@ import sys
 from server_process import API_KEY, REPO, api_server
 
 sys.path.insert(0, str(REPO / "tools"))
-from soak import soak  # noqa: E402
+from soak import soak
 
 
 def test_short_soak():

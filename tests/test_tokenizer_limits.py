@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from server_process import REPO
 
@@ -74,6 +74,28 @@ def test_refused_exactly_when_over_the_limit(text, repeat):
     text = text * repeat
     n = len(tok.encode(text))
     for limit in (max(n, 1), n + 1, n - 1, n // 3):
+        if limit < 1:
+            continue
+        if n <= limit:
+            assert tok.encode_within(text, limit) == tok.encode(text)
+        else:
+            with pytest.raises(PromptTooLongError):
+                tok.encode_within(text, limit)
+
+
+UNIT = st.lists(st.sampled_from(["    ", "\n", "        ", "word", " ", "=" * 16, "中", "1", "ab"]),
+                min_size=1, max_size=12).map("".join)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(UNIT, st.integers(17_000, 40_000))
+def test_counting_in_pieces_never_refuses_a_text_that_fits(tok, unit, n_chars):
+    # Long texts of many characters a token: the piece count runs (more than 4 characters a
+    # token allowed) and must agree with the whole text's count at and around the limit.
+    text = (unit * (n_chars // len(unit) + 1))[:n_chars]
+    n = len(tok.encode(text))
+    event("pieces counted" if n_chars > 4 * n else "too few characters a token")
+    for limit in (n, n + 1, n - 1, n // 2):
         if limit < 1:
             continue
         if n <= limit:
