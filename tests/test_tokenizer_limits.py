@@ -15,7 +15,8 @@ from server_process import REPO
 from pyengine.errors import PromptTooLongError
 from pyengine.tokenizer import LONG_TEXT_CHARS, Tokenizer, check_text
 
-MODEL_DIRS = [REPO / "pyengine" / "default_model", *sorted((REPO / "tests" / "data").glob("ckpt_*"))]
+MODEL_DIRS = [REPO / "pyengine" / "default_model",
+              *sorted((REPO / "tests" / "data").glob("ckpt_*"))]
 
 
 @pytest.fixture(scope="module")

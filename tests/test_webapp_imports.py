@@ -23,7 +23,8 @@ def test_no_import_cycle_in_webapp():
 
     def visit(module):
         if module in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(module):] + [module]))
+            cycle = path[path.index(module):] + [module]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
         if module in done:
             return
         path.append(module)

@@ -38,6 +38,7 @@ from webapp.state import state
 log = logging.getLogger("webapp")
 api = Blueprint("openai", __name__)
 
+
 def _sampling_params_cls():
     from pyengine import SamplingParams
     return SamplingParams

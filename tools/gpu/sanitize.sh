@@ -26,7 +26,6 @@ echo "== built in $((SECONDS - t0)) s" >> "$S"
 for tool in "${tools[@]}"; do
   extra=""
   [ "$tool" = memcheck ] && extra="--leak-check full"
-  [ "$tool" = racecheck ] && extra="--racecheck-report hazard"
   for b in "${bins[@]}"; do
     n=$(basename "$b"); log="$OUT/sanitize_${tool}_${n}.log"
     left=$((LIMIT - (SECONDS - t0)))
