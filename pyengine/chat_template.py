@@ -16,12 +16,23 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .tokenizer import TOKENIZER_CONFIG_FILE_NAME, read_tokenizer_config, special_token_text
 
 CHAT_TEMPLATE_FILE_NAME = "chat_template.jinja"
+
+# Variables render() sets itself; a caller's template_kwargs may not override them.
+_RENDER_VARIABLES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+# Types of the template variables clients commonly set (other variables take any JSON value).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+_KWARG_CHECKS = {
+    "enable_thinking": (lambda v: isinstance(v, bool), "true or false"),
+    "reasoning_effort": (lambda v: v in REASONING_EFFORTS,
+                         "one of " + ", ".join(f"'{e}'" for e in REASONING_EFFORTS)),
+}
 
 
 class ChatTemplateError(ValueError):
@@ -110,12 +121,35 @@ class ChatTemplate:
         """special_tokens: bos_token, eos_token ... as the template sees them."""
         self.source = source
         self.special_tokens = dict(special_tokens or {})
+        env = _make_environment()
         try:
-            self._template = _make_environment().from_string(source)
+            self._template = env.from_string(source)
+            read = jinja2.meta.find_undeclared_variables(env.parse(source))
         except jinja2.exceptions.TemplateSyntaxError as e:
             raise ChatTemplateError(
                 f"chat template does not compile: {e.message} (line {e.lineno})"
             ) from None
+        # The variables a caller may set: those the template reads (a superset: jinja counts
+        # some variables set in inner scopes too), less what render() and the tokenizer set.
+        self.variables = frozenset(read - set(env.globals) - _RENDER_VARIABLES
+                                   - set(self.special_tokens))
+
+    def check_kwargs(self, template_kwargs: dict) -> None:
+        """ChatTemplateError naming the first kwarg this template cannot take: one render() or
+        the tokenizer sets, one the template never reads, or a known one of the wrong type."""
+        for name, value in template_kwargs.items():
+            if name in _RENDER_VARIABLES or name in self.special_tokens:
+                raise ChatTemplateError(
+                    f"'{name}' is set by the server, not by chat_template_kwargs"
+                )
+            if name not in self.variables:
+                known = ", ".join(sorted(self.variables)) or "none"
+                raise ChatTemplateError(
+                    f"this model's chat template has no variable '{name}' (it reads: {known})"
+                )
+            check = _KWARG_CHECKS.get(name)
+            if check is not None and not check[0](value):
+                raise ChatTemplateError(f"'{name}' must be {check[1]}, got {value!r}")
 
     @classmethod
     def from_dir(cls, model_dir: str | os.PathLike) -> ChatTemplate:
@@ -136,7 +170,8 @@ class ChatTemplate:
         **template_kwargs: Any,
     ) -> str:
         """The prompt text. template_kwargs (enable_thinking, reasoning_effort ...) reach the
-        template as variables and override the special tokens of the same name."""
+        template as variables and override the special tokens of the same name; servers check
+        them with check_kwargs() first."""
         variables = {**self.special_tokens, **template_kwargs}
         try:
             return self._template.render(

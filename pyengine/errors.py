@@ -19,3 +19,13 @@ class EngineError(RuntimeError):
 
 class CapacityError(MemoryError):
     """The memory plan cannot fit the asked configuration; the message gives the numbers."""
+
+
+class PromptTooLongError(ValueError):
+    """A prompt has more tokens than `limit` (found by counting characters or tokens, before the
+    whole text was tokenized when it is far over). n_tokens is None when characters decided."""
+
+    def __init__(self, message: str, limit: int, n_tokens: int | None = None):
+        super().__init__(message)
+        self.limit = limit
+        self.n_tokens = n_tokens

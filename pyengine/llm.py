@@ -9,6 +9,7 @@ from .chat_template import ChatTemplate, ChatTemplateError
 from .config import ModelConfig
 from ._native import cuda_available
 from .engine import EngineArgs, NativeEngine, default_seed, kv_dtype_code
+from .errors import PromptTooLongError
 from .model_loader import NativeModel
 from .sampling_params import SamplingParams
 from .stream import RequestOutput, RequestStream
@@ -81,13 +82,24 @@ class LLM:
         return self._template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools,
                                      **template_kwargs)  # fmt: skip
 
+    @property
+    def chat_template_variables(self) -> frozenset[str] | None:
+        """The variables chat_template_kwargs may set (None: the model has no chat template)."""
+        return None if self._template is None else self._template.variables
+
+    def check_chat_template_kwargs(self, template_kwargs: dict) -> None:
+        """ChatTemplateError (a ValueError) when this model's template cannot take these kwargs."""
+        if self._template is None:
+            raise ChatTemplateError(f"{self.model_path} has no chat template")
+        self._template.check_kwargs(template_kwargs)
+
     def _prompt_ids(self, prompt: str | None, prompt_token_ids: Sequence[int] | None) -> list[int]:
         if (prompt is None) == (prompt_token_ids is None):
             raise ValueError("give exactly one of prompt and prompt_token_ids")
         if prompt is not None:
             if not isinstance(prompt, str):
                 raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
-            return self.tokenizer.encode(prompt)
+            return self.tokenizer.encode_within(prompt, self.max_model_len - 1)
         ids = list(prompt_token_ids)
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise ValueError("prompt_token_ids must be a list of ints")
@@ -99,9 +111,9 @@ class LLM:
         if not ids:
             raise ValueError("the prompt is empty")
         if len(ids) >= self.max_model_len:
-            raise ValueError(
+            raise PromptTooLongError(
                 f"the prompt has {len(ids)} tokens; max_model_len {self.max_model_len} leaves room "
-                f"for at most {self.max_model_len - 1}"
+                f"for at most {self.max_model_len - 1}", self.max_model_len - 1, len(ids)
             )
         vocab = self.config.vocab_size
         bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab), None)

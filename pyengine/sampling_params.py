@@ -7,10 +7,13 @@ gives HTTP clients a 400 that says what to fix instead of an engine error code.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 MAX_LOGPROBS = 20  # PE_MAX_TOP_LOGPROBS
 _INT32_MAX = 2**31 - 1
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.401298464324817e-45  # the smallest positive float32 (a subnormal)
 _UINT64_LIMIT = 2**64
 
 
@@ -85,14 +88,22 @@ def _int_in(name: str, value: object, low: int, high: int, hint: str = "") -> in
 
 
 def _float_in(name: str, value: object, low: float, high: float, low_open: bool = False) -> float:
+    """value as a float, checked as the engine will see it, a float32: beyond 3.4e38 is infinite
+    there, and a positive value below 1.4e-45 is 0 (so `> 0` means at least that)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
-    if value < low or (low_open and value == low):
+    if abs(value) > FLOAT32_MAX:
+        raise ValueError(f"{name} must be within the float32 range (3.4e38), got {value:g}")
+    seen = struct.unpack("f", struct.pack("f", value))[0]
+    if low_open and low == 0.0 and 0.0 < value < FLOAT32_TINY:
+        raise ValueError(f"{name} must be > 0 (at least {FLOAT32_TINY:.3g}, the smallest "
+                         f"float32), got {value:g}")
+    if seen < low or (low_open and seen == low):
         raise ValueError(f"{name} must be {'>' if low_open else '>='} {low:g}, got {value:g}")
-    if value > high:
+    if seen > high:
         raise ValueError(f"{name} must be <= {high:g}, got {value:g}")
     return value
 

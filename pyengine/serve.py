@@ -3,8 +3,9 @@
 gunicorn runs in-process through its Python API (a BaseApplication subclass, no shell-out).
 Design decision: the app is loaded in each worker after the fork (no preload), so every worker
 process owns one engine and no CUDA context or engine thread crosses a fork. The default is one
-worker (`gthread` class) with enough threads for `max_batch` concurrent streams plus service
-requests; more workers mean more engines, each with its own memory.
+worker (webapp/worker.py: gthread with OpenAI-format errors for gunicorn's own refusals and the
+shutdown semantics of SIGTERM / SIGINT) with enough threads for `max_batch` concurrent streams
+plus service requests; more workers mean more engines, each with its own memory.
 
 The CLI (pyengine/cli.py) calls `main(argv)`; tests build a parser with `add_serve_arguments`.
 Flag errors, a bad model directory, a missing GPU and a port that cannot be bound are each
@@ -51,6 +52,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "--threads is the engine's CPU threads")
     g.add_argument("--timeout", type=positive_int, default=120,
                    help="seconds a silent worker may take before gunicorn restarts it")
+    g.add_argument("--graceful_timeout", type=positive_int, default=10,
+                   help="on SIGTERM, seconds until the worker is stopped; requests still in "
+                        "flight 2 s before are cut with a 503 / an error event (default: 10)")
     g.add_argument("--log_level", default="info", choices=("debug", "info", "warning", "error"),
                    help="server log detail (default: info)")
     g.add_argument("--access_log", choices=_ON_OFF, default="on",
@@ -99,13 +103,16 @@ def gunicorn_options(args: argparse.Namespace) -> dict:
     threads = args.http_threads or 2 * args.max_batch + 4
     return {
         "bind": f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}",
-        "workers": args.workers, "worker_class": "gthread", "threads": threads,
-        "timeout": args.timeout, "graceful_timeout": 10, "keepalive": 5,
+        "workers": args.workers, "worker_class": "webapp.worker.ServeWorker",
+        "threads": threads, "timeout": args.timeout,
+        "graceful_timeout": args.graceful_timeout, "keepalive": 5,
         "loglevel": args.log_level, "errorlog": "-",
         "accesslog": "-" if args.access_log == "on" else None,
         "preload_app": False, "worker_exit": _worker_exit,
-        # The body limit is enforced by the app (413 in OpenAI format); lift gunicorn's own
-        # header limits a little so long Authorization headers are fine.
+        # The body limit is enforced by the app (413 in OpenAI format); gunicorn refuses longer
+        # request lines (414), more or longer headers (431), answered as OpenAI errors by the
+        # worker class. The header limit is lifted a little so long Authorization headers pass.
+        "limit_request_line": 8190, "limit_request_fields": 100,
         "limit_request_field_size": 16384,
         # gunicorn >= 24 opens a control socket at a fixed per-user path; several servers
         # (tests, one per model) would fight over it, and nothing here uses it.

@@ -2,17 +2,23 @@
 
 The checkpoint's tokenizer.json does the work; tokenizer_config.json only adds which tokens
 are special (eos, bos, pad, added_tokens_decoder) and the chat template (chat_template.py).
+
+Long texts are a server's risk: `encode_within` refuses a text over a token limit after work
+bounded by the limit, not by the text (a character bound first, then a count on pieces), and
+long texts are tokenized with the GIL released, one at a time, so other requests keep streaming.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import threading
 from collections.abc import Iterable, Sequence
 
 import tokenizers
 
-from .errors import CheckpointError
+from .errors import CheckpointError, PromptTooLongError
 
 TOKENIZER_FILE_NAME = "tokenizer.json"
 TOKENIZER_CONFIG_FILE_NAME = "tokenizer_config.json"
@@ -38,6 +44,58 @@ def special_token_text(value: object) -> str | None:
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None
+
+
+# Texts up to this many characters are tokenized in one call that holds the GIL (a few ms).
+LONG_TEXT_CHARS = 16384
+# Longer ones go through encode_batch, which releases the GIL, one at a time: on a small machine
+# concurrent tokenizations would take the cores from the engine thread.
+_long_encodes = threading.BoundedSemaphore(1)
+# A text with more characters per allowed token than this is counted in pieces before it is
+# tokenized whole (prose has ~4 characters per token; CJK ~1).
+_PROBE_CHARS_PER_TOKEN = 4
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+# How far a normalizer can shrink a text (canonical composition merges up to 4 code points into
+# one); normalizers not listed can delete characters, which voids the character bound.
+_NORMALIZER_SHRINK = {"NFC": 4, "NFKC": 4, "NFD": 1, "NFKD": 1, "Lowercase": 1, "Prepend": 1}
+# Pre-tokenizers that keep every character (Split and Punctuation unless their behavior removes).
+_KEEPING_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Digits", "Split", "Punctuation",
+                           "UnicodeScripts"}
+
+
+def check_text(text: object) -> str:
+    """The text itself, or ValueError for a non-string or one with a lone UTF-16 surrogate
+    (JSON can carry "\\ud800"; it is no Unicode character and no tokenizer takes it)."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {type(text).__name__}")
+    if not text.isascii():
+        bad = _SURROGATE.search(text)
+        if bad is not None:
+            raise ValueError(f"the text has a lone surrogate U+{ord(bad.group()):04X} at "
+                             f"character {bad.start()}, which is not valid Unicode")
+    return text
+
+
+def _shrink_factor(node: dict | None, kind: str) -> int | None:
+    """For tokenizer.json's normalizer / pre_tokenizer tree: how many characters may become
+    one (1: none merge), or None when characters may be dropped."""
+    if node is None:
+        return 1
+    name = node.get("type")
+    if name == "Sequence":
+        factor = 1
+        for child in node.get("normalizers" if kind == "normalizer" else "pretokenizers", []):
+            f = _shrink_factor(child, kind)
+            if f is None:
+                return None
+            factor *= f
+        return factor
+    if kind == "normalizer":
+        return _NORMALIZER_SHRINK.get(name)
+    if name in _KEEPING_PRE_TOKENIZERS and node.get("behavior") != "Removed":
+        return 1
+    return None
 
 
 class Tokenizer:
@@ -66,6 +124,7 @@ class Tokenizer:
         self.bos_token_id = (
             None if self.bos_token is None else self._required_id(self.bos_token, "bos_token")
         )
+        self.max_token_chars = self._max_token_chars()
         self.pad_token_id = (
             None if self.pad_token is None else self._required_id(self.pad_token, "pad_token")
         )
@@ -93,6 +152,21 @@ class Tokenizer:
                     ) from None
         return special
 
+    def _max_token_chars(self) -> int | None:
+        """An upper bound on the characters of text one token stands for, or None when the
+        tokenizer can drop characters. A vocabulary entry's length bounds what its token
+        covers: byte-level entries have one character per byte, Metaspace ones one per
+        character, byte-fallback ones (<0x41>) more than their byte."""
+        spec = json.loads(self._tokenizer.to_str())
+        factor = 1
+        for kind in ("normalizer", "pre_tokenizer"):
+            f = _shrink_factor(spec.get(kind), kind)
+            if f is None:
+                return None
+            factor *= f
+        longest = max(map(len, self._tokenizer.get_vocab(with_added_tokens=True)), default=1)
+        return max(longest, 1) * factor
+
     def _required_id(self, token: str, field: str) -> int:
         token_id = self._tokenizer.token_to_id(token)
         if token_id is None:
@@ -108,7 +182,51 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         # Chat templates already contain their special tokens, hence the default False.
-        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        check_text(text)
+        if len(text) <= LONG_TEXT_CHARS:
+            return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        with _long_encodes:
+            return self._encode_nogil(text, add_special_tokens)
+
+    def _encode_nogil(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    def encode_within(
+        self, text: str, max_tokens: int, add_special_tokens: bool = False
+    ) -> list[int]:
+        """encode(text), or PromptTooLongError when it has more than max_tokens tokens. A text
+        far over the limit is refused after work bounded by max_tokens: by its character count
+        when no max_tokens tokens can cover it, else by counting tokens of successive pieces
+        until the count passes max_tokens with a margin (a piece boundary moves the count by a
+        few tokens; the margin is 50 % + 1024). Below the margin the whole text is tokenized."""
+        check_text(text)
+        n_chars = len(text)
+        bound = self.max_token_chars
+        if bound is not None and n_chars > max_tokens * bound:
+            raise PromptTooLongError(
+                f"the text has {n_chars} characters, more than the limit of {max_tokens} tokens "
+                f"can cover (a token of this tokenizer covers at most {bound} characters)",
+                max_tokens)
+        if n_chars > LONG_TEXT_CHARS and n_chars > _PROBE_CHARS_PER_TOKEN * max_tokens:
+            self._refuse_if_far_over(text, max_tokens)
+        ids = self.encode(text, add_special_tokens)
+        if len(ids) > max_tokens:
+            raise PromptTooLongError(f"the text has {len(ids)} tokens, more than the limit of "
+                                     f"{max_tokens}", max_tokens, len(ids))
+        return ids
+
+    def _refuse_if_far_over(self, text: str, max_tokens: int) -> None:
+        margin = max_tokens // 2 + 1024
+        piece = max(LONG_TEXT_CHARS, 2 * max_tokens)
+        counted = 0
+        with _long_encodes:
+            for start in range(0, len(text), piece):
+                counted += len(self._encode_nogil(text[start:start + piece]))
+                if counted > max_tokens + margin:
+                    raise PromptTooLongError(
+                        f"the text has about {counted} tokens or more (counted in its first "
+                        f"{min(start + piece, len(text))} of {len(text)} characters), more than "
+                        f"the limit of {max_tokens}", max_tokens)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -19,10 +19,10 @@ def test_defaults_give_one_gthread_worker_on_loopback():
     args = parse("/models/m")
     opts = serve.gunicorn_options(args)
     assert opts["bind"] == "127.0.0.1:8000"
-    assert opts["workers"] == 1 and opts["worker_class"] == "gthread"
+    assert opts["workers"] == 1 and opts["worker_class"] == "webapp.worker.ServeWorker"
     assert opts["threads"] == 2 * 8 + 4
     assert opts["preload_app"] is False  # one engine per worker, built after the fork
-    assert (args.api_key, args.served_model_name, args.max_body_bytes) == (None, None, 16 << 20)
+    assert (args.api_key, args.served_model_name, args.max_body_bytes) == (None, None, 4 << 20)
     kwargs = serve.llm_kwargs(args)
     assert (kwargs["device"], kwargs["max_batch"], kwargs["cooperative_prefill"],
             kwargs["prefix_cache"]) == ("cpu", 8, True, True)

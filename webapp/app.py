@@ -2,94 +2,28 @@
 
 `create_app(llm)` serves an engine built by the caller (in-process use, tests, notebooks);
 `create_app(llm_factory=...)` returns at once and builds the engine in a background thread, so
-/health can answer 503 while the model loads. The OpenAI routes live in webapp/routes.py; this
-file has the service endpoints (health, models, capacity, stats, metrics, the chat page) and the
-request guards (API key, body size).
+/health can answer 503 while the model loads. The OpenAI routes live in webapp/routes.py, the
+engine holder and per-app state in webapp/state.py; this file has the service endpoints
+(health, models, capacity, stats, metrics, the OpenAPI spec, the chat page) and the request
+guards (API key, body size).
 """
 import hmac
-import logging
 import os
-import threading
-import time
 from collections.abc import Callable
 
 from flask import Flask, Response, current_app, jsonify, request, send_from_directory
 
-from webapp.disconnect import DisconnectWatcher
 from webapp.errors import APIError, register_error_handlers
-from webapp.metrics import CONTENT_TYPE, ServerMetrics
+from webapp.metrics import CONTENT_TYPE
+from webapp.openapi import ModelFacts, openapi_spec
+from webapp.routes import api
+from webapp.state import EngineHolder, ServerState, state
 
-log = logging.getLogger("webapp")
-
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+# A request body is refused by its Content-Length before it is read. 4 MiB holds a full 262K-token
+# context of prose or code (~1 MB) or of CJK text with every character JSON-escaped (~2.3 MB);
+# reading and parsing a body costs ~15 ms per MB under the GIL, which is what the limit bounds.
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
-
-
-class EngineHolder:
-    """The app's engine, or why there is none yet (loading) or at all (load failed)."""
-
-    def __init__(self, llm=None, llm_factory: Callable | None = None,
-                 on_load_error: Callable[[BaseException], None] | None = None):
-        self._llm = llm
-        self.error: str | None = None
-        self.loaded_at = time.time() if llm is not None else None
-        if llm is None:
-            if llm_factory is None:
-                raise ValueError("create_app needs an LLM or an llm_factory")
-            threading.Thread(target=self._load, args=(llm_factory, on_load_error),
-                             name="engine-loader", daemon=True).start()
-
-    def _load(self, factory, on_load_error) -> None:
-        t0 = time.time()
-        try:
-            self._llm = factory()
-        except BaseException as exc:  # noqa: BLE001 (any failure: reported, never raised)
-            self.error = f"{type(exc).__name__}: {exc}"
-            log.error("loading the model failed: %s", self.error)
-            if on_load_error is not None:
-                on_load_error(exc)
-            return
-        self.loaded_at = time.time()
-        log.info("model loaded in %.1f s", self.loaded_at - t0)
-
-    @property
-    def ready(self) -> bool:
-        return self._llm is not None
-
-    def get(self):
-        if self._llm is None:
-            if self.error:
-                raise APIError(503, f"The model failed to load: {self.error}")
-            raise APIError(503, "The model is still loading; retry shortly", code="model_loading")
-        return self._llm
-
-    def stats(self) -> dict | None:
-        return self._llm.stats() if self._llm is not None else None
-
-    def close(self) -> None:
-        llm, self._llm = self._llm, None
-        if llm is not None:
-            llm.close()
-
-
-class ServerState:
-    def __init__(self, engine: EngineHolder, served_model_name: str | None, api_key: str | None):
-        self.engine = engine
-        self._served_model_name = served_model_name
-        self.api_key = api_key
-        self.metrics = ServerMetrics(engine.stats)
-        self.watcher = DisconnectWatcher()
-        self.started_at = int(time.time())
-
-    @property
-    def model_name(self) -> str:
-        if self._served_model_name:
-            return self._served_model_name
-        return self.engine.get().model_name
-
-
-def state() -> ServerState:
-    return current_app.extensions["pyengine"]
 
 
 def create_app(llm=None, *, llm_factory: Callable | None = None,
@@ -105,8 +39,6 @@ def create_app(llm=None, *, llm_factory: Callable | None = None,
     register_error_handlers(app)
     app.before_request(_guard)
     app.after_request(_count)
-
-    from webapp.routes import api
     app.register_blueprint(api)
     _add_service_routes(app)
     return app
@@ -138,11 +70,19 @@ def _add_service_routes(app: Flask) -> None:
     @app.get("/health")
     def health():
         engine = state().engine
+        if state().draining:
+            return jsonify(status="stopping"), 503
         if engine.ready:
             return jsonify(status="ok")
         if engine.error:
             return jsonify(status="error", error=engine.error), 503
         return jsonify(status="loading"), 503
+
+    @app.get("/openapi.json")
+    def openapi():
+        st = state()
+        facts = ModelFacts.of(st.model_name, st.engine.get()) if st.engine.ready else None
+        return jsonify(openapi_spec(facts))
 
     @app.get("/metrics")
     def metrics():

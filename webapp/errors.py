@@ -34,8 +34,15 @@ class APIError(Exception):
         self.type = type_ or _TYPES.get(status, "invalid_request_error")
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type,
-                          "param": self.param, "code": self.code}}
+        return {"error": {"message": _writable(self.message), "type": self.type,
+                          "param": _writable(self.param), "code": self.code}}
+
+
+def _writable(text: str | None) -> str | None:
+    """Client text echoed in an error may hold lone surrogates, which UTF-8 cannot write."""
+    if text is None or text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -61,7 +68,9 @@ def register_error_handlers(app: Flask) -> None:
             limit = app.config.get("MAX_CONTENT_LENGTH")
             message = f"Request body too large: the limit is {limit} bytes (--max_body_bytes)"
         code = "request_too_large" if status == 413 else None
-        return error_response(APIError(status, message, code=code))
+        body, status = error_response(APIError(status, message, code=code))
+        allow = getattr(exc, "valid_methods", None)  # a 405 names the methods it allows
+        return body, status, {"Allow": ", ".join(sorted(allow))} if allow else {}
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

@@ -4,26 +4,28 @@ A request with n choices (or several completion prompts) owns several engine str
 class submits them, yields their events merged in arrival order, feeds the metrics, and
 guarantees that every stream it submitted is finished or cancelled when the request ends for
 any reason: normal end, an exception, a closed generator (client gone mid-stream), or the
-disconnect watcher noticing a hung-up client before the next write.
+disconnect watcher noticing a hung-up client before the next write. While it runs it is listed
+in the server state, so a shutdown can cut it (`cancel(by_server=True)`); `cut_by_server` then
+tells the routes to answer 503 / an error event instead of a "cancelled" finish.
 """
 import logging
 import queue
 import threading
 import time
 
-from webapp.disconnect import DisconnectWatcher
 from webapp.errors import bad_request
-from webapp.metrics import ServerMetrics
 
 log = logging.getLogger("webapp")
 
 
 class Generation:
-    def __init__(self, llm, metrics: ServerMetrics, watcher: DisconnectWatcher, sock=None):
+    def __init__(self, llm, server_state, sock=None):
         self.llm = llm
-        self.metrics = metrics
-        self.watcher = watcher
+        self.server = server_state
+        self.metrics = server_state.metrics
+        self.watcher = server_state.watcher
         self.sock = sock
+        self.cut_by_server = False
         self.t_start = time.monotonic()
         self.streams = []
         self._finished: set[int] = set()
@@ -31,27 +33,39 @@ class Generation:
         self._lock = threading.Lock()
 
     def submit(self, prompt_ids: list[int], params) -> None:
+        if not self.streams:
+            self.server.add_live(self)
         try:
             stream = self.llm.submit(prompt_token_ids=prompt_ids, sampling_params=params)
         except ValueError as exc:
-            self.cancel()
+            self.close()
             raise bad_request(str(exc))
         except BaseException:
-            self.cancel()
+            self.close()
             raise
         with self._lock:
             self.streams.append(stream)
+            cut = self.cut_by_server
+        if cut:  # a shutdown cut this request while it was being submitted
+            stream.cancel()
         self.metrics.prompt_tokens.inc(len(prompt_ids))
 
-    def cancel(self) -> None:
+    def cancel(self, by_server: bool = False) -> None:
         """Cancel every stream that has not finished; safe from any thread, idempotent."""
         with self._lock:
+            if by_server:
+                self.cut_by_server = True
             pending = [s for i, s in enumerate(self.streams) if i not in self._finished]
         for stream in pending:
             try:
                 stream.cancel()
             except Exception:
                 log.exception("stream.cancel() failed")
+
+    def close(self) -> None:
+        """The response is done with (sent, failed or never started): cancel and unlist."""
+        self.cancel()
+        self.server.remove_live(self)
 
     def events(self):
         """Yield (choice_index, event) until every stream has finished."""
@@ -64,6 +78,7 @@ class Generation:
             self.watcher.unwatch(handle)
             self.cancel()
             self._count_abandoned()
+            self.server.remove_live(self)  # after the count: a shutdown waits for this
 
     def _count_abandoned(self) -> None:
         """Streams whose final event nobody read (client gone) count as cancelled."""

@@ -3,7 +3,8 @@
 Request-side numbers (tokens, time to first token, inter-token latency, finish reasons) are
 observed by the serving code as events arrive, i.e. as a client sees them. Engine-side numbers
 (running/waiting requests, KV page and GDN slot pools, prefix-cache hits, the memory plan) are
-read from `llm.stats()` at scrape time by a custom collector, so they are never stale.
+read from `llm.stats()` at scrape time by a custom collector, so they are never stale. The
+process collector adds the worker's memory and CPU (process_resident_memory_bytes ...).
 """
 from collections.abc import Callable
 
@@ -11,6 +12,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
@@ -69,6 +71,8 @@ class ServerMetrics:
         self.e2e = Histogram("pyengine_e2e_request_latency_seconds",
                              "Request arrival to last token", buckets=_E2E_BUCKETS, registry=r)
         r.register(_EngineCollector(stats_fn))
+        # process_resident_memory_bytes and friends of this worker (tools/soak.py reads them).
+        ProcessCollector(registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

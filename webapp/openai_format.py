@@ -63,8 +63,8 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
             "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def error_chunk(message: str) -> dict:
-    return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+def error_chunk(message: str, type_: str = "server_error", code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
 
 
 class ChoiceState:

@@ -6,6 +6,7 @@ engine knows best are left to SamplingParams, whose ValueError becomes a 400 as 
 """
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 from flask import current_app, request
@@ -17,9 +18,23 @@ MAX_TOP_LOGPROBS = 20
 MAX_STOP_STRINGS = 16
 
 _ABSENT = object()
+# A JSON escape of a UTF-16 surrogate: pairs decode to one character, a lone one stays a
+# surrogate, which is no Unicode character (no tokenizer or UTF-8 writer takes it).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _read_body() -> bytes:
+    try:
+        return _read_limited_body()
+    except APIError:
+        raise
+    except Exception as exc:  # the server's parser of a bad chunked body, a client gone
+        raise bad_request(f"The request body could not be read: {type(exc).__name__}: {exc}",
+                          code="invalid_body")
+
+
+def _read_limited_body() -> bytes:
     limit = current_app.config["MAX_CONTENT_LENGTH"]
     if request.content_length is not None:  # the guard already refused one above the limit
         return request.get_data(cache=True)
@@ -36,16 +51,46 @@ def _read_body() -> bytes:
                            "(--max_body_bytes)", code="request_too_large")
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _lone_surrogate(value, path: str) -> str | None:
+    """The path of the first string (or key) holding a lone surrogate, else None."""
+    if isinstance(value, str):
+        return path if not value.isascii() and _SURROGATE.search(value) else None
+    items = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        where = f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]"
+        found = _lone_surrogate(key, where) if isinstance(key, str) else None
+        found = found or _lone_surrogate(item, where)
+        if found:
+            return found
+    return None
+
+
 def json_body() -> dict:
     raw = _read_body()
     if not raw:
         raise bad_request("The request body is empty; expected a JSON object")
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        raise bad_request("The request body is not valid JSON", code="invalid_json")
+        body = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        why = "it is not UTF-8" if isinstance(exc, UnicodeDecodeError) else \
+            "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise bad_request(f"The request body is not valid JSON: {why}", code="invalid_json")
     if not isinstance(body, dict):
         raise bad_request("The request body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            where = _lone_surrogate(body, "")
+        except RecursionError:
+            where = ".(deeply nested)"
+        if where:
+            raise bad_request(f"'{where[1:]}' holds a lone UTF-16 surrogate (\\ud800-\\udfff "
+                              "without its pair), which is not a Unicode character",
+                              param=where[1:].split(".")[0].split("[")[0], code="invalid_unicode")
     return body
 
 
@@ -129,9 +174,8 @@ class SamplingRequest:
 
 
 def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
-    for name in ("logit_bias",):
-        if body.get(name):
-            raise bad_request(f"'{name}' is not supported", param=name)
+    if get_dict(body, "logit_bias"):
+        raise bad_request("'logit_bias' is not supported", param="logit_bias")
     n = get_int(body, "n", 1, lo=1, hi=MAX_N)
     best_of = get_int(body, "best_of", None)
     if best_of is not None and best_of != n:

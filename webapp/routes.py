@@ -10,8 +10,9 @@ from contextlib import closing
 
 from flask import Blueprint, Response, jsonify, request
 
+from pyengine.errors import PromptTooLongError
 from pyengine.reasoning import prompt_opens_reasoning
-from webapp.app import state
+from webapp.chat_input import check_length_bound, normalize_messages, template_inputs
 from webapp.disconnect import socket_from_environ
 from webapp.errors import APIError, bad_request
 from webapp.generation import Generation
@@ -25,19 +26,17 @@ from webapp.openai_format import (
 )
 from webapp.params import (
     MAX_N,
-    get_dict,
-    get_list,
+    get_bool,
     get_str,
     json_body,
     make_sampling_params,
     parse_sampling,
     resolve_max_tokens,
 )
+from webapp.state import state
 
 log = logging.getLogger("webapp")
 api = Blueprint("openai", __name__)
-
-_ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
 def _sampling_params_cls():
@@ -54,51 +53,19 @@ def _check_model(body: dict) -> str:
     return name
 
 
-def _normalize_messages(messages) -> list[dict]:
-    if not isinstance(messages, list) or not messages:
-        raise bad_request("'messages' must be a non-empty array", param="messages")
-    out = []
-    for k, msg in enumerate(messages):
-        where = f"messages[{k}]"
-        if not isinstance(msg, dict):
-            raise bad_request(f"{where} must be an object", param="messages")
-        role = msg.get("role")
-        if role not in _ROLES:
-            raise bad_request(f"{where}.role must be one of {sorted(_ROLES)}, got {role!r}",
-                              param="messages")
-        content = msg.get("content")
-        if isinstance(content, list):
-            parts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text" \
-                        or not isinstance(part.get("text"), str):
-                    raise bad_request(f"{where}.content: only text parts are supported",
-                                      param="messages")
-                parts.append(part["text"])
-            content = "".join(parts)
-        elif content is not None and not isinstance(content, str):
-            raise bad_request(f"{where}.content must be a string or an array of text parts",
-                              param="messages")
-        out.append({**msg, "role": "system" if role == "developer" else role,
-                    "content": content or ""})
-    return out
+def _too_long(llm, exc: PromptTooLongError, param: str) -> APIError:
+    return APIError(400, f"The prompt does not fit the model's context of {llm.max_model_len} "
+                    f"tokens: {exc}", param=param, code="context_length_exceeded")
 
 
-def _template_inputs(body: dict) -> tuple[list | None, dict]:
-    tools = get_list(body, "tools")
-    tool_choice = body.get("tool_choice")
-    if tool_choice not in (None, "auto", "none"):
-        raise bad_request("'tool_choice' supports only 'auto' and 'none'", param="tool_choice")
-    if tool_choice == "none":
-        tools = None
-    fmt = get_dict(body, "response_format")
-    if fmt is not None and fmt.get("type", "text") != "text":
-        raise bad_request("'response_format' supports only type 'text'", param="response_format")
-    kwargs = dict(get_dict(body, "chat_template_kwargs", {}))
-    effort = get_str(body, "reasoning_effort")
-    if effort is not None:
-        kwargs.setdefault("reasoning_effort", effort)
-    return tools, kwargs
+def _encode(llm, text: str, param: str) -> list[int]:
+    """The prompt's tokens, or a 400 without tokenizing all of a prompt far over the context."""
+    try:
+        return llm.tokenizer.encode_within(text, llm.max_model_len - 1)
+    except PromptTooLongError as exc:
+        raise _too_long(llm, exc, param)
+    except ValueError as exc:  # a lone surrogate or another text the tokenizer cannot take
+        raise bad_request(f"Invalid text in '{param}': {exc}", param=param)
 
 
 def _start(prompts: list[list[int]], sreq, prompt_param: str) -> Generation:
@@ -110,7 +77,7 @@ def _start(prompts: list[list[int]], sreq, prompt_param: str) -> Generation:
         max_tokens = resolve_max_tokens(sreq, len(ids), llm.max_model_len, prompt_param)
         params.append([make_sampling_params(sampling_cls, sreq, max_tokens, j)
                        for j in range(sreq.n)])
-    gen = Generation(llm, st.metrics, st.watcher, socket_from_environ(request.environ))
+    gen = Generation(llm, st, socket_from_environ(request.environ))
     for ids, per_prompt in zip(prompts, params):
         for p in per_prompt:
             gen.submit(ids, p)
@@ -132,7 +99,7 @@ def _sse(gen: Generation, chunks) -> Response:
             chunks.close()
     resp = Response(body(), mimetype="text/event-stream",
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    resp.call_on_close(gen.cancel)  # also covers a body that was never started
+    resp.call_on_close(gen.close)  # also covers a body that was never started
     return resp
 
 
@@ -140,16 +107,21 @@ def _sse(gen: Generation, chunks) -> Response:
 def chat_completions():
     body = json_body()
     model = _check_model(body)
-    messages = _normalize_messages(body.get("messages"))
-    tools, template_kwargs = _template_inputs(body)
-    sreq = parse_sampling(body, chat=True)
+    state().check_accepting()
+    messages = normalize_messages(body.get("messages"))
     llm = state().engine.get()
+    try:
+        check_length_bound(messages, llm)
+    except PromptTooLongError as exc:
+        raise _too_long(llm, exc, "messages")
+    tools, template_kwargs = template_inputs(body, llm)
+    sreq = parse_sampling(body, chat=True)
     try:
         prompt = llm.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
                                          **template_kwargs)
     except (ValueError, TypeError) as exc:
         raise bad_request(f"Could not apply the chat template: {exc}", param="messages")
-    ids = llm.tokenizer.encode(prompt)
+    ids = _encode(llm, prompt, "messages")
     gen = _start([ids], sreq, "messages")
     in_reasoning = prompt_opens_reasoning(prompt)
     choices = [ChoiceState(in_reasoning) for _ in range(sreq.n)]
@@ -182,16 +154,19 @@ def _chat_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_len: int, 
     for i in range(len(choices)):
         yield chunk(i, {"role": "assistant", "content": ""})
     with closing(gen.events()) as events:
-        yield from _chat_deltas(events, choices, chunk, sreq)
+        yield from _chat_deltas(gen, events, choices, chunk, sreq)
     if sreq.include_usage:
         yield {**head, "choices": [], "usage": _usage(choices, [prompt_len])}
 
 
-def _chat_deltas(events, choices, chunk, sreq):
+def _chat_deltas(gen, events, choices, chunk, sreq):
     for index, ev in events:
         reasoning, content = choices[index].add(ev)
         if ev.finish_reason == "error":
             yield error_chunk(ev.error or "the engine failed this request")
+            continue
+        if ev.finish_reason == "cancelled":
+            yield _cut_error(gen)
             continue
         delta = {}
         if reasoning:
@@ -208,14 +183,13 @@ def _chat_deltas(events, choices, chunk, sreq):
 def completions():
     body = json_body()
     model = _check_model(body)
-    for name in ("echo", "suffix"):
-        if body.get(name):
-            raise bad_request(f"'{name}' is not supported", param=name)
+    if get_bool(body, "echo", False):
+        raise bad_request("'echo' is not supported", param="echo")
+    if get_str(body, "suffix"):
+        raise bad_request("'suffix' is not supported", param="suffix")
+    state().check_accepting()
     sreq = parse_sampling(body, chat=False)
-    prompts = _tokenize_prompts(body.get("prompt"), state().engine.get().tokenizer)
-    if len(prompts) * sreq.n > MAX_N:
-        raise bad_request(f"{len(prompts)} prompts x n={sreq.n} is more than {MAX_N} "
-                          "completions in one request", param="prompt")
+    prompts = _tokenize_prompts(body.get("prompt"), state().engine.get(), sreq.n)
     gen = _start(prompts, sreq, "prompt")
     choices = [ChoiceState(split_reasoning=False) for _ in range(len(prompts) * sreq.n)]
     meta = ResponseMeta("cmpl", model)
@@ -237,17 +211,20 @@ def _completion_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_lens
     head = meta.head("text_completion")
     extra = {"usage": None} if sreq.include_usage else {}
     with closing(gen.events()) as events:
-        yield from _completion_deltas(events, choices, head, extra, sreq)
+        yield from _completion_deltas(gen, events, choices, head, extra, sreq)
     if sreq.include_usage:
         yield {**head, "choices": [], "usage": _usage(choices, prompt_lens)}
 
 
-def _completion_deltas(events, choices, head, extra, sreq):
+def _completion_deltas(gen, events, choices, head, extra, sreq):
     for index, ev in events:
         state_ = choices[index]
         _, text = state_.add(ev)
         if ev.finish_reason == "error":
             yield error_chunk(ev.error or "the engine failed this request")
+            continue
+        if ev.finish_reason == "cancelled":
+            yield _cut_error(gen)
             continue
         lp = None
         if ev.logprobs and sreq.logprobs is not None:
@@ -259,25 +236,35 @@ def _completion_deltas(events, choices, head, extra, sreq):
                                         else None}], **extra}
 
 
-def _tokenize_prompts(prompt, tokenizer) -> list[list[int]]:
+def _tokenize_prompts(prompt, llm, n: int) -> list[list[int]]:
+    """The prompts' tokens; counts and lengths are checked before any prompt is tokenized."""
     def is_ids(x):
         return isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool)
                                                  and t >= 0 for t in x)
-    if isinstance(prompt, str):
+    if isinstance(prompt, str) or is_ids(prompt):
         prompts = [prompt]
-    elif is_ids(prompt):
-        return [prompt]
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+    elif isinstance(prompt, list) and prompt and (all(isinstance(p, str) for p in prompt)
+                                                  or all(is_ids(p) for p in prompt)):
         prompts = prompt
-    elif isinstance(prompt, list) and prompt and all(is_ids(p) for p in prompt):
-        return prompt
     else:
         raise bad_request("'prompt' must be a string, an array of strings, an array of token "
                           "ids or an array of such arrays (non-empty)", param="prompt")
-    ids = [tokenizer.encode(p) for p in prompts]
+    if len(prompts) * n > MAX_N:
+        raise bad_request(f"{len(prompts)} prompts x n={n} is more than {MAX_N} "
+                          "completions in one request", param="prompt")
+    ids = [p if isinstance(p, list) else _encode(llm, p, "prompt") for p in prompts]
     if any(not x for x in ids):
         raise bad_request("'prompt' must not be empty", param="prompt")
     return ids
+
+
+def _cut_error(gen: Generation) -> dict:
+    """The error a choice the server cancelled ends with ("cancelled" is no OpenAI reason)."""
+    if gen.cut_by_server:
+        return error_chunk("The server is shutting down; this request was cancelled before it "
+                           "finished", "service_unavailable", "server_shutting_down")
+    return error_chunk("The request was cancelled before it finished", "server_error",
+                       "request_cancelled")
 
 
 def _collect(gen: Generation, choices) -> None:
@@ -288,6 +275,9 @@ def _collect(gen: Generation, choices) -> None:
     for c in choices:
         if c.finish_reason == "error":
             raise APIError(500, f"The engine failed this request: {c.error}")
+        if c.finish_reason == "cancelled":
+            err = _cut_error(gen)["error"]
+            raise APIError(503, err["message"], code=err["code"], type_=err["type"])
 
 
 def _usage(choices, prompt_lens) -> dict:
