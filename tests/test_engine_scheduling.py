@@ -116,6 +116,26 @@ def test_max_batch_requests_run_in_the_same_steps():
         assert llm.stats()["plan"]["gdn_slots"] == 3
 
 
+def test_running_never_exceeds_max_batch():
+    """Every admitted short prompt gets a token in every step until it ends, so the requests with
+    a token in a step are the running ones: never more than max_batch, and max_batch reached."""
+    lengths = [7, 3, 12, 5, 9, 4, 6]
+    with LLM(CKPT, max_batch=2, max_model_len=256) as llm:
+        # One add for the batch (as generate() queues it), so all seven wait from the first step.
+        batch = [llm._engine_item(ids(5 + i, 40 + i), greedy(n)) for i, n in enumerate(lengths)]
+        streams = [llm._stream(None, item, a) for item, a in zip(batch, llm._engine.add_requests(batch))]
+        per_step = {}
+        for s in streams:
+            steps, tokens, last = collect(s)
+            assert len(tokens) == len(set(steps)) == s.sampling_params.max_tokens
+            for step in steps:
+                per_step[step] = per_step.get(step, 0) + 1
+        assert max(per_step.values()) == 2, per_step
+        assert sum(per_step.values()) == sum(lengths)
+        assert sorted(per_step) == list(range(len(per_step)))  # a freed slot is refilled at once
+        assert llm.stats()["plan"]["gdn_slots"] == 2
+
+
 def test_impossible_configuration_fails_with_numbers(capfd):
     with pytest.raises(CapacityError, match=r"max_batch 64 .*max_model_len 4096.*needs at least \d+ bytes"):
         LLM(CKPT, max_batch=64, max_model_len=4096, kv_cache_bytes=1_000_000)
