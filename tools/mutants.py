@@ -118,6 +118,8 @@ MUTANTS: list[Mutant] = [
     m("GDN step: beta scales v only", "native/src/kernels/cpu/gdn_step.h",
       "delta[j] = beta * (v[j] - kv_mem[j]);", "delta[j] = beta * v[j] - kv_mem[j];",
       ["ctest:test_ops_gdn:gdn_recurrent_vs_naive", "ctest:test_ops_gdn_decode:simple"]),
+    m("GDN decode: value head h reads key head h % Hk", "native/src/kernels/cpu/gdn_decode.cpp",
+      "h = task % Hv, kh = h / r;", "h = task % Hv, kh = h % Hk;", ["ctest:test_ops_gdn_decode:equals_per_sequence"]),
     m("GDN chunked: decay of A reversed", "native/src/kernels/cpu/gdn_chunked.cpp",
       "Ai[j] = b.bet[i] * std::exp(b.gam[i] - b.gam[j])", "Ai[j] = b.bet[i] * std::exp(b.gam[j] - b.gam[i])",
       ["ctest:test_ops_gdn:gdn_chunked_vs_recurrent"]),
