@@ -5,6 +5,7 @@ import random
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from pyengine import LLM, SamplingParams
@@ -12,6 +13,12 @@ from pyengine.errors import CapacityError
 
 CKPT = os.path.join(os.path.dirname(__file__), "data", "ckpt_text_bf16")
 VOCAB = 500  # below the special tokens
+
+
+def golden(key):
+    """A prompt of the checkpoint's transformers goldens and its greedy continuation."""
+    g = np.load(os.path.join(CKPT, "goldens.npz"))
+    return g[f"prompt_{key}_ids"].tolist(), g[f"greedy_{key}_ids"].tolist()
 
 
 def ids(n, seed):
@@ -187,8 +194,9 @@ def test_a_bad_prompt_in_a_batch_queues_none_of_the_batch(bad):
             llm.generate(prompt_token_ids=[ids(5, 1), ids(5, 2), bad], sampling_params=greedy(4))
         st = llm.stats()
         assert (st["running"], st["waiting"], st["prompt_tokens"], st["steps"]) == (0, 0, 0, 0)
-        out = llm.generate(prompt_token_ids=[ids(5, 1)], sampling_params=greedy(4))[0]
-        assert len(out.token_ids) == 4  # and the engine keeps serving
+        prompt, want = golden("7")
+        out = llm.generate(prompt_token_ids=[prompt], sampling_params=greedy(4))[0]
+        assert out.token_ids == want[:4]  # and the engine keeps serving, correctly
 
 
 class StepAfterEachAdd:
@@ -239,15 +247,15 @@ def first_token_steps(llm, monkeypatch) -> dict:
 
 
 def test_a_generate_batch_is_admitted_in_one_step(monkeypatch):
-    # The whole batch fits one step's budget (103 prompt tokens, chunk 512), so one admission
+    # The whole batch fits one step's budget (228 prompt tokens, chunk 512), so one admission
     # gives every prompt its first token in the engine's first step, however late the engine
     # thread runs. One add per prompt fails here: StepAfterEachAdd lets a step run between adds.
-    prompts = [ids(n, 30 + n) for n in (3, 11, 29, 60)]
+    prompts, wants = zip(*(golden(k) for k in ("1", "7", "70", "150")))
     with LLM(CKPT, max_batch=4, max_model_len=512) as llm:
         first = first_token_steps(llm, monkeypatch)
         StepAfterEachAdd(llm)
-        outs = llm.generate(prompt_token_ids=prompts, sampling_params=greedy(3))
-        assert [len(o.token_ids) for o in outs] == [3, 3, 3, 3]
+        outs = llm.generate(prompt_token_ids=list(prompts), sampling_params=greedy(3))
+        assert [o.token_ids for o in outs] == [w[:3] for w in wants]
         assert [first[o.request_id] for o in outs] == [0, 0, 0, 0]
         assert llm.stats()["steps"] == 3
 
@@ -269,9 +277,10 @@ def test_a_refused_request_queues_none_of_its_batch(bad_index, bad, message):
         st = llm.stats()
         assert (st["running"], st["waiting"], st["prompt_tokens"], st["steps"]) == (0, 0, 0, 0)
         assert llm._engine._queues == {}
-        outs = llm.generate(prompt_token_ids=[ids(5, 1), ids(9, 4)], sampling_params=greedy(4))
+        (p1, w1), (p2, w2) = golden("7"), golden("1")
+        outs = llm.generate(prompt_token_ids=[p1, p2], sampling_params=greedy(4))
         assert [o.request_id for o in outs] == [1, 2]
-        assert [len(o.token_ids) for o in outs] == [4, 4]
+        assert [o.token_ids for o in outs] == [w1[:4], w2[:4]]
 
 
 def test_add_requests_refuses_an_empty_batch_natively():
