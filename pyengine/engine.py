@@ -34,8 +34,10 @@ class EngineArgs:
     weight_quant: str | None = None  # on-load quantization of 16-bit weights: int8, fp8, nvfp4
     load_format: str = "auto"  # auto (the checkpoint's safetensors) or dummy (random weights, benchmarks)
     cuda_graphs: bool = False  # CUDA: replay decode steps from captured graphs
-    # Queue the next decode step before the current one's tokens are read (None: on for CUDA).
+    # Queue the next decode step before the current one's tokens are read (None: on for CUDA, off
+    # at tensor_parallel_size > 1).
     overlap_schedule: bool | None = None
+    tensor_parallel_size: int = 1  # ranks (processes, one GPU each on CUDA) the model is split over
 
 
 # kv_cache_dtype names -> PE_DTYPE_* codes.
