@@ -23,9 +23,10 @@ def test_default_model_matches_transformers():
     g = np.load(GOLDENS)
     with LLM(max_model_len=512) as llm:  # no model argument: the embedded one
         chat = llm.prompt_logits(g["chat_ids"].tolist())
-        assert np.abs(chat - g["chat_logits"]).max() < 2e-3
+        # Max abs error measured 1.9e-5 (-march=native build) and 2.1e-5 (generic x86-64).
+        assert np.abs(chat - g["chat_logits"]).max() < 4e-5
         code = llm.prompt_logits(g["code_ids"].tolist())[-8:]
-        assert np.abs(code - g["code_logits"]).max() < 2e-3
+        assert np.abs(code - g["code_logits"]).max() < 4e-5
         sp = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
         outs = llm.generate(prompt_token_ids=[g["chat_ids"].tolist(), g["code_ids"].tolist()], sampling_params=sp)
         assert outs[0].token_ids == g["chat_greedy_ids"].tolist()

@@ -5,6 +5,7 @@ import random
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from pyengine import LLM, SamplingParams
@@ -12,6 +13,12 @@ from pyengine.errors import CapacityError
 
 CKPT = os.path.join(os.path.dirname(__file__), "data", "ckpt_text_bf16")
 VOCAB = 500  # below the special tokens
+
+
+def golden(key):
+    """A prompt of the checkpoint's transformers goldens and its greedy continuation."""
+    g = np.load(os.path.join(CKPT, "goldens.npz"))
+    return g[f"prompt_{key}_ids"].tolist(), g[f"greedy_{key}_ids"].tolist()
 
 
 def ids(n, seed):
@@ -116,6 +123,26 @@ def test_max_batch_requests_run_in_the_same_steps():
         assert llm.stats()["plan"]["gdn_slots"] == 3
 
 
+def test_running_never_exceeds_max_batch():
+    """Every admitted short prompt gets a token in every step until it ends, so the requests with
+    a token in a step are the running ones: never more than max_batch, and max_batch reached."""
+    lengths = [7, 3, 12, 5, 9, 4, 6]
+    with LLM(CKPT, max_batch=2, max_model_len=256) as llm:
+        # One add for the batch (as generate() queues it), so all seven wait from the first step.
+        batch = [llm._engine_item(ids(5 + i, 40 + i), greedy(n)) for i, n in enumerate(lengths)]
+        streams = [llm._stream(None, item, a) for item, a in zip(batch, llm._engine.add_requests(batch))]
+        per_step = {}
+        for s in streams:
+            steps, tokens, last = collect(s)
+            assert len(tokens) == len(set(steps)) == s.sampling_params.max_tokens
+            for step in steps:
+                per_step[step] = per_step.get(step, 0) + 1
+        assert max(per_step.values()) == 2, per_step
+        assert sum(per_step.values()) == sum(lengths)
+        assert sorted(per_step) == list(range(len(per_step)))  # a freed slot is refilled at once
+        assert llm.stats()["plan"]["gdn_slots"] == 2
+
+
 def test_impossible_configuration_fails_with_numbers(capfd):
     with pytest.raises(CapacityError, match=r"max_batch 64 .*max_model_len 4096.*needs at least \d+ bytes"):
         LLM(CKPT, max_batch=64, max_model_len=4096, kv_cache_bytes=1_000_000)
@@ -167,8 +194,9 @@ def test_a_bad_prompt_in_a_batch_queues_none_of_the_batch(bad):
             llm.generate(prompt_token_ids=[ids(5, 1), ids(5, 2), bad], sampling_params=greedy(4))
         st = llm.stats()
         assert (st["running"], st["waiting"], st["prompt_tokens"], st["steps"]) == (0, 0, 0, 0)
-        out = llm.generate(prompt_token_ids=[ids(5, 1)], sampling_params=greedy(4))[0]
-        assert len(out.token_ids) == 4  # and the engine keeps serving
+        prompt, want = golden("7")
+        out = llm.generate(prompt_token_ids=[prompt], sampling_params=greedy(4))[0]
+        assert out.token_ids == want[:4]  # and the engine keeps serving, correctly
 
 
 class StepAfterEachAdd:
@@ -219,15 +247,15 @@ def first_token_steps(llm, monkeypatch) -> dict:
 
 
 def test_a_generate_batch_is_admitted_in_one_step(monkeypatch):
-    # The whole batch fits one step's budget (103 prompt tokens, chunk 512), so one admission
+    # The whole batch fits one step's budget (228 prompt tokens, chunk 512), so one admission
     # gives every prompt its first token in the engine's first step, however late the engine
     # thread runs. One add per prompt fails here: StepAfterEachAdd lets a step run between adds.
-    prompts = [ids(n, 30 + n) for n in (3, 11, 29, 60)]
+    prompts, wants = zip(*(golden(k) for k in ("1", "7", "70", "150")))
     with LLM(CKPT, max_batch=4, max_model_len=512) as llm:
         first = first_token_steps(llm, monkeypatch)
         StepAfterEachAdd(llm)
-        outs = llm.generate(prompt_token_ids=prompts, sampling_params=greedy(3))
-        assert [len(o.token_ids) for o in outs] == [3, 3, 3, 3]
+        outs = llm.generate(prompt_token_ids=list(prompts), sampling_params=greedy(3))
+        assert [o.token_ids for o in outs] == [w[:3] for w in wants]
         assert [first[o.request_id] for o in outs] == [0, 0, 0, 0]
         assert llm.stats()["steps"] == 3
 
@@ -249,9 +277,10 @@ def test_a_refused_request_queues_none_of_its_batch(bad_index, bad, message):
         st = llm.stats()
         assert (st["running"], st["waiting"], st["prompt_tokens"], st["steps"]) == (0, 0, 0, 0)
         assert llm._engine._queues == {}
-        outs = llm.generate(prompt_token_ids=[ids(5, 1), ids(9, 4)], sampling_params=greedy(4))
+        (p1, w1), (p2, w2) = golden("7"), golden("1")
+        outs = llm.generate(prompt_token_ids=[p1, p2], sampling_params=greedy(4))
         assert [o.request_id for o in outs] == [1, 2]
-        assert [len(o.token_ids) for o in outs] == [4, 4]
+        assert [o.token_ids for o in outs] == [w1[:4], w2[:4]]
 
 
 def test_add_requests_refuses_an_empty_batch_natively():

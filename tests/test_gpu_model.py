@@ -2,8 +2,8 @@
 
 Reference: the transformers goldens (fp32) and the CPU engine. The CUDA GEMM rounds its
 operands to fp16 for chunks of more than 8 tokens (kernels/cuda/cuda_ops.h), so prompt logits
-carry fp16-operand error; bounds sit ~2-3x above what was measured on the H200 (see the issue
-note). Greedy continuations must be identical.
+carry fp16-operand error; bounds sit about 2x above the errors measured on the device, which the
+tests print. Greedy continuations (ignore_eos) must be identical.
 """
 
 import gc
@@ -24,14 +24,20 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CHECKPOINTS = ["ckpt_text_bf16", "ckpt_wrapper_bf16", "ckpt_interval_f32", "ckpt_text_fp8"]
 PROMPTS = ["1", "7", "70", "150", "text"]
-# Chunks of <= 8 tokens (fp32 GEMV) stay within the CPU tolerance (2e-3 abs); longer chunks go
+# Chunks of <= 8 tokens take the fp32 GEMV, close to the CPU engine; longer chunks go
 # through the fp16-operand GEMM, whose rounding these random checkpoints amplify chaotically (they
 # turn int8 weights into 25 % logit error, tests/test_weight_quant.py): bounded separately, with
 # the trained default model held to a tight bound.
-ATOL_SHORT = 2e-3
-ATOL_CUDA = 1.5    # max abs logit error vs transformers fp32, prompts > 8 tokens (random checkpoints)
-REL_CUDA = 2e-2    # ||cuda - ref|| / ||ref||, prompts > 8 tokens (random checkpoints)
-REL_TRAINED = 3e-3  # the same on the trained default model
+# Per checkpoint: (max abs for prompts of <= 8 tokens, max abs and ||cuda - ref|| / ||ref|| for
+# longer prompts) against transformers fp32; about twice the worst measured on the device (the
+# test prints the measured errors and twice them).
+CUDA_BOUNDS = {
+    "ckpt_text_bf16": (2e-3, 1.5, 2e-2),
+    "ckpt_wrapper_bf16": (2e-3, 1.5, 2e-2),
+    "ckpt_interval_f32": (2e-3, 1.5, 2e-2),
+    "ckpt_text_fp8": (2e-3, 1.5, 2e-2),
+}
+REL_TRAINED = 3e-3  # ||cuda - ref|| / ||ref|| on the trained default model
 KV_BYTES = 1 << 30  # each test engine takes this much for KV + GDN state, not the whole GPU
 
 
@@ -57,16 +63,24 @@ def ckpt(request):
 
 def test_prompt_logits_match_transformers_on_cuda(ckpt):
     name, llm, g = ckpt
+    atol_short, atol_long, rel_long = CUDA_BOUNDS[name]
+    worst = {"short": 0.0, "long": 0.0, "rel": 0.0}
     for n in PROMPTS:
         ids = g[f"prompt_{n}_ids"].tolist()
         out = llm.prompt_logits(ids, kv_cache_dtype="fp32")
         ref = g[f"prompt_{n}_logits"]
+        assert out.shape == ref.shape
         err = np.abs(out - ref).max()
         rel = np.linalg.norm(out - ref) / np.linalg.norm(ref)
         print(f"{name} prompt {n}: max abs {err:.2e} rel {rel:.2e}")
         if len(ids) <= 8:
-            assert err < ATOL_SHORT, (name, n, err)
-        assert err < ATOL_CUDA and rel < REL_CUDA, (name, n, err, rel)
+            worst["short"] = max(worst["short"], err)
+        else:
+            worst["long"], worst["rel"] = max(worst["long"], err), max(worst["rel"], rel)
+    print(f"CUDA_BOUNDS {name}: measured short {worst['short']:.2e}, long {worst['long']:.2e} / rel "
+          f"{worst['rel']:.2e}; twice: ({2 * worst['short']:.1e}, {2 * worst['long']:.1e}, {2 * worst['rel']:.1e})")
+    assert worst["short"] < atol_short, (name, worst)
+    assert worst["long"] < atol_long and worst["rel"] < rel_long, (name, worst)
 
 
 def test_default_model_goldens_on_cuda():
@@ -79,9 +93,9 @@ def test_default_model_goldens_on_cuda():
             rel = np.linalg.norm(out - ref) / np.linalg.norm(ref)
             print(f"default model {key}: max abs {np.abs(out - ref).max():.2e} rel {rel:.2e}")
             assert rel < REL_TRAINED, (key, rel)
-            greedy_ids = llm.generate(prompt_token_ids=[g[f"{key}_ids"].tolist()],
-                                      sampling_params=SamplingParams(max_tokens=40, temperature=0.0))[0].token_ids
-            assert greedy_ids == g[f"{key}_greedy_ids"].tolist()[: len(greedy_ids)]
+            # ignore_eos: an early EOS (a wrong first token among them) cannot cut the comparison short.
+            out = llm.generate(prompt_token_ids=[g[f"{key}_ids"].tolist()], sampling_params=greedy(40))[0]
+            assert out.token_ids == g[f"{key}_greedy_ids"].tolist(), key
 
 
 def test_greedy_continuations_match_transformers_on_cuda(ckpt):
@@ -204,11 +218,24 @@ def test_thousand_requests_with_random_cancels_leave_device_memory_at_baseline()
         assert after["device_bytes_in_use"] == base["device_bytes_in_use"]
 
 
-def test_dummy_weights_on_cuda_generate():
+def log_softmax(logits):
+    m = logits.max(1, keepdims=True)
+    return logits - m - np.log(np.exp(logits - m).sum(1, keepdims=True))
+
+
+def test_dummy_weights_on_cuda_generate_what_their_prefill_predicts():
+    """Dummy weights differ between the backends, so the reference is the engine itself: each
+    greedy decode token is the argmax of the prefill logits of the tokens before it, with the
+    same logprob. 1 + 7 tokens keep every prefill at <= 8 rows (the fp32 GEMV, as in decode)."""
     with cuda_llm(os.path.join(DATA, "ckpt_text_bf16"), max_model_len=128, load_format="dummy",
-                  weight_quant="fp8") as llm:
-        out = llm.generate(prompt_token_ids=[[1, 2, 3]], sampling_params=greedy(8))[0]
-        assert len(out.token_ids) == 8
+                  weight_quant="fp8", kv_cache_dtype="fp32") as llm:  # fmt: skip
+        out = llm.generate(prompt_token_ids=[[7]], sampling_params=greedy(8, logprobs=1))[0]
+        logits = llm.prompt_logits([7] + out.token_ids[:-1], kv_cache_dtype="fp32")
+    assert out.token_ids == logits.argmax(1).tolist()
+    lsm = log_softmax(logits)
+    diff = max(abs(e["logprob"] - lsm[i, t]) for i, (e, t) in enumerate(zip(out.logprobs, out.token_ids)))
+    print(f"dummy weights: greedy decode vs prefill logprob max diff {diff:.1e}")
+    assert diff < 1e-3
 
 
 @pytest.mark.parametrize("model", ["default", "ckpt_text_bf16"])

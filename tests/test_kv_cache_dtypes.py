@@ -37,9 +37,12 @@ def test_quantized_caches_hold_more_tokens_in_the_same_budget():
                  kv_cache_dtype=dtype) as llm:  # fmt: skip
             plan = llm.stats()["plan"]
             pages[dtype] = plan["kv_pages"]
-            out = llm.generate(prompt_token_ids=[list(range(40))],
+            prompt = list(range(40))
+            out = llm.generate(prompt_token_ids=[prompt],
                                sampling_params=SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))[0]
-            assert len(out.token_ids) == 8
+            # Each decode token (read from this cache) is what a prefill over the same cache predicts.
+            logits = llm.prompt_logits(prompt + out.token_ids[:-1], kv_cache_dtype=dtype)
+            assert out.token_ids == logits[-8:].argmax(1).tolist(), dtype
     assert pages["fp32"] < pages["fp16"] < pages["int8"] < pages["fp4"]
     assert pages["fp8_e4m3"] >= pages["int8"]
 

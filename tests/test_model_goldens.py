@@ -16,8 +16,10 @@ from pyengine import LLM, SamplingParams
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CHECKPOINTS = ["ckpt_text_bf16", "ckpt_wrapper_bf16", "ckpt_interval_f32", "ckpt_text_fp8"]
 PROMPTS = ["1", "7", "70", "150", "text"]
-# Max abs logit error allowed (logits span roughly -20 .. 20).
-ATOL = 2e-3
+# Max abs logit error allowed per checkpoint (logits span roughly -20 .. 20): about twice the
+# worst over its five prompts measured on a 2-core AMD EPYC, built with -march=native and for
+# generic x86-64 (the rounding differs): bf16 2.9e-4, wrapper 1.8e-4, interval_f32 5.0e-4, fp8 1.6e-4.
+ATOL = {"ckpt_text_bf16": 6e-4, "ckpt_wrapper_bf16": 3.5e-4, "ckpt_interval_f32": 1e-3, "ckpt_text_fp8": 3.2e-4}
 
 
 def goldens(name):
@@ -39,7 +41,7 @@ def test_prompt_logits_match_transformers(ckpt):
         ref = g[f"prompt_{n}_logits"]
         assert out.shape == ref.shape
         err = np.abs(out - ref).max()
-        assert err < ATOL, f"{name} prompt {n}: max abs error {err}"
+        assert err < ATOL[name], f"{name} prompt {n}: max abs error {err}"
 
 
 def test_greedy_continuations_match_transformers(ckpt):
@@ -65,7 +67,7 @@ def test_token_by_token_decode_equals_prefill():
     assert step.token_ids == prefill.token_ids == g["greedy_70_ids"].tolist()[:12]
     lp_step = np.array([e["logprob"] for e in step.logprobs])
     lp_prefill = np.array([e["logprob"] for e in prefill.logprobs])
-    assert np.abs(lp_step - lp_prefill).max() < 1e-3
+    assert np.abs(lp_step - lp_prefill).max() < 3e-5  # measured 1.5e-5 (-march=native), 1.1e-5
 
 
 def test_fp8_checkpoint_close_to_dequantized_reference():
@@ -75,7 +77,7 @@ def test_fp8_checkpoint_close_to_dequantized_reference():
         out = llm.prompt_logits(g["prompt_70_ids"].tolist())
     ref = g["prompt_70_logits"]
     rel = np.linalg.norm(out - ref) / np.linalg.norm(ref)
-    assert rel < 1e-4, rel
+    assert rel < 5e-6, rel  # measured 2.4e-6 (-march=native), 2.6e-6 (generic x86-64)
 
 
 def test_logprobs_are_a_distribution(ckpt):

@@ -158,6 +158,19 @@ def test_stop_string_across_a_token_boundary(client):
     assert "".join(c.choices[0].text for c in streamed) == expected
 
 
+def test_text_held_for_a_stop_string_is_sent_when_generation_ends_by_length(client):
+    # A stop string that begins with the output's last characters holds them back to the end.
+    base = complete(client, "One, two, three", max_tokens=16, ignore_eos=True).choices[0]
+    text = base.text
+    assert base.finish_reason == "length" and len(text) >= 4 and "\u2603" not in text
+    kw = {"max_tokens": 16, "ignore_eos": True, "stop": [text[-3:] + "\u2603"]}
+    r = complete(client, "One, two, three", **kw).choices[0]
+    assert (r.text, r.finish_reason) == (text, "length")
+    chunks = [c.choices[0] for c in complete(client, "One, two, three", stream=True, **kw) if c.choices]
+    assert "".join(c.text for c in chunks) == text
+    assert [c.finish_reason for c in chunks if c.finish_reason] == ["length"]
+
+
 def test_n2_choices_match_seeded_single_requests(client):
     kw = {"max_tokens": 12, "temperature": 1.0, "seed": 7, "ignore_eos": True}
     both = complete(client, "Once upon a time", n=2, **kw)

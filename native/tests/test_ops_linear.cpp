@@ -245,6 +245,17 @@ TEST(embedding_tables) {
       for (int64_t j = 0; j < H; ++j) bad += out[i * H + j] != w.dequant[ids[i] * H + j];
     CHECK_EQ(bad, 0);
   }
+  // FP8 over several 128 x 128 scale blocks (partial ones too): each id takes its own row block.
+  {
+    const TestWeight w8 = make_weight(DType::FP8_E4M3, 300, 150, 53);
+    const int32_t far[6] = {0, 299, 128, 127, 256, 200};
+    std::vector<float> out(6 * 150);
+    cpu::embedding(w8.view, far, 6, out.data());
+    int bad = 0;
+    for (int i = 0; i < 6; ++i)
+      for (int64_t j = 0; j < 150; ++j) bad += out[i * 150 + j] != w8.dequant[far[i] * 150 + j];
+    CHECK_EQ(bad, 0);
+  }
   // Many tokens (parallel path).
   const TestWeight w = make_weight(DType::BF16, 1000, 64, 52);
   std::vector<int32_t> many(700);

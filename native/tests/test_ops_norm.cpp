@@ -77,6 +77,49 @@ TEST(rms_norm_gated_random) {
     }
 }
 
+TEST(norms_with_mean_square_near_eps) {
+  // Rows whose mean(x^2) (sum(x^2) for l2_norm) is about eps = 1e-6: leaving eps out, or using
+  // the sum where the mean belongs, changes the result by tens of percent, far past 1e-6. Rows
+  // scaled 0.3x .. 3x around it; one row of zeros gives zeros (eps keeps it finite).
+  pe_test::Rng rng(8);
+  const double eps = 1e-6;
+  for (int64_t dim : {1, 7, 64, 130}) {
+    const int64_t rows = 9;
+    std::vector<float> x(rows * dim), z = rng.normals(rows * dim, 3.0f), w = rng.normals(dim, 0.3f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float scale = 1e-3f * (r == 0 ? 0.0f : 0.3f * static_cast<float>(r) / 2.0f);
+      for (int64_t j = 0; j < dim; ++j) x[r * dim + j] = rng.normal() * scale;
+    }
+    for (bool offset : {false, true}) {
+      std::vector<float> y(rows * dim);
+      cpu::rms_norm(x.data(), w.data(), rows, dim, static_cast<float>(eps), offset, y.data());
+      const auto ref = ref_rms(x, w, rows, dim, eps, offset, nullptr);
+      CHECK_CLOSE(y.data(), ref.data(), rows * dim, 1e-6);
+      // add_rms_norm: x + r near eps too (r = -x / 2).
+      std::vector<float> sum = x, half(rows * dim), y2(rows * dim);
+      for (int64_t i = 0; i < rows * dim; ++i) half[i] = -0.5f * x[i];
+      cpu::add_rms_norm(sum.data(), half.data(), w.data(), rows, dim, static_cast<float>(eps), offset, y2.data());
+      const auto ref2 = ref_rms(sum, w, rows, dim, eps, offset, nullptr);
+      CHECK_CLOSE(y2.data(), ref2.data(), rows * dim, 1e-6);
+    }
+    std::vector<float> yg(rows * dim);
+    cpu::rms_norm_gated(x.data(), z.data(), w.data(), rows, dim, static_cast<float>(eps), yg.data());
+    const auto refg = ref_rms(x, w, rows, dim, eps, false, z.data());
+    CHECK_CLOSE(yg.data(), refg.data(), rows * dim, 1e-6);
+    // l2_norm: sum(x^2) near eps, so rows scaled down by sqrt(dim) more.
+    std::vector<float> xl = x;
+    for (auto& v : xl) v /= std::sqrt(static_cast<float>(dim));
+    std::vector<double> refl(rows * dim);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0.0;
+      for (int64_t j = 0; j < dim; ++j) ss += static_cast<double>(xl[r * dim + j]) * xl[r * dim + j];
+      for (int64_t j = 0; j < dim; ++j) refl[r * dim + j] = xl[r * dim + j] / std::sqrt(ss + eps) * 0.5;
+    }
+    cpu::l2_norm(xl.data(), rows, dim, static_cast<float>(eps), 0.5f);
+    CHECK_CLOSE(xl.data(), refl.data(), rows * dim, 1e-6);
+  }
+}
+
 TEST(l2_norm_random) {
   float simple[2] = {3, 4};
   cpu::l2_norm(simple, 1, 2, 0.0f, 2.0f);

@@ -1,5 +1,6 @@
 // The scheduler and memory planner on the CPU with fake model outputs: no forward runs; each
 // step "computes" the scheduled tokens and appends a fake sampled token to finished prompts.
+#include <algorithm>
 #include <memory>
 
 #include "cache/gdn_pool.h"
@@ -22,9 +23,13 @@ struct Fixture {
   std::unique_ptr<PrefixCache> cache;
   Scheduler sched;
   uint64_t next_id = 1;
-  Fixture(SchedulerParams p, int64_t pages, int64_t page_size = 4, bool with_cache = false)
+  int64_t most_running = 0;  // the most requests running right after any schedule()
+  // gdn_slots: running GDN slots (default max_batch). More than max_batch leaves the limit to
+  // the scheduler alone: the engine's planner sizes the pool to max_batch, which would hide a
+  // scheduler that admits past it.
+  Fixture(SchedulerParams p, int64_t pages, int64_t page_size = 4, bool with_cache = false, int64_t gdn_slots = 0)
       : kv(cfg, pages, page_size),
-        gdn(cfg, p.max_batch, with_cache ? 4 : 0),
+        gdn(cfg, gdn_slots > 0 ? gdn_slots : p.max_batch, with_cache ? 4 : 0),
         cache(with_cache ? std::make_unique<PrefixCache>(kv, gdn, 1) : nullptr),
         sched(p, kv, gdn, cache.get()) {}
 
@@ -44,6 +49,7 @@ struct Fixture {
   // remove those that reached max_tokens. Returns the chunks.
   std::vector<ScheduledChunk> step() {
     auto chunks = sched.schedule();
+    most_running = std::max(most_running, sched.n_running());
     sched.commit(chunks);
     std::vector<Request*> done;
     for (auto& c : chunks) {
@@ -118,11 +124,35 @@ TEST(blocking_mode_runs_the_long_prefill_to_the_end) {
 }
 
 TEST(max_batch_is_honoured_exactly) {
-  Fixture f(params(3, 64), 200);
+  Fixture f(params(3, 64), 200, 4, false, 5);
   for (int i = 0; i < 5; ++i) f.add(4, 50);
   f.step();
   CHECK_EQ(f.sched.n_running(), 3);
   CHECK_EQ(f.sched.n_waiting(), 2);
+}
+
+TEST(running_never_exceeds_max_batch_with_a_larger_slot_pool) {
+  // Arrivals at random steps, prompts longer than a chunk, and few enough pages that requests
+  // get preempted and come back: at no step do more than max_batch requests hold a slot or get
+  // a chunk, and the limit is reached (the test would pass vacuously otherwise).
+  for (bool cooperative : {true, false}) {
+    Fixture f(params(2, 8, cooperative), 12, 4, false, 5);
+    pe_test::Rng rng(11);
+    int64_t added = 0, most_chunks = 0, steps = 0;
+    while ((added < 12 || f.sched.n_running() + f.sched.n_waiting() > 0) && steps < 2000) {
+      if (added < 12 && rng.below(3) == 0) {
+        f.add(1 + rng.below(20), static_cast<int32_t>(1 + rng.below(12)));
+        ++added;
+      }
+      most_chunks = std::max(most_chunks, static_cast<int64_t>(f.step().size()));
+      ++steps;
+    }
+    CHECK_EQ(f.most_running, 2);
+    CHECK_EQ(most_chunks, 2);
+    CHECK_EQ(added, 12);
+    CHECK_EQ(f.sched.n_running() + f.sched.n_waiting(), 0);
+    CHECK(f.sched.preemptions() >= 1);
+  }
 }
 
 TEST(requests_added_before_a_step_are_admitted_in_arrival_order) {
