@@ -25,6 +25,7 @@ struct Request {
   bool cancel_requested = false;
   std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of its full blocks, as far as known
   int64_t n_blocks_offered = 0;       // full blocks already offered to the prefix cache
+  double last_token_time = 0.0;       // when its last token was emitted (0: none yet)
 
   int64_t n_generated() const { return static_cast<int64_t>(tokens.size()) - n_prompt; }
   int64_t n_remaining() const { return static_cast<int64_t>(tokens.size()) - n_computed; }

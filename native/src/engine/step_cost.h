@@ -1,0 +1,107 @@
+// The step-cost model: how long one engine step takes as a function of what it computes, learned
+// from the steps the engine runs (one model per engine, so per device; with tensor parallel, rank
+// 0 times whole steps, all-reduces included). The scheduler uses it to size the prefill share of a
+// step to a time limit (step_pacer.h).
+//
+//   t = base + decode_row * decode_rows + prefill_chunk * prefill_chunks
+//            + prefill_token * prefill_tokens + attention * attended_pairs / 1e6
+//
+// decode_rows: tokens of requests that are decoding. Today one each; a speculative verify of 1 + k
+// tokens counts 1 + k rows (its forward is the same rows of the same matmuls), which is all a
+// speculative decoding loop has to do to be paced. prefill_chunks: sequences with prompt tokens in
+// the step (each has fixed costs: its own GDN chunked scan and attention pass). prefill_tokens:
+// prompt tokens (or tokens recomputed after a preemption). attended_pairs: (query, key) pairs of
+// the causal attention, summed over the step's rows: what grows with context depth.
+//
+// Fit: least squares of relative errors with non-negative coefficients (a step never gets cheaper
+// by adding work) over the steps seen, with exponential forgetting, so the model follows the device (clocks,
+// other load) as it runs. Design decisions: (1) steps with prefill tokens and steps without are
+// two classes, and an observation fades only as steps of its own class arrive: a long stretch of
+// pure decoding must not erase what prefill steps taught, since the next long prompt needs exactly
+// that. (2) Once the model is ready, a time more than kClip times off its prediction is clipped to
+// that factor: one step stalled by the host (a page fault, another process) moves the fit by a
+// bounded amount, while a lasting change still moves it there step by step.
+#pragma once
+#include <array>
+#include <cstdint>
+
+namespace pe {
+
+struct StepShape {
+  int64_t decode_rows = 0;
+  int64_t prefill_chunks = 0;
+  int64_t prefill_tokens = 0;
+  double attended_pairs = 0.0;
+
+  // A chunk of n rows after n_past tokens of its sequence.
+  void add(int64_t n_past, int64_t n, bool is_decode) {
+    if (is_decode) {
+      decode_rows += n;
+    } else {
+      prefill_tokens += n;
+      ++prefill_chunks;
+    }
+    attended_pairs += static_cast<double>(n) * static_cast<double>(n_past) +
+                      static_cast<double>(n) * static_cast<double>(n + 1) / 2.0;
+  }
+  StepShape plus(int64_t n_past, int64_t n, bool is_decode) const {
+    StepShape s = *this;
+    s.add(n_past, n, is_decode);
+    return s;
+  }
+};
+
+// What the pacer needs of a cost model (tests substitute a fixed one).
+class StepCost {
+ public:
+  virtual ~StepCost() = default;
+  // Predicted seconds of a step of this shape.
+  virtual double predict_seconds(const StepShape& s) const = 0;
+  // True once predictions rest on measurements of both what prefill and what decoding costs.
+  virtual bool ready() const = 0;
+};
+
+class StepCostModel : public StepCost {
+ public:
+  static constexpr int kFeatures = 5;  // base, decode rows, prefill chunks, prefill tokens, pairs / 1e6
+  static constexpr double kClip = 2.0;
+  using Coefficients = std::array<double, kFeatures>;
+
+  // forget: weight kept per later observation of the same class. min_spread: how far apart (in
+  // prefill tokens) two prefill steps must be for the prefill-only data to separate the base cost
+  // from the per-token cost when no decode-only step has been seen.
+  explicit StepCostModel(double forget = 0.98, int64_t min_spread = 16);
+
+  void observe(const StepShape& s, double seconds);
+  double predict_seconds(const StepShape& s) const override;
+  bool ready() const override;
+
+  // Seconds: base, per decode row, per prefill chunk, per prefill token, per million attended pairs.
+  const Coefficients& coefficients() const { return coef_; }
+  int64_t n_observed() const { return n_observed_; }
+
+ private:
+  struct Sums {
+    std::array<std::array<double, kFeatures>, kFeatures> xx{};  // sum of w x x^T
+    std::array<double, kFeatures> xy{};                         // sum of w x t
+    double prefill_min = 0.0, prefill_max = 0.0;                // prefill sizes in this class
+    double weight = 0.0;
+  };
+  static std::array<double, kFeatures> features(const StepShape& s);
+  void refit();
+
+  double forget_;
+  double min_spread_;
+  Sums with_prefill_, without_prefill_;
+  Coefficients coef_{};
+  int64_t n_observed_ = 0;
+};
+
+// Non-negative least squares of the normal equations A w = b for a handful of unknowns: every
+// subset of free coefficients is solved (others held at 0) and the feasible one of least error
+// wins: exact, and 2^kFeatures = 32 small solves. A tiny ridge keeps unseen directions at 0.
+StepCostModel::Coefficients nonnegative_least_squares(
+    const std::array<std::array<double, StepCostModel::kFeatures>, StepCostModel::kFeatures>& a,
+    const std::array<double, StepCostModel::kFeatures>& b);
+
+}  // namespace pe

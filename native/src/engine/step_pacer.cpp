@@ -1,0 +1,43 @@
+#include "engine/step_pacer.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace pe {
+
+StepPacer::StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size)
+    : cost_(cost), max_step_s_(max_step_ms * 1e-3), chunk_(chunked_prefill_size), page_(page_size) {}
+
+double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
+  if (max_step_s_ > 0.0) return max_step_s_;
+  const double alone = cost_.predict_seconds(StepShape{}.plus(n_past, chunk_, false));
+  if (!(alone > 0.0)) return std::numeric_limits<double>::infinity();
+  const double wanted_rate = kAutoPrefillShare * static_cast<double>(chunk_) / alone;
+  auto rate = [&](int64_t p) { return static_cast<double>(p) / cost_.predict_seconds(fixed.plus(n_past, p, false)); };
+  // The rate grows with the slice (the step's fixed part is spread over more tokens): the smallest
+  // slice that reaches wanted_rate, by bisection over [1, chunk].
+  int64_t lo = 1, hi = chunk_;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (rate(mid) >= wanted_rate) hi = mid;
+    else lo = mid + 1;
+  }
+  return cost_.predict_seconds(fixed.plus(n_past, lo, false));
+}
+
+int64_t StepPacer::fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s,
+                       bool must_progress) const {
+  // Predictions grow with the tokens (the coefficients are >= 0): the most that fit, by bisection.
+  int64_t lo = 0, hi = n_max;
+  while (lo < hi) {
+    const int64_t mid = hi - (hi - lo) / 2;
+    if (cost_.predict_seconds(so_far.plus(n_past, mid, false)) <= limit_s) lo = mid;
+    else hi = mid - 1;
+  }
+  int64_t n = lo;
+  if (n < n_max) n = std::max<int64_t>(0, (n_past + n) / page_ * page_ - n_past);  // cut at a block boundary
+  if (must_progress) n = std::max(n, std::min(n_max, page_ - n_past % page_));
+  return n;
+}
+
+}  // namespace pe

@@ -1,0 +1,52 @@
+// Step pacing: a step's prefill share sized to a time limit with the step-cost model, so requests
+// that are decoding keep getting tokens at a steady pace while a long prompt prefills
+// (Sarathi-Serve's stall-free batching, with its token budget replaced by a measured time budget).
+//
+// Which steps are paced is the scheduler's call (scheduler.h): those that give some request a
+// token. This class answers two questions for them: the step's time limit, and how many prefill
+// tokens of a chunk fit under it.
+//
+// The limit is the engine option max_step_ms, or, when it is 0, derived per step from the cost
+// model (design decision): the predicted time of the step's latency-bound part (its decode rows
+// and the prompts it ends) plus the smallest prefill slice at which the long prefill still runs at
+// kAutoPrefillShare of its rate alone in full chunks. With t = base + c * tokens that slice is
+// about 4 x base / c and the limit about 5 x a decode step: the prefill loses at most a fifth of
+// its speed, and decoding requests get a token every ~5 decode steps instead of every chunk.
+#pragma once
+#include <cstdint>
+
+#include "engine/step_cost.h"
+
+namespace pe {
+
+class StepPacer {
+ public:
+  static constexpr double kAutoPrefillShare = 0.8;
+
+  // max_step_ms > 0: a fixed limit; 0: derived per step (above). page_size: chunks are cut at KV
+  // block boundaries, where prefix-cache snapshots are taken (a snapshot inside a chunk splits its
+  // GDN work).
+  StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size);
+
+  // Paces only once the model rests on measurements.
+  bool active() const { return cost_.ready(); }
+  const StepCost& cost() const { return cost_; }
+
+  // The time limit (seconds) of a step holding `fixed` whose paced prefill chunk starts after
+  // n_past tokens of its sequence (the derived limit counts that chunk's attention depth).
+  double limit_seconds(const StepShape& fixed, int64_t n_past) const;
+
+  // Tokens (<= n_max) of a prefill chunk after n_past tokens that keep a step of `so_far` plus the
+  // chunk within limit_s, ending at a block boundary when cut. must_progress: at least up to the
+  // next block boundary, even over the limit (the step's first prefill chunk: a limit that decode
+  // rows alone exceed must not starve the prefill).
+  int64_t fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s, bool must_progress) const;
+
+ private:
+  const StepCost& cost_;
+  double max_step_s_;
+  int64_t chunk_;
+  int64_t page_;
+};
+
+}  // namespace pe
