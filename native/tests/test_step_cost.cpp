@@ -125,6 +125,27 @@ TEST(long_decoding_does_not_erase_what_prefill_taught) {
   CHECK(near(m.coefficients()[3], dev.token, 0.1));
 }
 
+TEST(a_long_paced_stretch_does_not_erase_what_full_chunks_cost) {
+  // Small slices cost more per token than full chunks (here 1.6x: a shape the linear model cannot
+  // follow exactly). Thousands of paced steps must leave the full chunk's prediction near its
+  // measurements: the derived step limit is a share of that rate.
+  Device dev;
+  StepCostModel m;
+  std::mt19937 rng(5);
+  std::normal_distribution<double> noise(1.0, 0.05);
+  auto slice_time = [&](const StepShape& s) { return dev.time(s) + 0.6 * dev.token * static_cast<double>(s.prefill_tokens); };
+  for (int i = 0; i < 20; ++i) {
+    m.observe(decode_step(1, 64), dev.time(decode_step(1, 64)) * noise(rng));
+    m.observe(mixed_step(0, 512 * i, 512), dev.time(mixed_step(0, 512 * i, 512)) * noise(rng));
+  }
+  for (int i = 0; i < 3000; ++i) {
+    const StepShape s = mixed_step(1, 16 * i, 16);
+    m.observe(s, slice_time(s) * noise(rng));
+  }
+  const StepShape full = mixed_step(0, 0, 512);
+  CHECK(near(m.predict_seconds(full), dev.time(full), 0.1));
+}
+
 TEST(one_mismeasured_step_moves_the_prediction_by_a_bounded_amount) {
   Device dev;
   StepCostModel m;

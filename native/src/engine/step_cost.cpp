@@ -79,7 +79,7 @@ void StepCostModel::observe(const StepShape& s, double seconds) {
     const double predicted = predict_seconds(s);
     if (predicted > 0.0) seconds = std::clamp(seconds, predicted / kClip, predicted * kClip);
   }
-  Sums& sums = s.prefill_tokens > 0 ? with_prefill_ : without_prefill_;
+  Sums& sums = classes_[s.prefill_tokens == 0 ? kDecodeOnly : s.decode_rows == 0 ? kPrefillOnly : kMixed];
   const auto x = features(s);
   // Relative errors count: timing noise grows with the step, and a decode step's time matters as
   // much as a long chunk's.
@@ -100,8 +100,12 @@ void StepCostModel::refit() {
   Matrix a;
   Vector b;
   for (int i = 0; i < kF; ++i) {
-    for (int j = 0; j < kF; ++j) a[i][j] = with_prefill_.xx[i][j] + without_prefill_.xx[i][j];
-    b[i] = with_prefill_.xy[i] + without_prefill_.xy[i];
+    for (int j = 0; j < kF; ++j) {
+      a[i][j] = 0.0;
+      for (const Sums& c : classes_) a[i][j] += c.xx[i][j];
+    }
+    b[i] = 0.0;
+    for (const Sums& c : classes_) b[i] += c.xy[i];
   }
   coef_ = nonnegative_least_squares(a, b);
 }
@@ -114,8 +118,14 @@ double StepCostModel::predict_seconds(const StepShape& s) const {
 }
 
 bool StepCostModel::ready() const {
-  if (with_prefill_.weight <= 0.0) return false;
-  return without_prefill_.weight > 0.0 || with_prefill_.prefill_max - with_prefill_.prefill_min >= min_spread_;
+  double lo = 0.0, hi = -1.0;  // prefill sizes seen
+  for (const Sums* c : {&classes_[kPrefillOnly], &classes_[kMixed]}) {
+    if (c->weight <= 0.0) continue;
+    lo = hi < lo ? c->prefill_min : std::min(lo, c->prefill_min);
+    hi = std::max(hi, c->prefill_max);
+  }
+  if (hi < lo) return false;
+  return classes_[kDecodeOnly].weight > 0.0 || hi - lo >= min_spread_;
 }
 
 }  // namespace pe

@@ -15,10 +15,11 @@
 //
 // Fit: least squares of relative errors with non-negative coefficients (a step never gets cheaper
 // by adding work) over the steps seen, with exponential forgetting, so the model follows the device (clocks,
-// other load) as it runs. Design decisions: (1) steps with prefill tokens and steps without are
-// two classes, and an observation fades only as steps of its own class arrive: a long stretch of
-// pure decoding must not erase what prefill steps taught, since the next long prompt needs exactly
-// that. (2) Once the model is ready, a time more than kClip times off its prediction is clipped to
+// other load) as it runs. Design decisions: (1) decode-only, prefill-only and mixed steps are
+// three classes, and an observation fades only as steps of its own class arrive: a long stretch of
+// pure decoding must not erase what prefill steps taught, and a long stretch of paced steps (small
+// prefill slices beside decode rows) must not erase what full prefill chunks cost, which the
+// derived step limit compares against (step_pacer.h). (2) Once the model is ready, a time more than kClip times off its prediction is clipped to
 // that factor: one step stalled by the host (a page fault, another process) moves the fit by a
 // bounded amount, while a lasting change still moves it there step by step.
 #pragma once
@@ -87,12 +88,13 @@ class StepCostModel : public StepCost {
     double prefill_min = 0.0, prefill_max = 0.0;                // prefill sizes in this class
     double weight = 0.0;
   };
+  enum Class { kDecodeOnly, kPrefillOnly, kMixed, kClasses };
   static std::array<double, kFeatures> features(const StepShape& s);
   void refit();
 
   double forget_;
   double min_spread_;
-  Sums with_prefill_, without_prefill_;
+  std::array<Sums, kClasses> classes_;
   Coefficients coef_{};
   int64_t n_observed_ = 0;
 };
