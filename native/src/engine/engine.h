@@ -73,6 +73,7 @@ class Engine {
     StepShape shape;              // what it computes, for the step-cost model
     StepPlan plan;                // as schedule() planned it (a follow-up step: its decode rows)
     double begin_time = 0.0;      // when its planning began
+    bool overlapped = false;      // queued before the step before it was read
   };
   void run_step();
   // Queues a step's forward and sampling. in_flight non-empty: an overlapped step, chunk i's

@@ -69,6 +69,7 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
 
 bool Engine::launch_follow(const LaunchedStep& prev, LaunchedStep& out, std::string& error) {
   out.begin_time = now_seconds();
+  out.overlapped = true;
   {
     std::lock_guard<std::mutex> g(in_mu_);
     if (!inbox_.empty() || !cancels_.empty()) return false;  // admissions and cancels first
@@ -148,13 +149,13 @@ void Engine::record_step(const LaunchedStep& s, double end_time) {
   last_collect_time_ = end_time;
   // The engine's first step pays one-time costs (first touches of the pools and workspace): it
   // says nothing about the device's speed.
-  if (steps_ > 0) cost_.observe(s.shape, seconds);
+  if (steps_ > 0) cost_.observe(s.shape, seconds, s.overlapped);
   step_seconds_.observe(seconds);
   prefill_tokens_per_step_.observe(static_cast<double>(s.shape.prefill_tokens));
   last_plan_ = s.plan;
   last_step_s_ = seconds;
   if (s.plan.paced) ++paced_steps_;
-  if (getenv("PE_DEBUG_STEPS")) fprintf(stderr, "STEP d=%ld p=%ld pairs=%.0f t=%.2f pred=%.2f lim=%.2f\n", (long)s.shape.decode_rows, (long)s.shape.prefill_tokens, s.shape.attended_pairs, seconds*1e3, s.plan.predicted_s*1e3, s.plan.limit_s*1e3);
+  if (getenv("PE_DEBUG_STEPS")) { auto k = cost_.coefficients(); fprintf(stderr, "STEP d=%ld c=%ld p=%ld pairs=%.0f t=%.2f pred=%.2f lim=%.2f  k %.3f %.3f %.3f %.4f %.3f\n", (long)s.shape.decode_rows, (long)s.shape.prefill_chunks, (long)s.shape.prefill_tokens, s.shape.attended_pairs, seconds*1e3, s.plan.predicted_s*1e3, s.plan.limit_s*1e3, k[0]*1e3, k[1]*1e3,k[2]*1e3,k[3]*1e3,k[4]*1e3);}
 }
 
 void Engine::run_step() {

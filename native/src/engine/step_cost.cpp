@@ -73,17 +73,15 @@ std::array<double, StepCostModel::kFeatures> StepCostModel::features(const StepS
           static_cast<double>(s.prefill_tokens), s.attended_pairs * 1e-6};
 }
 
-void StepCostModel::observe(const StepShape& s, double seconds) {
+void StepCostModel::observe(const StepShape& s, double seconds, bool overlapped) {
   if (!(seconds >= 0.0) || !std::isfinite(seconds)) return;
-  if (ready()) {
-    const double predicted = predict_seconds(s);
-    if (predicted > 0.0) seconds = std::clamp(seconds, predicted / kClip, predicted * kClip);
-  }
+  // Relative errors (step_cost.h); an overlapped step measured far shorter than predicted gets
+  // the weight of one kWeightCap times shorter.
+  double floor = 0.0;
+  if (overlapped && ready()) floor = predict_seconds(s) / kWeightCap;
+  const double w = 1.0 / std::max({seconds * seconds, floor * floor, 1e-12});
   Sums& sums = classes_[s.prefill_tokens == 0 ? kDecodeOnly : s.decode_rows == 0 ? kPrefillOnly : kMixed];
   const auto x = features(s);
-  // Relative errors count: timing noise grows with the step, and a decode step's time matters as
-  // much as a long chunk's.
-  const double w = 1.0 / std::max(seconds * seconds, 1e-12);
   for (int i = 0; i < kF; ++i) {
     for (int j = 0; j < kF; ++j) sums.xx[i][j] = forget_ * sums.xx[i][j] + w * x[i] * x[j];
     sums.xy[i] = forget_ * sums.xy[i] + w * x[i] * seconds;

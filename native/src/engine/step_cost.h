@@ -19,9 +19,11 @@
 // three classes, and an observation fades only as steps of its own class arrive: a long stretch of
 // pure decoding must not erase what prefill steps taught, and a long stretch of paced steps (small
 // prefill slices beside decode rows) must not erase what full prefill chunks cost, which the
-// derived step limit compares against (step_pacer.h). (2) Once the model is ready, a time more than kClip times off its prediction is clipped to
-// that factor: one step stalled by the host (a page fault, another process) moves the fit by a
-// bounded amount, while a lasting change still moves it there step by step.
+// derived step limit compares against (step_pacer.h). (2) The errors are relative (timing noise
+// grows with the step, and a decode step's time matters as much as a long chunk's), which also
+// bounds what a stalled step (the host descheduled) can do to the fit. Only an overlapped step
+// (engine.h) can be measured shorter than it took -- when the host read the step before it late,
+// the device was already working on it -- and its weight is capped (kWeightCap).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -65,7 +67,7 @@ class StepCost {
 class StepCostModel : public StepCost {
  public:
   static constexpr int kFeatures = 5;  // base, decode rows, prefill chunks, prefill tokens, pairs / 1e6
-  static constexpr double kClip = 2.0;
+  static constexpr double kWeightCap = 4.0;
   using Coefficients = std::array<double, kFeatures>;
 
   // forget: weight kept per later observation of the same class. min_spread: how far apart (in
@@ -73,7 +75,8 @@ class StepCostModel : public StepCost {
   // from the per-token cost when no decode-only step has been seen.
   explicit StepCostModel(double forget = 0.98, int64_t min_spread = 16);
 
-  void observe(const StepShape& s, double seconds);
+  // overlapped: the step was queued before the previous one was read (its time may be short).
+  void observe(const StepShape& s, double seconds, bool overlapped = false);
   double predict_seconds(const StepShape& s) const override;
   bool ready() const override;
 
