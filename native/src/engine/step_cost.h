@@ -67,7 +67,7 @@ class StepCost {
 class StepCostModel : public StepCost {
  public:
   static constexpr int kFeatures = 5;  // base, decode rows, prefill chunks, prefill tokens, pairs / 1e6
-  static constexpr double kWeightCap = 4.0;
+  static constexpr double kWeightCap = 2.0;
   using Coefficients = std::array<double, kFeatures>;
 
   // forget: weight kept per later observation of the same class. min_spread: how far apart (in
