@@ -299,14 +299,19 @@ typedef struct pe_engine_stats {
   double step_ms;                 /* measured: from planning (or the previous step's end, for a step
                                      queued before it) to its tokens read back */
   int64_t paced_steps;            /* steps planned to a time limit */
-  /* The step-cost model: ms = base + decode_row * rows + prefill_token * tokens
-   * + attention * attended (query, key) pairs / 1e6, fitted to the measured steps. */
+  /* The step-cost model: ms = base + decode_row * rows + prefill_chunk * sequences prefilling
+   * + prefill_token * tokens + attention * attended (query, key) pairs / 1e6, fitted to the
+   * measured steps, times a scale per class of step. */
   int32_t cost_model_ready;       /* 1 once it has measured prefill and decode steps (pacing starts) */
   int64_t cost_model_steps;       /* steps it learned from */
   double cost_base_ms;
   double cost_decode_row_ms;
+  double cost_prefill_chunk_ms;
   double cost_prefill_token_ms;
   double cost_attention_ms;       /* per million attended pairs */
+  double cost_scale_decode_only;  /* measured / fitted time of decode-only steps, */
+  double cost_scale_prefill_only; /* of steps without decode rows, */
+  double cost_scale_mixed;        /* of steps with both: predictions are scaled by their class's */
   pe_histogram step_seconds;      /* measured step times */
   pe_histogram decode_itl_seconds;/* time between a request's consecutive tokens, in the engine */
   pe_histogram prefill_tokens_per_step;

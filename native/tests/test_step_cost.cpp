@@ -127,8 +127,8 @@ TEST(long_decoding_does_not_erase_what_prefill_taught) {
 
 TEST(a_long_paced_stretch_does_not_erase_what_full_chunks_cost) {
   // Small slices cost more per token than full chunks (here 1.6x: a shape the linear model cannot
-  // follow exactly). Thousands of paced steps must leave the full chunk's prediction near its
-  // measurements: the derived step limit is a share of that rate.
+  // follow). Thousands of paced steps must leave the full chunk's prediction near its measurements
+  // (the derived step limit is a share of that rate), and the slices must be predicted as they run.
   Device dev;
   StepCostModel m;
   std::mt19937 rng(5);
@@ -139,11 +139,36 @@ TEST(a_long_paced_stretch_does_not_erase_what_full_chunks_cost) {
     m.observe(mixed_step(0, 512 * i, 512), dev.time(mixed_step(0, 512 * i, 512)) * noise(rng));
   }
   for (int i = 0; i < 3000; ++i) {
-    const StepShape s = mixed_step(1, 16 * i, 16);
+    const StepShape s = mixed_step(1, 16 * i, 16 * (1 + i % 8));
     m.observe(s, slice_time(s) * noise(rng));
   }
   const StepShape full = mixed_step(0, 0, 512);
   CHECK(near(m.predict_seconds(full), dev.time(full), 0.1));
+  // ... and the slices' own cost: what the pacer cuts them to.
+  for (int64_t depth : {46000, 48000}) {  // where the recent slices ran
+    const StepShape slice = mixed_step(1, depth, 64);
+    CHECK(near(m.predict_seconds(slice), slice_time(slice), 0.1));
+  }
+}
+
+TEST(a_regime_the_features_cannot_tell_apart_is_followed_by_its_class_scale) {
+  // Mixed steps 30 % slower than the same work in decode-only and prefill-only steps (on the CPU
+  // backend a step of few rows runs its matmuls less efficiently): each class predicted as it runs.
+  Device dev;
+  StepCostModel m;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int64_t> rows(1, 4), tokens(16, 128), depth(0, 8000);
+  auto mixed_time = [&](const StepShape& s) { return 1.3 * dev.time(s); };
+  for (int i = 0; i < 300; ++i) {
+    const StepShape d = decode_step(rows(rng), depth(rng)), p = mixed_step(0, depth(rng), 512);
+    const StepShape x = mixed_step(rows(rng), depth(rng), tokens(rng));
+    m.observe(d, dev.time(d));
+    m.observe(p, dev.time(p));
+    m.observe(x, mixed_time(x));
+  }
+  CHECK(near(m.predict_seconds(decode_step(2, 3000)), dev.time(decode_step(2, 3000)), 0.05));
+  CHECK(near(m.predict_seconds(mixed_step(0, 3000, 512)), dev.time(mixed_step(0, 3000, 512)), 0.05));
+  CHECK(near(m.predict_seconds(mixed_step(2, 3000, 64)), mixed_time(mixed_step(2, 3000, 64)), 0.05));
 }
 
 TEST(one_mismeasured_step_moves_the_prediction_by_a_bounded_amount) {

@@ -68,6 +68,10 @@ StepCostModel::Coefficients nonnegative_least_squares(const Matrix& a, const Vec
 StepCostModel::StepCostModel(double forget, int64_t min_spread)
     : forget_(forget), min_spread_(static_cast<double>(min_spread)) {}
 
+StepCostModel::Class StepCostModel::class_of(const StepShape& s) {
+  return s.prefill_tokens == 0 ? kDecodeOnly : s.decode_rows == 0 ? kPrefillOnly : kMixed;
+}
+
 std::array<double, StepCostModel::kFeatures> StepCostModel::features(const StepShape& s) {
   return {1.0, static_cast<double>(s.decode_rows), static_cast<double>(s.prefill_chunks),
           static_cast<double>(s.prefill_tokens), s.attended_pairs * 1e-6};
@@ -80,7 +84,7 @@ void StepCostModel::observe(const StepShape& s, double seconds, bool overlapped)
   double floor = 0.0;
   if (overlapped && ready()) floor = predict_seconds(s) / kWeightCap;
   const double w = 1.0 / std::max({seconds * seconds, floor * floor, 1e-12});
-  Sums& sums = classes_[s.prefill_tokens == 0 ? kDecodeOnly : s.decode_rows == 0 ? kPrefillOnly : kMixed];
+  Sums& sums = classes_[class_of(s)];
   const auto x = features(s);
   for (int i = 0; i < kF; ++i) {
     for (int j = 0; j < kF; ++j) sums.xx[i][j] = forget_ * sums.xx[i][j] + w * x[i] * x[j];
@@ -106,13 +110,23 @@ void StepCostModel::refit() {
     for (const Sums& c : classes_) b[i] += c.xy[i];
   }
   coef_ = nonnegative_least_squares(a, b);
+  // A class's scale f minimizes sum w (f k.x - t)^2 with w = 1 / t^2: f = k.xy / k' xx k.
+  for (int c = 0; c < kClasses; ++c) {
+    const Sums& sums = classes_[c];
+    double num = 0.0, den = 0.0;
+    for (int i = 0; i < kF; ++i) {
+      num += coef_[i] * sums.xy[i];
+      for (int j = 0; j < kF; ++j) den += coef_[i] * sums.xx[i][j] * coef_[j];
+    }
+    scale_[c] = num > 0.0 && den > 0.0 ? num / den : 1.0;
+  }
 }
 
 double StepCostModel::predict_seconds(const StepShape& s) const {
   const auto x = features(s);
   double t = 0.0;
   for (int i = 0; i < kF; ++i) t += coef_[i] * x[i];
-  return t;
+  return t * scale_[class_of(s)];
 }
 
 bool StepCostModel::ready() const {

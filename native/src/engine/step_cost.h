@@ -24,6 +24,11 @@
 // bounds what a stalled step (the host descheduled) can do to the fit. Only an overlapped step
 // (engine.h) can be measured shorter than it took -- when the host read the step before it late,
 // the device was already working on it -- and its weight is capped (kWeightCap).
+// (3) The linear form does not fit every regime at once (a small prefill slice beside decode rows
+// costs more per token than a full chunk: matmuls of fewer rows run less efficiently), so each
+// class carries a scale, its measured / fitted times by least squares of relative errors, and a
+// prediction is the fitted time times the scale of the shape's class: the coefficients give the
+// structure (depth, rows, tokens), the scale the regime's level.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -82,6 +87,8 @@ class StepCostModel : public StepCost {
 
   // Seconds: base, per decode row, per prefill chunk, per prefill token, per million attended pairs.
   const Coefficients& coefficients() const { return coef_; }
+  // Scales of decode-only, prefill-only and mixed steps (1 for a class not seen).
+  const std::array<double, 3>& class_scales() const { return scale_; }
   int64_t n_observed() const { return n_observed_; }
 
  private:
@@ -92,6 +99,7 @@ class StepCostModel : public StepCost {
     double weight = 0.0;
   };
   enum Class { kDecodeOnly, kPrefillOnly, kMixed, kClasses };
+  static Class class_of(const StepShape& s);
   static std::array<double, kFeatures> features(const StepShape& s);
   void refit();
 
@@ -99,6 +107,7 @@ class StepCostModel : public StepCost {
   double min_spread_;
   std::array<Sums, kClasses> classes_;
   Coefficients coef_{};
+  std::array<double, kClasses> scale_{1.0, 1.0, 1.0};
   int64_t n_observed_ = 0;
 };
 
