@@ -22,7 +22,9 @@ double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
     if (rate(mid) >= wanted_rate) hi = mid;
     else lo = mid + 1;
   }
-  return cost_.predict_seconds(fixed.plus(n_past, lo, false));
+  // Up to a block boundary, so that fit() cutting the slice there does not take it below the share.
+  const int64_t slice = std::min(chunk_, (n_past + lo + page_ - 1) / page_ * page_ - n_past);
+  return cost_.predict_seconds(fixed.plus(n_past, slice, false));
 }
 
 int64_t StepPacer::fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s,
