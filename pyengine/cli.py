@@ -53,6 +53,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (0: all cores)")
     p.add_argument("--overlap_schedule", default="auto", choices=["auto", "on", "off"],
                    help="queue the next decode step before reading the current one's tokens (auto: on for cuda)")
+    p.add_argument("--max_step_ms", type=float, default=0.0,
+                   help="time limit of a step while requests decode: a long prompt's prefill is cut to fit, so "
+                        "they keep streaming (0: derived from measured step costs, keeping the prefill at >= 80 %% "
+                        "of its full-chunk speed; < 0: off)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -71,6 +75,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         weight_quant=args.weight_quant,
         load_format=args.load_format,
         overlap_schedule=None if args.overlap_schedule == "auto" else args.overlap_schedule == "on",
+        max_step_ms=args.max_step_ms,
     )
 
 

@@ -291,6 +291,7 @@ typedef struct pe_engine_stats {
   int64_t overlapped_steps;       /* steps queued before the previous step's tokens were read */
   int64_t overlap_dropped_tokens; /* tokens such steps computed for requests that had ended */
   /* The last step, as planned (max_step_ms) and as measured. */
+  double max_step_ms;             /* the engine option (> 0 a limit, 0 derived per step, < 0 off) */
   int64_t step_decode_rows;       /* decode rows (tokens of requests that are decoding) */
   int64_t step_prefill_tokens;
   int32_t step_paced;             /* 1: its prefill was sized to step_limit_ms */
@@ -302,7 +303,8 @@ typedef struct pe_engine_stats {
   /* The step-cost model: ms = base + decode_row * rows + prefill_chunk * sequences prefilling
    * + prefill_token * tokens + attention * attended (query, key) pairs / 1e6, fitted to the
    * measured steps, times a scale per class of step. */
-  int32_t cost_model_ready;       /* 1 once it has measured prefill and decode steps (pacing starts) */
+  int32_t cost_model_ready;       /* 1 once it paces steps: it has measured prefill steps, and a
+                                     decode-only step or prefill steps of two sizes */
   int64_t cost_model_steps;       /* steps it learned from */
   double cost_base_ms;
   double cost_decode_row_ms;

@@ -262,6 +262,7 @@ void Engine::publish_stats() {
   s.device_bytes_baseline = device_bytes_baseline_;
   s.overlapped_steps = overlapped_steps_;
   s.overlap_dropped_tokens = overlap_dropped_tokens_;
+  s.max_step_ms = params_.max_step_ms;
   s.step_decode_rows = last_plan_.shape.decode_rows;
   s.step_prefill_tokens = last_plan_.shape.prefill_tokens;
   s.step_paced = last_plan_.paced ? 1 : 0;
