@@ -239,3 +239,13 @@ TEST(derived_limit_keeps_the_prefill_at_its_share_of_the_full_chunk_rate) {
     }
   }
 }
+
+TEST(derived_limit_of_a_step_without_decode_rows_leaves_the_long_prefill_one_block) {
+  FixedCost cost;
+  StepPacer pacer(cost, 0.0, 512, 16);
+  const StepShape short_prompt = StepShape{}.plus(0, 20, false);  // a prompt that ends in the step
+  const double limit = pacer.limit_seconds(short_prompt, 4096);
+  CHECK_NEAR(limit, cost.predict_seconds(short_prompt), 1e-12);
+  CHECK_EQ(pacer.fit(short_prompt, 4096, 512, limit, true), 16);
+  CHECK_EQ(pacer.fit(short_prompt, 4100, 512, limit, true), 12);
+}

@@ -10,6 +10,7 @@ StepPacer::StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_p
 
 double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
   if (max_step_s_ > 0.0) return max_step_s_;
+  if (fixed.decode_rows == 0) return cost_.predict_seconds(fixed);  // prompts ending: a block beside them
   const double alone = cost_.predict_seconds(StepShape{}.plus(n_past, chunk_, false));
   if (!(alone > 0.0)) return std::numeric_limits<double>::infinity();
   const double wanted_rate = kAutoPrefillShare * static_cast<double>(chunk_) / alone;

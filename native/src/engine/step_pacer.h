@@ -7,11 +7,16 @@
 // tokens of a chunk fit under it.
 //
 // The limit is the engine option max_step_ms, or, when it is 0, derived per step from the cost
-// model (design decision): the predicted time of the step's latency-bound part (its decode rows
-// and the prompts it ends) plus the smallest prefill slice at which the long prefill still runs at
-// kAutoPrefillShare of its rate alone in full chunks. With t = base + c * tokens that slice is
-// about 4 x base / c and the limit about 5 x a decode step: the prefill loses at most a fifth of
-// its speed, and decoding requests get a token every ~5 decode steps instead of every chunk.
+// model (design decision):
+// - with decode rows: the predicted time of the step's decode rows (and the prompts it ends) plus
+//   the least whole blocks of prefill at which a long prefill still runs at kAutoPrefillShare of
+//   its rate alone in full chunks. With t = base + c * tokens that slice is about 4 x base / c and
+//   the limit about 5 x a decode step: the prefill loses at most a fifth of its speed, and decoding
+//   requests get a token every ~5 decode steps' time instead of every chunk's.
+// - without: the predicted time of the prompts that end in the step, so the long prefill gets its
+//   one-block minimum beside them. Such a step comes once per arriving request (which decodes
+//   after it), so the prefill loses little, and the new request's first token waits for nothing
+//   but the step in flight.
 #pragma once
 #include <cstdint>
 
