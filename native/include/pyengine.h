@@ -300,15 +300,14 @@ typedef struct pe_engine_stats {
   double step_ms;                 /* measured: from planning (or the previous step's end, for a step
                                      queued before it) to its tokens read back */
   int64_t paced_steps;            /* steps planned to a time limit */
-  /* The step-cost model: ms = base + decode_row * rows + prefill_chunk * sequences prefilling
-   * + prefill_token * tokens + attention * attended (query, key) pairs / 1e6, fitted to the
-   * measured steps, times a scale per class of step. */
+  /* The step-cost model: ms = base + decode_row * rows + prefill_token * tokens
+   * + attention * attended (query, key) pairs / 1e6, fitted to the measured steps, times a scale
+   * per class of step. */
   int32_t cost_model_ready;       /* 1 once it paces steps: it has measured prefill steps, and a
                                      decode-only step or prefill steps of two sizes */
   int64_t cost_model_steps;       /* steps it learned from */
   double cost_base_ms;
   double cost_decode_row_ms;
-  double cost_prefill_chunk_ms;
   double cost_prefill_token_ms;
   double cost_attention_ms;       /* per million attended pairs */
   double cost_scale_decode_only;  /* measured / fitted time of decode-only steps, */

@@ -3,14 +3,13 @@
 // 0 times whole steps, all-reduces included). The scheduler uses it to size the prefill share of a
 // step to a time limit (step_pacer.h).
 //
-//   t = base + decode_row * decode_rows + prefill_chunk * prefill_chunks
-//            + prefill_token * prefill_tokens + attention * attended_pairs / 1e6
+//   t = base + decode_row * decode_rows + prefill_token * prefill_tokens
+//            + attention * attended_pairs / 1e6
 //
 // decode_rows: tokens of requests that are decoding. Today one each; a speculative verify of 1 + k
 // tokens counts 1 + k rows (its forward is the same rows of the same matmuls), which is all a
-// speculative decoding loop has to do to be paced. prefill_chunks: sequences with prompt tokens in
-// the step (each has fixed costs: its own GDN chunked scan and attention pass). prefill_tokens:
-// prompt tokens (or tokens recomputed after a preemption). attended_pairs: (query, key) pairs of
+// speculative decoding loop has to do to be paced. prefill_tokens: prompt tokens (or tokens
+// recomputed after a preemption). attended_pairs: (query, key) pairs of
 // the causal attention, summed over the step's rows: what grows with context depth.
 //
 // Fit: least squares of relative errors with non-negative coefficients (a step never gets cheaper
@@ -37,18 +36,12 @@ namespace pe {
 
 struct StepShape {
   int64_t decode_rows = 0;
-  int64_t prefill_chunks = 0;
   int64_t prefill_tokens = 0;
   double attended_pairs = 0.0;
 
   // A chunk of n rows after n_past tokens of its sequence.
   void add(int64_t n_past, int64_t n, bool is_decode) {
-    if (is_decode) {
-      decode_rows += n;
-    } else {
-      prefill_tokens += n;
-      ++prefill_chunks;
-    }
+    (is_decode ? decode_rows : prefill_tokens) += n;
     attended_pairs += static_cast<double>(n) * static_cast<double>(n_past) +
                       static_cast<double>(n) * static_cast<double>(n + 1) / 2.0;
   }
@@ -71,7 +64,7 @@ class StepCost {
 
 class StepCostModel : public StepCost {
  public:
-  static constexpr int kFeatures = 5;  // base, decode rows, prefill chunks, prefill tokens, pairs / 1e6
+  static constexpr int kFeatures = 4;  // base, decode rows, prefill tokens, attended pairs / 1e6
   static constexpr double kWeightCap = 2.0;
   using Coefficients = std::array<double, kFeatures>;
 
@@ -85,7 +78,7 @@ class StepCostModel : public StepCost {
   double predict_seconds(const StepShape& s) const override;
   bool ready() const override;
 
-  // Seconds: base, per decode row, per prefill chunk, per prefill token, per million attended pairs.
+  // Seconds: base, per decode row, per prefill token, per million attended pairs.
   const Coefficients& coefficients() const { return coef_; }
   // Scales of decode-only, prefill-only and mixed steps (1 for a class not seen).
   const std::array<double, 3>& class_scales() const { return scale_; }
@@ -113,7 +106,7 @@ class StepCostModel : public StepCost {
 
 // Non-negative least squares of the normal equations A w = b for a handful of unknowns: every
 // subset of free coefficients is solved (others held at 0) and the feasible one of least error
-// wins: exact, and 2^kFeatures = 32 small solves. A tiny ridge keeps unseen directions at 0.
+// wins: exact, and 2^kFeatures = 16 small solves. A tiny ridge keeps unseen directions at 0.
 StepCostModel::Coefficients nonnegative_least_squares(
     const std::array<std::array<double, StepCostModel::kFeatures>, StepCostModel::kFeatures>& a,
     const std::array<double, StepCostModel::kFeatures>& b);
