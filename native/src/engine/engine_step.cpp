@@ -2,8 +2,6 @@
 // engine.h (the next decode step queued before the current one's tokens are read).
 #include <algorithm>
 #include <cstring>
-#include <cstdio>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -155,7 +153,6 @@ void Engine::record_step(const LaunchedStep& s, double end_time) {
   last_plan_ = s.plan;
   last_step_s_ = seconds;
   if (s.plan.paced) ++paced_steps_;
-  if (getenv("PE_DEBUG_STEPS")) { auto k = cost_.coefficients(); fprintf(stderr, "STEP d=%ld p=%ld pairs=%.0f t=%.2f pred=%.2f lim=%.2f  k %.3f %.3f %.3f %.4f \n", (long)s.shape.decode_rows, (long)s.shape.prefill_tokens, s.shape.attended_pairs, seconds*1e3, s.plan.predicted_s*1e3, s.plan.limit_s*1e3, k[0]*1e3, k[1]*1e3,k[2]*1e3,k[3]*1e3);}
 }
 
 void Engine::run_step() {
