@@ -115,8 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--thinking", choices=["on", "off"], default="off")
     add_engine_arguments(g)
     sub.add_parser("serve", help="serve the OpenAI-compatible API and the chat page", add_help=False)
+    from .tools import commands as tool_commands  # bench, stress, kv-depth, eval
+
+    tool_commands.add_subparsers(sub)
     if argv is None:
         argv = sys.argv[1:]
+    if argv[:1] and argv[0] in tool_commands.NAMES:
+        return tool_commands.main(argv)
     if argv[:1] == ["serve"]:
         from . import serve
 

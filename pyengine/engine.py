@@ -34,12 +34,14 @@ class EngineArgs:
     weight_quant: str | None = None  # on-load quantization of 16-bit weights: int8, fp8, nvfp4
     load_format: str = "auto"  # auto (the checkpoint's safetensors) or dummy (random weights, benchmarks)
     cuda_graphs: bool = False  # CUDA: replay decode steps from captured graphs
-    # Queue the next decode step before the current one's tokens are read (None: on for CUDA).
+    # Queue the next decode step before the current one's tokens are read (None: on for CUDA, off
+    # at tensor_parallel_size > 1).
     overlap_schedule: bool | None = None
     # Time limit of a step that gives some request a token; its other prefill is cut to fit (the
     # step-cost model's prediction). 0: derived per step (its decode rows' time plus the least
     # prefill that keeps a long prefill at >= 80 % of its full-chunk rate); < 0: off.
     max_step_ms: float = 0.0
+    tensor_parallel_size: int = 1  # ranks (processes, one GPU each on CUDA) the model is split over
 
 
 # kv_cache_dtype names -> PE_DTYPE_* codes.

@@ -13,6 +13,7 @@ from .model_loader import NativeModel
 from .sampling_params import SamplingParams
 from .stream import RequestOutput, RequestStream
 from .tokenizer import Tokenizer
+from .tp import TpGroup
 
 _DEFAULT_MAX_MODEL_LEN = 8192
 
@@ -51,9 +52,26 @@ class LLM:
             engine_args["max_model_len"] = min(_DEFAULT_MAX_MODEL_LEN, self.config.max_position_embeddings)
         self.engine_args = EngineArgs(**engine_args)
         self.max_model_len = self.engine_args.max_model_len
-        self._model = NativeModel(self.model_path, self.config, device, weight_quant=self.engine_args.weight_quant,
-                                  load_format=self.engine_args.load_format)  # fmt: skip
-        self._engine = NativeEngine(self._model, self.engine_args, list(self.tokenizer.eos_token_ids))
+        self._tp: TpGroup | None = None
+        tp_size = self.engine_args.tensor_parallel_size
+        if not isinstance(tp_size, int) or isinstance(tp_size, bool) or tp_size < 1:
+            raise ValueError(f"tensor_parallel_size must be an int >= 1, got {tp_size!r}")
+        args = self.engine_args
+        try:
+            if tp_size > 1:
+                self._tp = TpGroup(self.model_path, tp_size, device, args.weight_quant, args.load_format,
+                                   args.num_threads)  # fmt: skip
+            self._model = NativeModel(self.model_path, self.config, device, weight_quant=args.weight_quant,
+                                      load_format=args.load_format,
+                                      tp=(self._tp.data, self._tp.control) if self._tp else None)  # fmt: skip
+            self._engine = NativeEngine(self._model, args, list(self.tokenizer.eos_token_ids))
+        except BaseException:
+            self.close()
+            raise
+
+    def health_error(self) -> str | None:
+        """Why the engine cannot serve (a tensor-parallel rank died), or None."""
+        return self._tp.error if self._tp is not None else None
 
     # ---- prompts ----
     def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
@@ -156,6 +174,10 @@ class LLM:
         model = getattr(self, "_model", None)
         if model is not None:
             model.close()  # the engine is gone: the weights can go now, not at garbage collection
+        tp = getattr(self, "_tp", None)
+        if tp is not None:
+            self._tp = None
+            tp.close()  # after the model: freeing it stopped the workers
 
     def __enter__(self) -> LLM:
         return self

@@ -32,7 +32,9 @@ class NativeModel:
     """Owns a pe_model handle."""
 
     def __init__(self, model_dir: str, config: ModelConfig, device: str = "cpu", weight_quant: str | None = None,
-                 load_format: str = "auto"):  # fmt: skip
+                 load_format: str = "auto", tp=None):  # fmt: skip
+        """tp: (data, control) communicators (pyengine.tp.Comm) of this rank of a tensor-parallel
+        group; the checkpoint's tensors are then cut to the rank's shard as they load."""
         n = native()
         self._n = n
         self.config = config
@@ -58,6 +60,13 @@ class NativeModel:
         except ValueError as e:
             raise CheckpointError(f"{os.path.join(model_dir, 'config.json')}: {e}") from None
         self.handle = n.ffi.gc(out[0], n.lib.pe_model_free)
+        self._tp = tp  # the communicators must outlive the model
+        if tp is not None:
+            data, control = tp
+            try:
+                n.check(n.lib.pe_model_set_tp(self.handle, data.handle, control.handle), "tensor parallel")
+            except ValueError as e:
+                raise CheckpointError(f"{os.path.join(model_dir, 'config.json')}: {e}") from None
         # Dummy FP8 weights are generated as FP8 directly; any other quantization applies at
         # finalize (after the checkpoint or the dummy bf16 weights are in).
         fp8_dummy = load_format == "dummy" and quant == _FP8

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* cffi-begin */
-#define PE_API_VERSION 4
+#define PE_API_VERSION 5
 
 /* Status codes. */
 #define PE_OK 0
@@ -144,6 +144,39 @@ int32_t pe_model_prompt_logits_kv(pe_model* model, const int32_t* tokens, int64_
  * logits for position p + 2, from the model's final-normed hidden state at p and the token at
  * p + 1. out_logits [n - 1, vocab_size]. Errors: UNSUPPORTED when the checkpoint has no mtp.*. */
 int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits);
+
+/* ---- Tensor parallel: one process per rank ---------------------------------------------------- */
+
+typedef struct pe_comm pe_comm;
+
+/* Joins the CPU communicator group `name` (ranks on this machine, meeting in shared memory) as
+ * `rank` of `size`. Rank 0 creates the group; the others wait for it up to join_timeout_s.
+ * A rank that dies or aborts makes the others' collectives fail with a message naming it.
+ * Errors: INVALID_ARGUMENT (rank, size, name), STATE (timeout). Free with pe_comm_free. */
+int32_t pe_comm_create_cpu(const char* name, int32_t rank, int32_t size, double join_timeout_s,
+                           pe_comm** out_comm);
+
+/* NCCL (CUDA builds): rank 0 makes the group's id (128 bytes, out_id), hands it to the others out
+ * of band; every rank then makes its communicator on the CUDA backend's stream. Errors:
+ * UNSUPPORTED with the reason when NCCL is not available (not found at build or at run time). */
+int32_t pe_nccl_unique_id(uint8_t* out_id);
+int32_t pe_comm_create_nccl(const uint8_t* id, int32_t rank, int32_t size, pe_comm** out_comm);
+
+/* Marks the group failed with `why` (peers' collectives then fail). */
+int32_t pe_comm_abort(pe_comm* comm, const char* why);
+void pe_comm_free(pe_comm* comm);
+
+/* Makes `model` the rank's shard of a tensor-parallel group, before any pe_model_set_tensor: the
+ * tensors handed over afterwards are the checkpoint's whole tensors, and the model keeps its
+ * rank's part (heads, MLP columns, vocabulary rows). `data` carries the forward's collectives (NCCL
+ * for CUDA, the CPU communicator for the CPU), `control` the leader's messages to the workers (a
+ * CPU communicator; may be `data` on the CPU). Both must outlive the model. Errors:
+ * INVALID_ARGUMENT naming what does not divide by the group's size. */
+int32_t pe_model_set_tp(pe_model* model, pe_comm* data, pe_comm* control);
+
+/* A worker rank (rank > 0) serves the leader's forwards until the leader stops the group (returns
+ * PE_OK) or the group fails (returns the error; the message names the rank). Blocks. */
+int32_t pe_model_serve_tp_worker(pe_model* model);
 
 /* ---- Engine: continuous batching over a model ---------------------------------------------- */
 

@@ -35,7 +35,7 @@ int32_t pe_engine_create(pe_model* model, const pe_engine_params* params, pe_eng
     if (!model || !params || !out_engine) fail(PE_ERR_INVALID_ARGUMENT, "pe_engine_create: null argument");
     if (!model->finalized) fail(PE_ERR_STATE, "pe_engine_create: the model is not finalized");
     auto e = std::make_unique<pe_engine>();
-    e->engine = std::make_unique<pe::Engine>(*model->model, *params);
+    e->engine = std::make_unique<pe::Engine>(*model->model, *params, model->tp_leader.get());
     *out_engine = e.release();
   });
 }

@@ -14,7 +14,49 @@
 
 using pe::fail;
 
+namespace {
+
+// A TP rank's part of a whole checkpoint tensor (FP8 scales: the blocks of their weight's part).
+void set_shard_tensor(pe_model& m, const std::string& name, pe::DType dtype, const std::vector<int64_t>& shape,
+                      const void* data) {
+  static const std::string kScale = "_scale_inv";
+  const bool scale = name.size() > kScale.size() && name.compare(name.size() - kScale.size(), kScale.size(), kScale) == 0;
+  const std::string base = scale ? name.substr(0, name.size() - kScale.size()) : name;
+  if (!m.full_shapes->tensors().count(base)) fail(PE_ERR_NOT_FOUND, "tensor ", name, ": not a tensor of this model");
+  const std::vector<int64_t>& full = m.full_shapes->tensors().at(base).shape;
+  if (!scale && shape != full) {
+    m.model->weights().set(name, dtype, shape, data);  // the whole-shape check names the mismatch
+    return;
+  }
+  pe::ShardRanges r = m.shard->ranges(base);
+  if (scale && r.dim >= 0) r = pe::block_ranges(r, full[r.dim], 128, base);
+  std::vector<int64_t> part_shape;
+  const size_t elem = pe::dtype_bytes_for(dtype, 1);
+  std::vector<uint8_t> part = pe::take_shard(r, shape, elem, data, &part_shape);
+  m.model->weights().set(name, dtype, part_shape, part.data());
+}
+
+}  // namespace
+
 extern "C" {
+
+namespace {
+
+std::unique_ptr<pe::Model> make_model(const pe::ModelConfig& mc, const std::string& dev) {
+  if (dev == "cuda") {
+#ifdef PE_WITH_CUDA
+    if (!pe::device_usable(pe::Device::CUDA))
+      fail(PE_ERR_UNSUPPORTED, "device 'cuda': no usable CUDA device found (build: ", pe_build_info(), ")");
+    return pe::make_cuda_model(mc);
+#else
+    fail(PE_ERR_UNSUPPORTED, "device 'cuda': this build has no CUDA backend (build: ", pe_build_info(),
+         "); install with nvcc on PATH or use device='cpu'");
+#endif
+  }
+  return std::make_unique<pe::Qwen35Model>(mc);
+}
+
+}  // namespace
 
 int32_t pe_model_create(const pe_model_config* cfg, const char* device, pe_model** out_model) {
   return pe::api::guarded([&] {
@@ -22,20 +64,45 @@ int32_t pe_model_create(const pe_model_config* cfg, const char* device, pe_model
     std::string dev = device ? device : "cpu";
     if (dev != "cpu" && dev != "cuda") fail(PE_ERR_UNSUPPORTED, "unknown device '", dev, "' (use 'cpu' or 'cuda')");
     auto m = std::make_unique<pe_model>();
-    const pe::ModelConfig mc = pe::ModelConfig::from_c(*cfg);
-    if (dev == "cuda") {
-#ifdef PE_WITH_CUDA
-      if (!pe::device_usable(pe::Device::CUDA))
-        fail(PE_ERR_UNSUPPORTED, "device 'cuda': no usable CUDA device found (build: ", pe_build_info(), ")");
-      m->model = pe::make_cuda_model(mc);
-#else
-      fail(PE_ERR_UNSUPPORTED, "device 'cuda': this build has no CUDA backend (build: ", pe_build_info(),
-           "); install with nvcc on PATH or use device='cpu'");
-#endif
-    } else {
-      m->model = std::make_unique<pe::Qwen35Model>(mc);
-    }
+    m->full_config = pe::ModelConfig::from_c(*cfg);
+    m->device = dev;
+    m->model = make_model(m->full_config, dev);
     *out_model = m.release();
+  });
+}
+
+int32_t pe_model_set_tp(pe_model* model, pe_comm* data, pe_comm* control) {
+  return pe::api::guarded([&] {
+    if (!model || !data || !control) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_set_tp: null argument");
+    if (model->finalized || model->shard) fail(PE_ERR_STATE, "pe_model_set_tp: call it once, before any tensor");
+    pe::Communicator& d = *data->comm;
+    pe::Communicator& c = *control->comm;
+    if (d.size() != c.size() || d.rank() != c.rank())
+      fail(PE_ERR_INVALID_ARGUMENT, "pe_model_set_tp: data (rank ", d.rank(), " of ", d.size(), ") and control (rank ",
+           c.rank(), " of ", c.size(), ") communicators differ");
+    if (c.device() != pe::Device::CPU) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_set_tp: control must be a CPU communicator");
+    const pe::Device dev = model->device == "cuda" ? pe::Device::CUDA : pe::Device::CPU;
+    if (d.device() != dev)
+      fail(PE_ERR_INVALID_ARGUMENT, "pe_model_set_tp: a ", model->device, " model needs a ",
+           model->device == "cuda" ? "NCCL" : "CPU", " data communicator");
+    auto shard = std::make_unique<pe::TpShard>(pe::make_tp_shard(model->full_config, d.rank(), d.size()));
+    model->full_shapes = std::make_unique<pe::WeightStore>(model->full_config);
+    model->model = make_model(shard->local, model->device);
+    if (!model->model->supports_tp())
+      fail(PE_ERR_UNSUPPORTED, "tensor parallel: the ", model->device, " model of this build has no TP forward yet");
+    model->model->set_tp(&d, &c);
+    model->shard = std::move(shard);
+    if (c.rank() == 0) model->tp_leader = std::make_unique<pe::TpLeader>(c);
+  });
+}
+
+int32_t pe_model_serve_tp_worker(pe_model* model) {
+  return pe::api::guarded([&] {
+    if (!model) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_serve_tp_worker: null model");
+    if (!model->finalized) fail(PE_ERR_STATE, "pe_model_serve_tp_worker: the model is not finalized");
+    if (!model->shard || model->shard->rank == 0)
+      fail(PE_ERR_STATE, "pe_model_serve_tp_worker: only a worker rank (rank > 0 after pe_model_set_tp) serves");
+    pe::tp_worker_run(*model->model, *model->model->tp_control());
   });
 }
 
@@ -47,6 +114,7 @@ int32_t pe_model_set_tensor(pe_model* model, const char* name, int32_t dtype, in
     if (!pe::dtype_valid(dtype)) fail(PE_ERR_INVALID_ARGUMENT, "tensor ", name, ": unknown dtype code ", dtype);
     if (ndim < 0 || ndim > 8) fail(PE_ERR_INVALID_ARGUMENT, "tensor ", name, ": bad rank ", ndim);
     std::vector<int64_t> dims(shape, shape + ndim);
+    if (model->shard) return set_shard_tensor(*model, name, static_cast<pe::DType>(dtype), dims, data);
     model->model->weights().set(name, static_cast<pe::DType>(dtype), dims, data);
   });
 }
@@ -113,6 +181,15 @@ void run_fresh_sequence(pe_model* model, const int32_t* tokens, int64_t n, pe::D
   s.page_table = table.data();
   s.logits = logits;
   b.seqs.push_back(s);
+  if (model->tp_leader) {
+    pe::TpPoolShape shape;
+    shape.kv_pages = n_pages;
+    shape.kv_page_size = page;
+    shape.kv_dtype = static_cast<int32_t>(kv_dtype);
+    shape.gdn_running = 1;
+    model->tp_leader->forward_scratch(*model->model, b, shape, kv, gdn, res);
+    return;
+  }
   model->model->forward(b, kv, gdn, res);
 }
 
@@ -138,6 +215,7 @@ int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, f
     auto* cpu_model = model ? dynamic_cast<pe::Qwen35Model*>(model->model.get()) : nullptr;
     if (model && !cpu_model) fail(PE_ERR_UNSUPPORTED, "pe_model_mtp_logits: the MTP head runs on the CPU model only");
     if (model && !model->model->has_mtp()) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
+    if (model && model->shard) fail(PE_ERR_UNSUPPORTED, "pe_model_mtp_logits: not at tensor_parallel_size > 1 yet");
     pe::ForwardResult res;
     run_fresh_sequence(model, tokens, n, pe::DType::F32, pe::LogitsMode::None, res);
     pe::ModelConfig mtp_cfg = model->model->config();  // the MTP layer's own KV: one attention layer

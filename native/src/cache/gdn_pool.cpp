@@ -62,12 +62,24 @@ void GdnPool::release(int32_t s) {
 }
 
 void GdnPool::zero(int32_t s) {
+  if (journal_) journal_->push_back({GdnPoolOp::Zero, s, -1});
   mem_zero(data_.device(), data_.as<float>() + s * slot_floats_, sizeof(float) * slot_floats_);
 }
 
 void GdnPool::copy(int32_t dst, int32_t src) {
+  if (journal_) journal_->push_back({GdnPoolOp::Copy, dst, src});
   mem_copy(data_.device(), data_.as<float>() + dst * slot_floats_, data_.as<float>() + src * slot_floats_,
            sizeof(float) * slot_floats_);
+}
+
+void GdnPool::apply(const GdnPoolOp& op) {
+  const int64_t n = n_running_ + n_snapshot_;
+  if (op.dst < 0 || op.dst >= n || (op.kind == GdnPoolOp::Copy && (op.src < 0 || op.src >= n)))
+    fail(PE_ERR_INTERNAL, "GDN pool op on slot ", op.dst, " / ", op.src, " of a pool of ", n);
+  if (op.kind == GdnPoolOp::Zero)
+    zero(op.dst);
+  else
+    copy(op.dst, op.src);
 }
 
 }  // namespace pe

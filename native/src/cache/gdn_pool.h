@@ -13,6 +13,13 @@
 
 namespace pe {
 
+// A change of slot contents made outside a forward (a new slot zeroed, a snapshot restored), which
+// tensor parallel repeats on every other rank's pool (engine/tp_group.h).
+struct GdnPoolOp {
+  enum Kind : int32_t { Zero = 0, Copy = 1 } kind;
+  int32_t dst, src;
+};
+
 class GdnPool {
  public:
   GdnPool(const ModelConfig& cfg, int64_t n_running, int64_t n_snapshot, Device device = Device::CPU);
@@ -28,6 +35,11 @@ class GdnPool {
   void release(int32_t slot);
   void zero(int32_t slot);
   void copy(int32_t dst, int32_t src);
+  // While set, zero and copy also append themselves to `journal` (null: off).
+  void set_journal(std::vector<GdnPoolOp>* journal) { journal_ = journal; }
+  std::vector<GdnPoolOp>* journal() const { return journal_; }
+  // Repeats ops recorded on another rank's pool of the same shape.
+  void apply(const GdnPoolOp& op);
 
   Device device() const { return data_.device(); }
   int64_t slot_floats() const { return slot_floats_; }
@@ -44,6 +56,7 @@ class GdnPool {
   Buffer data_;
   std::vector<int32_t> free_running_, free_snapshot_;
   std::vector<bool> in_use_;
+  std::vector<GdnPoolOp>* journal_ = nullptr;
 };
 
 }  // namespace pe

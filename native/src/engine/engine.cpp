@@ -30,7 +30,7 @@ static void check_params(const pe_engine_params& p) {
     fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
 }
 
-Engine::Engine(Model& model, const pe_engine_params& params) : model_(model), params_(params) {
+Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : model_(model), params_(params), tp_(tp) {
   check_params(params_);
   if (params_.cuda_graphs && model_.device() != Device::CUDA)
     fail(PE_ERR_INVALID_ARGUMENT, "cuda_graphs needs device 'cuda' (it replays CUDA decode steps); this model runs on "
@@ -67,7 +67,22 @@ Engine::Engine(Model& model, const pe_engine_params& params) : model_(model), pa
   if (params_.max_step_ms >= 0.0f)
     pacer_ = std::make_unique<StepPacer>(cost_, params_.max_step_ms, sp.chunked_prefill_size, plan_.kv_page_size);
   sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get(), pacer_.get());
-  overlap_ = params_.overlap_schedule == 1 || (params_.overlap_schedule < 0 && dev == Device::CUDA);
+  if (tp_) {
+    if (params_.overlap_schedule == 1)
+      fail(PE_ERR_INVALID_ARGUMENT, "overlap_schedule on needs tensor_parallel_size 1 (at TP > 1 the workers' inputs "
+                                    "come from the leader's sampled tokens, one step behind)");
+    TpPoolShape shape;
+    shape.kv_pages = plan_.kv_pages;
+    shape.kv_page_size = plan_.kv_page_size;
+    shape.kv_dtype = params_.kv_cache_dtype;
+    shape.gdn_running = plan_.gdn_slots;
+    shape.gdn_snapshot = plan_.snapshot_slots;
+    shape.reserve_tokens = sp.max_num_batched_tokens;
+    shape.reserve_seqs = params_.max_batch;
+    shape.reserve_context = params_.max_model_len;
+    tp_->setup(shape, *gdn_);
+  }
+  overlap_ = !tp_ && (params_.overlap_schedule == 1 || (params_.overlap_schedule < 0 && dev == Device::CUDA));
   for (int32_t id : params_.eos_token_ids)
     if (id >= 0) eos_.push_back(id);
   device_bytes_baseline_ = device_bytes_in_use(dev);

@@ -31,6 +31,7 @@
 #include "engine/scheduler.h"
 #include "engine/step_cost.h"
 #include "engine/step_pacer.h"
+#include "engine/tp_group.h"
 #include "model/model.h"
 #include "pyengine.h"
 
@@ -44,7 +45,8 @@ inline double now_seconds() {
 
 class Engine {
  public:
-  Engine(Model& model, const pe_engine_params& params);
+  // tp: the leader of a tensor-parallel group whose rank 0 this model is (null: TP = 1).
+  Engine(Model& model, const pe_engine_params& params, TpLeader* tp = nullptr);
   ~Engine();
 
   uint64_t add_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp);
@@ -106,6 +108,7 @@ class Engine {
   StepCostModel cost_;
   std::unique_ptr<StepPacer> pacer_;  // null when max_step_ms < 0
   std::unique_ptr<Scheduler> sched_;
+  TpLeader* tp_ = nullptr;  // rank 0 of a tensor-parallel group
   std::vector<int32_t> eos_;
 
   std::mutex in_mu_;

@@ -53,7 +53,10 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
     jobs_.push_back(j);
   }
   try {
-    model_.forward(batch, *kv_, *gdn_, result_);
+    if (tp_)
+      tp_->forward(model_, batch, *kv_, *gdn_, result_);
+    else
+      model_.forward(batch, *kv_, *gdn_, result_);
     for (size_t i = 0, k = 0; i < out.chunks.size(); ++i)
       if (out.job_of[i] >= 0) jobs_[k++].row = result_.logit_row_begin[i];
     model_.sample_launch(result_, jobs_);

@@ -40,6 +40,28 @@ void apply_penalties(float* logits, int64_t V, const SamplingConfig& p, const in
 int32_t sample(const float* logits, int64_t V, const SamplingConfig& p, float u, float* scratch,
                int32_t* scratch_idx);
 
+// The distribution sample() draws from: probs[V] = the kept tokens' weights after temperature,
+// top-k, top-p and min-p, normalized, 0 elsewhere; greedy (temperature 0, top_k 1): one-hot at the
+// argmax. With u uniform in [0, 1), sample() returns token i with probability probs[i] (up to
+// float rounding). scratch_idx: V ints.
+void sample_probs(const float* logits, int64_t V, const SamplingConfig& p, float* probs, int32_t* scratch_idx);
+
+// Lossless speculative verify of one sequence's k drafts (standard rejection sampling): p [k + 1, V]
+// is the target's sampling distribution (sample_probs) at each draft position and after the last,
+// each row computed with the drafts before it in the token history (penalties); q [k, V] the
+// drafter's distributions, or null for point-mass drafts (argmax proposers: q = one-hot at the
+// draft). Draft i is accepted when u_accept[i] * q(x_i) < p(x_i) (probability min(1, p / q)),
+// stopping at the first rejection; the next token is then drawn with u_sample from max(0, p - q)
+// normalized, or, when all k were accepted, from p's last row (the bonus token). The output has
+// the target's distribution whatever q is; at temperature 0 it is exactly greedy decoding.
+// residual: V floats of scratch.
+struct SpecVerifyResult {
+  int32_t n_accepted = 0;  // drafts kept, 0 .. k
+  int32_t next = 0;        // the token after them
+};
+SpecVerifyResult spec_verify(const float* p, const float* q, const int32_t* drafts, int64_t k, int64_t V,
+                             const float* u_accept, float u_sample, float* residual);
+
 // log_softmax(logits)[token] -> *token_logprob, and the n_top most likely (ids, logprobs),
 // descending, ties by lower id. n_top may be 0.
 void logprobs(const float* logits, int64_t V, int32_t token, int32_t n_top, float* token_logprob,

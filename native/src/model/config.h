@@ -16,6 +16,11 @@ struct ModelConfig {
   int64_t mtp_layers = 0;
   int64_t max_positions = 0;
   std::vector<bool> is_full_attention;  // per layer
+  // Tensor parallel (model/tp_shard.h): the lm_head rows this rank holds, [vocab_begin,
+  // vocab_begin + vocab_rows), each rank's logits padded to vocab_padded rows for the gather.
+  // vocab_rows 0: the whole vocabulary (TP = 1).
+  int64_t vocab_begin = 0, vocab_rows = 0, vocab_padded = 0;
+  int64_t lm_head_rows() const { return vocab_rows > 0 ? vocab_rows : vocab; }
 
   // Derived sizes.
   int64_t conv_dim() const { return 2 * gdn_k_heads * gdn_k_dim + gdn_v_heads * gdn_v_dim; }

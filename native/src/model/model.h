@@ -14,6 +14,7 @@
 
 #include "cache/gdn_pool.h"
 #include "cache/kv_pool.h"
+#include "comm/communicator.h"
 #include "core/buffer.h"
 #include "kernels/sampling.h"
 #include "model/config.h"
@@ -135,6 +136,19 @@ class Model {
   virtual void reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) {}
 
   virtual bool has_mtp() const { return false; }
+
+  // Tensor parallel (engine/tp_group.h): `data` carries the forward's all-reduces and the logits
+  // gather, `control` the leader's messages to the workers (the CPU communicator, on CUDA too).
+  // Both null: TP = 1. Not owned; set before finalize.
+  void set_tp(Communicator* data, Communicator* control) {
+    tp_data_ = data;
+    tp_control_ = control;
+  }
+  Communicator* tp_data() const { return tp_data_; }
+  Communicator* tp_control() const { return tp_control_; }
+  int tp_size() const { return tp_control_ ? tp_control_->size() : 1; }
+  // Whether this model's forward has the TP collectives (all-reduces, the logits gather).
+  virtual bool supports_tp() const { return false; }
   // Bytes of device memory the weights take (CUDA), or of host memory (CPU).
   virtual int64_t weight_bytes() const { return weights_.bytes_total(); }
 
@@ -148,6 +162,8 @@ class Model {
 
   ModelConfig cfg_;
   WeightStore weights_;
+  Communicator* tp_data_ = nullptr;
+  Communicator* tp_control_ = nullptr;
   DType weight_quant_ = DType::F32;
 
  private:

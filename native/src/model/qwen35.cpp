@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -84,6 +85,7 @@ void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, Gdn
     cpu::gdn_decode(d);
     cpu::rms_norm_gated(o, z, L.norm, T * Hv, dv, c.eps, o);
     cpu::linear(o, T, L.out, out);
+    all_reduce(out, T * c.hidden);
     return;
   }
   cpu::gdn_gates(a, bb, Hv, T, Hv, L.A_log, L.dt_bias, g, beta);
@@ -123,6 +125,7 @@ void Qwen35Model::mixer_gdn(const LayerViews& L, int64_t gi, const Batch& b, Gdn
   }
   cpu::rms_norm_gated(o, z, L.norm, T * Hv, dv, c.eps, o);
   cpu::linear(o, T, L.out, out);
+  all_reduce(out, T * c.hidden);
 }
 
 void Qwen35Model::mixer_attention(const LayerViews& L, int64_t ai, const Batch& b, KvPool& kv,
@@ -152,6 +155,7 @@ void Qwen35Model::mixer_attention(const LayerViews& L, int64_t ai, const Batch& 
     r0 += s.n_new;
   }
   cpu::linear(o, T, L.o, out);
+  all_reduce(out, T * c.hidden);
 }
 
 void Qwen35Model::mlp(const LayerViews& L, int64_t n, const float* x, float* out, Workspace& ws) {
@@ -168,6 +172,7 @@ void Qwen35Model::mlp(const LayerViews& L, int64_t n, const float* x, float* out
   float* act = Workspace::get(ws.t3, n * I);
   cpu::swiglu(gu, n, I, act);
   cpu::linear(act, n, L.down, out);
+  all_reduce(out, n * cfg_.hidden);
 }
 
 // h = x + mixer(norm(x)); x = h + mlp(norm(h)), in place on x [n_tokens, H].
@@ -234,7 +239,29 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
 
 void Qwen35Model::lm_head(const float* x, int64_t n, float* logits) {
   WeightView head = cfg_.tied_embeddings ? weights_.matrix("embed_tokens.weight") : weights_.matrix("lm_head.weight");
-  cpu::linear(x, n, head, logits);
+  if (!tp_data_) return cpu::linear(x, n, head, logits);
+  // Vocab-parallel: this rank's rows (of the tied embedding: its slice), every rank's part padded
+  // to vocab_padded, gathered, then put back in vocabulary order.
+  const int64_t V = cfg_.vocab, rows = cfg_.vocab_rows, padded = cfg_.vocab_padded, size = tp_data_->size();
+  if (cfg_.tied_embeddings) {
+    const size_t row_bytes = dtype_bytes_for(head.dtype, head.cols);
+    head.data = static_cast<const uint8_t*>(head.data) + cfg_.vocab_begin * row_bytes;
+    head.rows = rows;
+  }
+  std::vector<float> part(static_cast<size_t>(n * padded), 0.0f), all(static_cast<size_t>(size * n * padded));
+  std::vector<float> mine(static_cast<size_t>(n * rows));
+  cpu::linear(x, n, head, mine.data());
+  for (int64_t t = 0; t < n; ++t) std::memcpy(&part[t * padded], &mine[t * rows], sizeof(float) * rows);
+  tp_data_->all_gather(part.data(), n * padded, all.data());
+  for (int64_t r = 0; r < size; ++r) {
+    const int64_t v0 = r * padded, nv = std::min(padded, V - v0);
+    for (int64_t t = 0; t < n && nv > 0; ++t)
+      std::memcpy(logits + t * V + v0, &all[(r * n + t) * padded], sizeof(float) * nv);
+  }
+}
+
+void Qwen35Model::all_reduce(float* x, int64_t n) {
+  if (tp_data_) tp_data_->all_reduce_sum(x, n);
 }
 
 }  // namespace pe

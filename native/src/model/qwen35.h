@@ -47,6 +47,8 @@ class Qwen35Model : public Model {
   void set_positions(const Batch& b, Workspace& ws);
   LayerViews layer_views(const std::string& prefix, bool full) const;
   void lm_head(const float* x, int64_t n, float* logits);
+  void all_reduce(float* x, int64_t n);  // the TP sum of the ranks' partial outputs (TP = 1: nothing)
+  bool supports_tp() const override { return true; }
 
   std::vector<LayerViews> layers_;
   std::unique_ptr<LayerViews> mtp_layer_;

@@ -67,7 +67,7 @@ WeightStore::WeightStore(const ModelConfig& c) : cfg_(c) {
   expect("embed_tokens.weight", TensorKind::Matrix, {c.vocab, c.hidden});
   expect("norm.weight", TensorKind::Vector, {c.hidden});
   // A tied checkpoint may still carry lm_head; it is then accepted and ignored.
-  expect("lm_head.weight", TensorKind::Matrix, {c.vocab, c.hidden}, !c.tied_embeddings);
+  expect("lm_head.weight", TensorKind::Matrix, {c.lm_head_rows(), c.hidden}, !c.tied_embeddings);
   for (int64_t i = 0; i < c.n_layers; ++i)
     expect_layer("layers." + std::to_string(i) + ".", c.is_full_attention[i], true);
   // The MTP head is optional: a checkpoint without mtp.* still serves without speculation.

@@ -169,12 +169,31 @@ void apply_penalties(float* logits, int64_t V, const SamplingConfig& p, const in
   }
 }
 
-int32_t sample(const float* logits, int64_t V, const SamplingConfig& p, float u, float* w,
-               int32_t* idx) {
-  if (V <= 0) return 0;
-  if (!(p.temperature > 0.0f) || p.top_k == 1) return argmax(logits, V);
+namespace {
+
+// The tokens sample() may draw and their weights: w[i] = exp((l_i - max) / T) (unnormalized), and
+// which of them the filters keep. Kept: w >= thr and w > 0, and either every id (ids == nullptr,
+// last < 0), or the likelihood-order prefix ending at `last` (ids == nullptr), or the n ids listed
+// in ids (ascending).
+struct KeptSet {
+  const int32_t* ids = nullptr;
+  int64_t n = 0;
+  float thr = 0.0f;
+  int32_t last = -1;
+  bool greedy = false;  // temperature 0 (or top_k 1, or no finite logit): the argmax alone
+};
+
+KeptSet kept_set(const float* logits, int64_t V, const SamplingConfig& p, float* w, int32_t* idx) {
+  KeptSet ks;
+  if (!(p.temperature > 0.0f) || p.top_k == 1) {
+    ks.greedy = true;
+    return ks;
+  }
   const float m = max_of(logits, V);
-  if (!std::isfinite(m)) return argmax(logits, V);
+  if (!std::isfinite(m)) {
+    ks.greedy = true;
+    return ks;
+  }
   const float inv_t = 1.0f / p.temperature;
   for (int64_t i = 0; i < V; ++i) {
     w[i] = exp_nonpos((logits[i] - m) * inv_t);  // NaN logits get no mass
@@ -190,12 +209,13 @@ int32_t sample(const float* logits, int64_t V, const SamplingConfig& p, float u,
     for (float x : part) Z += x;
   }
   // The max weight is exactly exp(0) = 1, so min-p's threshold needs no normalization.
-  const float thr = p.min_p > 0.0f ? p.min_p : 0.0f;
+  ks.thr = p.min_p > 0.0f ? p.min_p : 0.0f;
+  ks.n = V;
 
   const int64_t k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
   const bool use_top_p = p.top_p < 1.0f;
   const double top_p = std::max(p.top_p, 0.0f);
-  if (k == V && !use_top_p) return pick(w, nullptr, V, thr, -1, u);
+  if (k == V && !use_top_p) return ks;
 
   // Select (never fully sort) the kept prefix of the likelihood order among the candidates.
   auto cmp = [w](int32_t a, int32_t b) { return better(w, a, b); };
@@ -211,20 +231,96 @@ int32_t sample(const float* logits, int64_t V, const SamplingConfig& p, float u,
     }
     n_keep = top_p_count(w, idx, n_keep, top_p * mass);
   }
-  int32_t id;
   if (n_keep * 8 > V) {  // a large kept set: scan all ids against its least likely member
     int32_t last = idx[0];
     for (int64_t j = 1; j < n_keep; ++j)
       if (better(w, last, idx[j])) last = idx[j];
-    id = pick(w, nullptr, V, thr, n_keep < V ? last : -1, u);
-  } else {
-    int64_t n = 0;
-    for (int64_t j = 0; j < n_keep; ++j)
-      if (w[idx[j]] >= thr) idx[n++] = idx[j];
-    std::sort(idx, idx + n);
-    id = pick(w, idx, n, thr, -1, u);
+    ks.last = n_keep < V ? last : -1;
+    return ks;
   }
+  int64_t n = 0;
+  for (int64_t j = 0; j < n_keep; ++j)
+    if (w[idx[j]] >= ks.thr) idx[n++] = idx[j];
+  std::sort(idx, idx + n);
+  ks.ids = idx;
+  ks.n = n;
+  return ks;
+}
+
+}  // namespace
+
+int32_t sample(const float* logits, int64_t V, const SamplingConfig& p, float u, float* w,
+               int32_t* idx) {
+  if (V <= 0) return 0;
+  const KeptSet ks = kept_set(logits, V, p, w, idx);
+  if (ks.greedy) return argmax(logits, V);
+  const int32_t id = pick(w, ks.ids, ks.n, ks.thr, ks.last, u);
   return id >= 0 ? id : argmax(logits, V);
+}
+
+void sample_probs(const float* logits, int64_t V, const SamplingConfig& p, float* probs, int32_t* idx) {
+  if (V <= 0) return;
+  const KeptSet ks = kept_set(logits, V, p, probs, idx);
+  if (ks.greedy) {
+    const int32_t best = argmax(logits, V);
+    std::fill(probs, probs + V, 0.0f);
+    probs[best] = 1.0f;
+    return;
+  }
+  // The same kept test and summation order as pick, then normalized.
+  float thr = ks.thr;
+  if (ks.last >= 0) thr = std::max(thr, probs[ks.last]);
+  const float w_last = ks.last >= 0 ? probs[ks.last] : 0.0f;
+  auto kept = [&](int32_t i) {
+    return probs[i] >= thr && probs[i] > 0.0f && (ks.last < 0 || probs[i] > w_last || i <= ks.last);
+  };
+  double total = 0.0;
+  if (ks.ids) {
+    for (int64_t j = 0; j < ks.n; ++j) total += kept(ks.ids[j]) ? probs[ks.ids[j]] : 0.0f;
+    std::vector<float> keep(static_cast<size_t>(ks.n));
+    for (int64_t j = 0; j < ks.n; ++j) keep[j] = kept(ks.ids[j]) ? probs[ks.ids[j]] : 0.0f;
+    std::fill(probs, probs + V, 0.0f);
+    for (int64_t j = 0; j < ks.n; ++j) probs[ks.ids[j]] = static_cast<float>(keep[j] / total);
+    return;
+  }
+  for (int64_t i = 0; i < V; ++i) total += kept(static_cast<int32_t>(i)) ? probs[i] : 0.0f;
+  // Decide every id's membership before any weight changes (kept() reads probs[last]).
+  for (int64_t i = 0; i < V; ++i)
+    if (!kept(static_cast<int32_t>(i))) idx[i] = 0; else idx[i] = 1;
+  for (int64_t i = 0; i < V; ++i) probs[i] = idx[i] ? static_cast<float>(probs[i] / total) : 0.0f;
+}
+
+SpecVerifyResult spec_verify(const float* p, const float* q, const int32_t* drafts, int64_t k, int64_t V,
+                             const float* u_accept, float u_sample, float* residual) {
+  SpecVerifyResult r;
+  for (int64_t i = 0; i < k; ++i) {
+    const float* pi = p + i * V;
+    const int32_t x = drafts[i];
+    const float px = (x >= 0 && x < V) ? pi[x] : 0.0f;
+    const float qx = q ? ((x >= 0 && x < V) ? q[i * V + x] : 0.0f) : 1.0f;
+    // Accept x with probability min(1, p(x) / q(x)): u < p / q, i.e. u * q < p (no division).
+    if (qx > 0.0f && u_accept[i] * qx < px) {
+      ++r.n_accepted;
+      continue;
+    }
+    // Rejected: the next token from the residual max(0, p - q), normalized.
+    double total = 0.0;
+    for (int64_t t = 0; t < V; ++t) {
+      const float qt = q ? q[i * V + t] : (t == x ? 1.0f : 0.0f);
+      residual[t] = std::max(0.0f, pi[t] - qt);
+      total += residual[t];
+    }
+    if (!(total > 0.0)) {  // p == q where x was refused only through rounding: draw from p
+      std::copy(pi, pi + V, residual);
+      total = 1.0;
+    }
+    r.next = pick(residual, nullptr, V, 0.0f, -1, static_cast<float>(u_sample));
+    if (r.next < 0) r.next = x;  // unreachable with total > 0; keeps the token valid
+    return r;
+  }
+  // Every draft accepted: the bonus token from the row after the last draft.
+  r.next = pick(p + k * V, nullptr, V, 0.0f, -1, u_sample);
+  return r;
 }
 
 void logprobs(const float* logits, int64_t V, int32_t token, int32_t n_top, float* token_logprob,
