@@ -142,3 +142,24 @@ def test_a_short_request_gets_its_first_token_within_2_percent_of_a_long_prefill
         long_first = [t for ev in long for t in ev.token_times][0]
         ratio = (short_first - t_short) / (long_first - t_long)
         assert ratio <= 0.02, ratio
+
+
+@pytest.mark.slow
+def test_pacing_at_tensor_parallel_2_cuts_the_long_prefill_and_decodes_every_step():
+    # Rank 0 schedules and times whole steps, all-reduces included: the same pacing, in steps.
+    long_n = 1536
+    with LLM(None, tensor_parallel_size=2, num_threads=1, max_batch=3, max_model_len=long_n + 512,
+             chunked_prefill_size=CHUNK, prefix_cache=False) as llm:  # fmt: skip
+        llm.generate(prompt_token_ids=[ids(16, 1)], sampling_params=greedy(16))
+        llm.generate(prompt_token_ids=[ids(CHUNK * 2, 2)], sampling_params=greedy(1))  # full chunks
+        decoder = llm.submit(prompt_token_ids=ids(16, 3), sampling_params=greedy(1 << 20))
+        it = iter(decoder)
+        next(it)
+        long = llm.submit(prompt_token_ids=ids(long_n, 4), sampling_params=greedy(1))
+        long_step = [s for ev in long for s in ev.token_steps][0]
+        decoder.cancel()
+        steps = [s for ev in it for s in ev.token_steps]
+        during = [s for s in steps if s <= long_step]
+        assert during == list(range(during[0], long_step + 1))  # a token every step
+        assert len(during) > 1.5 * long_n / CHUNK  # the prefill went in cut chunks
+        assert llm.stats()["paced_steps"] >= len(during) - 2
