@@ -112,18 +112,21 @@ class Bench:
 
 
 def load_model(args):
-    if args.shape27b:
-        from tools.bench_gpu import make_model, write_config
-
-        cfg_dir = write_config(64)
-        return make_model(cfg_dir), (1000, 200000), cfg_dir
     from pyengine.config import ModelConfig
-    from pyengine.llm import default_model_path
     from pyengine.model_loader import NativeModel
+
+    if args.shape27b:
+        from tools.bench_gpu import write_config
+
+        cfg_dir = write_config(args.layers)
+        model = NativeModel(cfg_dir, ModelConfig.from_dir(cfg_dir), args.device or "cuda", weight_quant="fp8",
+                            load_format="dummy")  # fmt: skip
+        return model, (1000, 200000), cfg_dir
+    from pyengine.llm import default_model_path
 
     path = args.model or default_model_path()
     config = ModelConfig.from_dir(path)
-    return NativeModel(path, config, args.device), (0, min(config.vocab_size, 500)), path
+    return NativeModel(path, config, args.device or "cpu"), (0, min(config.vocab_size, 500)), path
 
 
 def run_setting(model, vocab, args, max_step_ms: float) -> dict:
@@ -131,7 +134,7 @@ def run_setting(model, vocab, args, max_step_ms: float) -> dict:
 
     kw = dict(max_batch=max(args.decoders) + 2, max_model_len=args.long + 4096, chunked_prefill_size=args.chunk,
               prefix_cache=False, max_step_ms=max_step_ms, num_threads=args.threads)  # fmt: skip
-    if args.shape27b:
+    if args.shape27b and model.device == "cuda":
         kw.update(kv_cache_dtype="fp16", gpu_mem_ratio=0.92)
     engine = NativeEngine(model, EngineArgs(**kw), [])
     try:
@@ -176,7 +179,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape27b", action="store_true", help="27B shape, dummy FP8 weights, on CUDA")
     ap.add_argument("--model", default=None, help="checkpoint (default: the embedded default model)")
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--device", default=None, choices=["cpu", "cuda"], help="default: cuda with --shape27b, else cpu")
+    ap.add_argument("--layers", type=int, default=64, help="--shape27b: layers (64: the 27B model)")
     ap.add_argument("--long", type=int, default=4096, help="tokens of the long prompt")
     ap.add_argument("--chunk", type=int, default=512, help="chunked_prefill_size")
     ap.add_argument("--decoders", type=int, nargs="+", default=[1, 4])
@@ -187,7 +191,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     model, vocab, source = load_model(args)
-    where = "27B shape, dummy FP8, cuda" if args.shape27b else f"{os.path.basename(source.rstrip('/'))}, {args.device}"
+    name = f"27B shape ({args.layers} layers), dummy FP8" if args.shape27b else os.path.basename(source.rstrip("/"))
+    where = f"{name}, {model.device}"
     print(f"{where}: long prompt {args.long} tokens, chunk {args.chunk}, decoders {args.decoders}", flush=True)
     results = {"command": " ".join(sys.argv), "model": where, "settings": []}
     for ms in args.max_step_ms:

@@ -201,9 +201,9 @@ typedef struct pe_engine_params {
                                     decodes, or a prompt that ends in it): the step's other prefill
                                     is cut to fit, as the engine's step-cost model (measured as steps
                                     run) predicts. > 0: this many milliseconds; 0: derived per step,
-                                    the time of its decode rows plus the least prefill that keeps a
-                                    long prefill at >= 80 % of its full-chunk rate; < 0: off, prefill
-                                    always in full chunks. Finite values only. */
+                                    the predicted time of its decode rows / (1 - 0.8), so prefill
+                                    gets 80 % of the step (about 5 decode steps' time); < 0: off,
+                                    prefill always in full chunks. Finite values only. */
 } pe_engine_params;
 
 /* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,

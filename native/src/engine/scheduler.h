@@ -33,7 +33,9 @@ struct ScheduledChunk {
   Request* req;
   int64_t n_tokens;  // tokens[n_computed, n_computed + n_tokens) run this step
   std::vector<SnapshotPoint> snapshots;  // GDN state copies to take inside the chunk
-  bool is_decode = false;  // the request's next token (its prompt is done), not prefill
+  // The request's next token (its prompt is done), not prefill: decode rows to the pacer. A
+  // speculative verify chunk (1 + k tokens) is one too.
+  bool is_decode = false;
 };
 
 // What schedule() planned for its step.

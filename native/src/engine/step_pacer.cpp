@@ -10,17 +10,15 @@ StepPacer::StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_p
 
 double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
   if (max_step_s_ > 0.0) return max_step_s_;
-  if (fixed.decode_rows == 0) return cost_.predict_seconds(fixed);  // prompts ending: a block beside them
-  const double alone = cost_.predict_seconds(StepShape{}.plus(n_past, chunk_, false));
-  if (!(alone > 0.0)) return std::numeric_limits<double>::infinity();
-  const double wanted_rate = kAutoPrefillShare * static_cast<double>(chunk_) / alone;
-  auto rate = [&](int64_t p) { return static_cast<double>(p) / cost_.predict_seconds(fixed.plus(n_past, p, false)); };
-  // The rate grows with the slice (the step's fixed part is spread over more tokens): the smallest
-  // slice that reaches wanted_rate, by bisection over [1, chunk].
+  const double fixed_s = cost_.predict_seconds(fixed);
+  if (fixed.decode_rows == 0) return fixed_s;  // prompts ending: one block of the long prefill beside them
+  // The least whole blocks of prefill that take kDerivedPrefillShare of the step, by bisection
+  // over [1, chunk] (predictions grow with the tokens).
+  const double target_s = fixed_s / (1.0 - kDerivedPrefillShare);
   int64_t lo = 1, hi = chunk_;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (rate(mid) >= wanted_rate) hi = mid;
+    if (cost_.predict_seconds(fixed.plus(n_past, mid, false)) >= target_s) hi = mid;
     else lo = mid + 1;
   }
   // Up to a block boundary, so that fit() cutting the slice there does not take it below the share.

@@ -8,11 +8,14 @@
 //
 // The limit is the engine option max_step_ms, or, when it is 0, derived per step from the cost
 // model (design decision):
-// - with decode rows: the predicted time of the step's decode rows (and the prompts it ends) plus
-//   the least whole blocks of prefill at which a long prefill still runs at kAutoPrefillShare of
-//   its rate alone in full chunks. With t = base + c * tokens that slice is about 4 x base / c and
-//   the limit about 5 x a decode step: the prefill loses at most a fifth of its speed, and decoding
-//   requests get a token every ~5 decode steps' time instead of every chunk's.
+// - with decode rows: the predicted time of the step's decode rows (and the prompts it ends),
+//   divided by 1 - kDerivedPrefillShare, i.e. plus the least whole blocks of prefill that take
+//   that share of the step: about 5 x a decode step. Where a token costs the same in a slice as in
+//   a full chunk, the prefill keeps >= 80 % of its rate alone, and decoding requests get a token
+//   every ~5 decode steps' time instead of every chunk's. Where slices cost more per token (a
+//   device whose matmuls of few rows run less efficiently) it keeps less: the limit is tied to the
+//   decode step, which the model measures well, rather than to an 80 % that such a device could
+//   only reach with full chunks (no pacing at all).
 // - without: the predicted time of the prompts that end in the step, so the long prefill gets its
 //   one-block minimum beside them. Such a step comes once per arriving request (which decodes
 //   after it), so the prefill loses little, and the new request's first token waits for nothing
@@ -26,7 +29,7 @@ namespace pe {
 
 class StepPacer {
  public:
-  static constexpr double kAutoPrefillShare = 0.8;
+  static constexpr double kDerivedPrefillShare = 0.8;  // of a paced step's time, derived limits
 
   // max_step_ms > 0: a fixed limit; 0: derived per step (above). page_size: chunks are cut at KV
   // block boundaries, where prefix-cache snapshots are taken (a snapshot inside a chunk splits its
