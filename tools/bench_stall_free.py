@@ -151,14 +151,16 @@ def run_setting(model, vocab, args, max_step_ms: float) -> dict:
             r["prefill_share_of_alone"] = r["prefill_tok_s"] / out["alone_prefill_tok_s"]
             out["runs"].append(r)
         st = engine.stats()
-        out["engine"] = {k: st[k] for k in st if k.startswith(("cost_", "step_", "paced_steps")) and k != "step_seconds"}
+        keys = [k for k in st if k.startswith(("cost_", "step_", "paced_steps")) and not isinstance(st[k], dict)]
+        out["engine"] = {k: st[k] for k in keys}
         return out
     finally:
         engine.close()
 
 
 def report(res: dict) -> None:
-    label = {0: "derived (default)"}.get(res["max_step_ms"], "off" if res["max_step_ms"] < 0 else f"{res['max_step_ms']:g} ms")
+    ms = res["max_step_ms"]
+    label = "derived (default)" if ms == 0 else "off" if ms < 0 else f"{ms:g} ms"
     print(f"max_step_ms {label}: long prefill alone {res['alone_prefill_tok_s']:.1f} tok/s "
           f"({res['alone_prefill_s']:.2f} s); short request's TTFT {res['ttft_s'] * 1e3:.1f} ms = "
           f"{res['ttft_ratio'] * 100:.2f} % of the long prefill ({res['ttft_prefill_s']:.2f} s)")  # fmt: skip

@@ -77,7 +77,8 @@ TEST(fit_recovers_a_device_from_noisy_steps) {
   CHECK(!m.ready());
   for (int i = 0; i < 400; ++i) {
     const int64_t r = rows(rng);
-    StepShape s = i % 3 == 0 ? decode_step(std::max<int64_t>(1, r), depth(rng)) : mixed_step(r, depth(rng), tokens(rng));
+    const StepShape s =
+        i % 3 == 0 ? decode_step(std::max<int64_t>(1, r), depth(rng)) : mixed_step(r, depth(rng), tokens(rng));
     m.observe(s, dev.time(s) * noise(rng));
   }
   CHECK(m.ready());
@@ -130,7 +131,9 @@ TEST(a_long_paced_stretch_does_not_erase_what_full_chunks_cost) {
   StepCostModel m;
   std::mt19937 rng(5);
   std::normal_distribution<double> noise(1.0, 0.05);
-  auto slice_time = [&](const StepShape& s) { return dev.time(s) + 0.6 * dev.token * static_cast<double>(s.prefill_tokens); };
+  auto slice_time = [&](const StepShape& s) {
+    return dev.time(s) + 0.6 * dev.token * static_cast<double>(s.prefill_tokens);
+  };
   for (int i = 0; i < 20; ++i) {
     m.observe(decode_step(1, 64), dev.time(decode_step(1, 64)) * noise(rng));
     m.observe(mixed_step(0, 512 * i, 512), dev.time(mixed_step(0, 512 * i, 512)) * noise(rng));

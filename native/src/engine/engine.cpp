@@ -24,8 +24,8 @@ static void check_params(const pe_engine_params& p) {
   if (p.overlap_schedule < -1 || p.overlap_schedule > 1)
     fail(PE_ERR_INVALID_ARGUMENT, "overlap_schedule must be -1 (auto), 0 or 1, got ", p.overlap_schedule);
   if (!std::isfinite(p.max_step_ms))
-    fail(PE_ERR_INVALID_ARGUMENT, "max_step_ms must be a finite number (> 0: a limit in ms, 0: derived, < 0: off), got ",
-         p.max_step_ms);
+    fail(PE_ERR_INVALID_ARGUMENT,
+         "max_step_ms must be a finite number (> 0: a limit in ms, 0: derived, < 0: off), got ", p.max_step_ms);
   if (!(p.gpu_mem_ratio > 0.0f && p.gpu_mem_ratio <= 1.0f))
     fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
 }

@@ -9,25 +9,26 @@
 // decode_rows: tokens of requests that are decoding. Today one each; a speculative verify of 1 + k
 // tokens counts 1 + k rows (its forward is the same rows of the same matmuls), which is all a
 // speculative decoding loop has to do to be paced. prefill_tokens: prompt tokens (or tokens
-// recomputed after a preemption). attended_pairs: (query, key) pairs of
-// the causal attention, summed over the step's rows: what grows with context depth.
+// recomputed after a preemption). attended_pairs: (query, key) pairs of the causal attention,
+// summed over the step's rows: what grows with context depth.
 //
 // Fit: least squares of relative errors with non-negative coefficients (a step never gets cheaper
-// by adding work) over the steps seen, with exponential forgetting, so the model follows the device (clocks,
-// other load) as it runs. Design decisions: (1) decode-only, prefill-only and mixed steps are
-// three classes, and an observation fades only as steps of its own class arrive: a long stretch of
-// pure decoding must not erase what prefill steps taught, and a long stretch of paced steps (small
-// prefill slices beside decode rows) must not erase what full prefill chunks cost, which the
-// derived step limit compares against (step_pacer.h). (2) The errors are relative (timing noise
-// grows with the step, and a decode step's time matters as much as a long chunk's), which also
-// bounds what a stalled step (the host descheduled) can do to the fit. Only an overlapped step
-// (engine.h) can be measured shorter than it took -- when the host read the step before it late,
-// the device was already working on it -- and its weight is capped (kWeightCap).
+// by adding work) over the steps seen, with exponential forgetting, so the model follows the
+// device (clocks, other load) as it runs. Design decisions:
+// (1) Decode-only, prefill-only and mixed steps are three classes, and an observation fades only
+//     as steps of its own class arrive: a long stretch of pure decoding must not erase what
+//     prefill steps taught, nor a long stretch of paced steps (small prefill slices beside decode
+//     rows) what full chunks and decode-only steps cost.
+// (2) The errors are relative (timing noise grows with the step, and a decode step's time matters
+//     as much as a long chunk's), which also bounds what a stalled step (the host descheduled) can
+//     do to the fit. Only an overlapped step (engine.h) can be measured shorter than it took --
+//     when the host read the step before it late, the device was already working on it -- and its
+//     weight is capped (kWeightCap).
 // (3) The linear form does not fit every regime at once (a small prefill slice beside decode rows
-// costs more per token than a full chunk: matmuls of fewer rows run less efficiently), so each
-// class carries a scale, its measured / fitted times by least squares of relative errors, and a
-// prediction is the fitted time times the scale of the shape's class: the coefficients give the
-// structure (depth, rows, tokens), the scale the regime's level.
+//     can cost more per token than a full chunk: matmuls of fewer rows run less efficiently), so
+//     each class carries a scale, its measured / fitted times by least squares of relative errors,
+//     and a prediction is the fitted time times the scale of the shape's class: the coefficients
+//     give the structure (depth, rows, tokens), the scale the regime's level.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -58,7 +59,8 @@ class StepCost {
   virtual ~StepCost() = default;
   // Predicted seconds of a step of this shape.
   virtual double predict_seconds(const StepShape& s) const = 0;
-  // True once predictions rest on measurements of both what prefill and what decoding costs.
+  // True once predictions rest on measurements: prefill steps, and a decode-only step or prefill
+  // steps of two sizes (what separates a step's base cost from its per-token cost).
   virtual bool ready() const = 0;
 };
 
