@@ -55,8 +55,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="queue the next decode step before reading the current one's tokens (auto: on for cuda)")
     p.add_argument("--max_step_ms", type=float, default=0.0,
                    help="time limit of a step while requests decode: a long prompt's prefill is cut to fit, so "
-                        "they keep streaming (0: derived from measured step costs, prefill taking 80 %% of each "
-                        "step, about 5 decode steps' time; < 0: off)")
+                        "they keep streaming (0: derived from measured step costs, keeping the prefill at 80 %% "
+                        "of its full-chunk speed; < 0: off)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:

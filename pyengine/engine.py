@@ -38,8 +38,8 @@ class EngineArgs:
     # at tensor_parallel_size > 1).
     overlap_schedule: bool | None = None
     # Time limit of a step that gives some request a token; its other prefill is cut to fit (the
-    # step-cost model's prediction). 0: derived per step (its decode rows' time / (1 - 0.8): the
-    # prefill gets 80 % of the step); < 0: off.
+    # step-cost model's prediction). 0: derived per step (its decode rows plus the least prefill
+    # that keeps a long prefill at 80 % of its full-chunk rate); < 0: off.
     max_step_ms: float = 0.0
     tensor_parallel_size: int = 1  # ranks (processes, one GPU each on CUDA) the model is split over
 

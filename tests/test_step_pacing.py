@@ -117,7 +117,7 @@ def test_a_step_limit_bounds_the_decoders_gaps_during_a_long_prefill(unpaced):
 
 @pytest.mark.slow
 def test_the_derived_limit_keeps_most_of_the_prefill_rate_and_cuts_the_gaps(unpaced):
-    run = Run()  # max_step_ms 0: derived from the cost model, prefill taking 80 % of each step
+    run = Run()  # max_step_ms 0: derived from the cost model, 80 % of the full-chunk prefill rate
     try:
         t0, first = run.first_token_time(LONG)
         alone_s = first - t0

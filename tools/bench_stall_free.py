@@ -171,7 +171,7 @@ def report(res: dict) -> None:
               f"{r['prefill_share_of_alone'] * 100:5.1f} % of alone", flush=True)  # fmt: skip
     e = res["engine"]
     print(f"  cost model (ms): base {e['cost_base_ms']:.3f} + {e['cost_decode_row_ms']:.3f}/decode row + "
-          f"{e['cost_prefill_token_ms']:.4f}/prefill token + "
+          f"{e['cost_prefill_step_ms']:.3f}/step with prefill + {e['cost_prefill_token_ms']:.4f}/prefill token + "
           f"{e['cost_attention_ms']:.3f}/M attended pairs; scales decode {e['cost_scale_decode_only']:.3f} "
           f"prefill {e['cost_scale_prefill_only']:.3f} mixed {e['cost_scale_mixed']:.3f}; "
           f"paced steps {e['paced_steps']}", flush=True)  # fmt: skip

@@ -201,9 +201,10 @@ typedef struct pe_engine_params {
                                     decodes, or a prompt that ends in it): the step's other prefill
                                     is cut to fit, as the engine's step-cost model (measured as steps
                                     run) predicts. > 0: this many milliseconds; 0: derived per step,
-                                    the predicted time of its decode rows / (1 - 0.8), so prefill
-                                    gets 80 % of the step (about 5 decode steps' time); < 0: off,
-                                    prefill always in full chunks. Finite values only. */
+                                    its decode rows plus the least prefill that keeps a long prefill
+                                    at 80 % of its full-chunk rate (where none can: prefill taking
+                                    80 % of the step); < 0: off, prefill always in full chunks.
+                                    Finite values only. */
 } pe_engine_params;
 
 /* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,
@@ -333,14 +334,15 @@ typedef struct pe_engine_stats {
   double step_ms;                 /* measured: from planning (or the previous step's end, for a step
                                      queued before it) to its tokens read back */
   int64_t paced_steps;            /* steps planned to a time limit */
-  /* The step-cost model: ms = base + decode_row * rows + prefill_token * tokens
-   * + attention * attended (query, key) pairs / 1e6, fitted to the measured steps, times a scale
-   * per class of step. */
+  /* The step-cost model: ms = base + decode_row * rows + prefill_step (when the step prefills)
+   * + prefill_token * tokens + attention * attended (query, key) pairs / 1e6, fitted to the
+   * measured steps, times a scale per class of step. */
   int32_t cost_model_ready;       /* 1 once it paces steps: it has measured prefill steps, and a
                                      decode-only step or prefill steps of two sizes */
   int64_t cost_model_steps;       /* steps it learned from */
   double cost_base_ms;
   double cost_decode_row_ms;
+  double cost_prefill_step_ms;
   double cost_prefill_token_ms;
   double cost_attention_ms;       /* per million attended pairs */
   double cost_scale_decode_only;  /* measured / fitted time of decode-only steps, */

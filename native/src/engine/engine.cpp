@@ -290,8 +290,9 @@ void Engine::publish_stats() {
   const StepCostModel::Coefficients& k = cost_.coefficients();
   s.cost_base_ms = k[0] * 1e3;
   s.cost_decode_row_ms = k[1] * 1e3;
-  s.cost_prefill_token_ms = k[2] * 1e3;
-  s.cost_attention_ms = k[3] * 1e3;
+  s.cost_prefill_step_ms = k[2] * 1e3;
+  s.cost_prefill_token_ms = k[3] * 1e3;
+  s.cost_attention_ms = k[4] * 1e3;
   s.cost_scale_decode_only = cost_.class_scales()[0];
   s.cost_scale_prefill_only = cost_.class_scales()[1];
   s.cost_scale_mixed = cost_.class_scales()[2];

@@ -73,7 +73,8 @@ StepCostModel::Class StepCostModel::class_of(const StepShape& s) {
 }
 
 std::array<double, StepCostModel::kFeatures> StepCostModel::features(const StepShape& s) {
-  return {1.0, static_cast<double>(s.decode_rows), static_cast<double>(s.prefill_tokens), s.attended_pairs * 1e-6};
+  return {1.0, static_cast<double>(s.decode_rows), s.prefill_tokens > 0 ? 1.0 : 0.0,
+          static_cast<double>(s.prefill_tokens), s.attended_pairs * 1e-6};
 }
 
 void StepCostModel::observe(const StepShape& s, double seconds, bool overlapped) {

@@ -3,14 +3,17 @@
 // 0 times whole steps, all-reduces included). The scheduler uses it to size the prefill share of a
 // step to a time limit (step_pacer.h).
 //
-//   t = base + decode_row * decode_rows + prefill_token * prefill_tokens
-//            + attention * attended_pairs / 1e6
+//   t = base + decode_row * decode_rows + prefill_step * (prefill_tokens > 0)
+//            + prefill_token * prefill_tokens + attention * attended_pairs / 1e6
 //
 // decode_rows: tokens of requests that are decoding. Today one each; a speculative verify of 1 + k
 // tokens counts 1 + k rows (its forward is the same rows of the same matmuls), which is all a
-// speculative decoding loop has to do to be paced. prefill_tokens: prompt tokens (or tokens
-// recomputed after a preemption). attended_pairs: (query, key) pairs of the causal attention,
-// summed over the step's rows: what grows with context depth.
+// speculative decoding loop has to do to be paced. prefill_step: what a step pays for holding
+// prefill at all (the matmuls of many rows take another path than a decode step's, the GDN
+// chunked scan and the prefill attention have their own launches and passes): it is what makes a
+// small prefill slice cost more per token than a full chunk. prefill_tokens: prompt tokens (or
+// tokens recomputed after a preemption). attended_pairs: (query, key) pairs of the causal
+// attention, summed over the step's rows: what grows with context depth.
 //
 // Fit: least squares of relative errors with non-negative coefficients (a step never gets cheaper
 // by adding work) over the steps seen, with exponential forgetting, so the model follows the
@@ -18,7 +21,8 @@
 // (1) Decode-only, prefill-only and mixed steps are three classes, and an observation fades only
 //     as steps of its own class arrive: a long stretch of pure decoding must not erase what
 //     prefill steps taught, nor a long stretch of paced steps (small prefill slices beside decode
-//     rows) what full chunks and decode-only steps cost.
+//     rows) what full chunks and decode-only steps cost: the derived step limit compares a slice's
+//     rate with a full chunk's (step_pacer.h).
 // (2) The errors are relative (timing noise grows with the step, and a decode step's time matters
 //     as much as a long chunk's), which also bounds what a stalled step (the host descheduled) can
 //     do to the fit. Only an overlapped step (engine.h) can be measured shorter than it took --
@@ -66,7 +70,8 @@ class StepCost {
 
 class StepCostModel : public StepCost {
  public:
-  static constexpr int kFeatures = 4;  // base, decode rows, prefill tokens, attended pairs / 1e6
+  // base, decode rows, prefill step, prefill tokens, attended pairs / 1e6
+  static constexpr int kFeatures = 5;
   static constexpr double kWeightCap = 2.0;
   using Coefficients = std::array<double, kFeatures>;
 
@@ -80,7 +85,7 @@ class StepCostModel : public StepCost {
   double predict_seconds(const StepShape& s) const override;
   bool ready() const override;
 
-  // Seconds: base, per decode row, per prefill token, per million attended pairs.
+  // Seconds: base, per decode row, per step with prefill, per prefill token, per million pairs.
   const Coefficients& coefficients() const { return coef_; }
   // Scales of decode-only, prefill-only and mixed steps (1 for a class not seen).
   const std::array<double, 3>& class_scales() const { return scale_; }
@@ -108,7 +113,7 @@ class StepCostModel : public StepCost {
 
 // Non-negative least squares of the normal equations A w = b for a handful of unknowns: every
 // subset of free coefficients is solved (others held at 0) and the feasible one of least error
-// wins: exact, and 2^kFeatures = 16 small solves. A tiny ridge keeps unseen directions at 0.
+// wins: exact, and 2^kFeatures = 32 small solves. A tiny ridge keeps unseen directions at 0.
 StepCostModel::Coefficients nonnegative_least_squares(
     const std::array<std::array<double, StepCostModel::kFeatures>, StepCostModel::kFeatures>& a,
     const std::array<double, StepCostModel::kFeatures>& b);

@@ -8,14 +8,15 @@
 //
 // The limit is the engine option max_step_ms, or, when it is 0, derived per step from the cost
 // model (design decision):
-// - with decode rows: the predicted time of the step's decode rows (and the prompts it ends),
-//   divided by 1 - kDerivedPrefillShare, i.e. plus the least whole blocks of prefill that take
-//   that share of the step: about 5 x a decode step. Where a token costs the same in a slice as in
-//   a full chunk, the prefill keeps >= 80 % of its rate alone, and decoding requests get a token
-//   every ~5 decode steps' time instead of every chunk's. Where slices cost more per token (a
-//   device whose matmuls of few rows run less efficiently) it keeps less: the limit is tied to the
-//   decode step, which the model measures well, rather than to an 80 % that such a device could
-//   only reach with full chunks (no pacing at all).
+// - with decode rows: the predicted time of the step with the least whole blocks of prefill at
+//   which the long prefill keeps kDerivedPrefillShare (80 %) of its rate alone in full chunks. With
+//   t = base + c * tokens that slice is about 4 x the decode rows' time / c and the step about 5
+//   decode steps: decoding requests get a token every ~5 decode steps' time instead of every
+//   chunk's. What a step pays for holding prefill at all is in the model, so where slices cost more
+//   per token than full chunks the slice grows to keep the share. Where no slice can keep it (the
+//   decode rows cost over a fifth of a full chunk, or the device runs mixed steps that much
+//   slower), the step is the least whole blocks that take 80 % of its time, about 5 x the decode
+//   rows' time: pacing bounded by the decode step rather than off.
 // - without: the predicted time of the prompts that end in the step, so the long prefill gets its
 //   one-block minimum beside them. Such a step comes once per arriving request (which decodes
 //   after it), so the prefill loses little, and the new request's first token waits for nothing
@@ -29,7 +30,7 @@ namespace pe {
 
 class StepPacer {
  public:
-  static constexpr double kDerivedPrefillShare = 0.8;  // of a paced step's time, derived limits
+  static constexpr double kDerivedPrefillShare = 0.8;  // derived limits: of the full-chunk rate
 
   // max_step_ms > 0: a fixed limit; 0: derived per step (above). page_size: chunks are cut at KV
   // block boundaries, where prefix-cache snapshots are taken (a snapshot inside a chunk splits its
