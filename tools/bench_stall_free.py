@@ -2,15 +2,16 @@
 
 For each --max_step_ms value, one engine on one model (the embedded default model on the CPU, or
 with --shape27b the 27B shape of MODEL_SPEC.md with dummy FP8 weights on CUDA), in this order:
-  alone      the long prompt alone: its prefill tokens/s (submit -> first token); the first run
-             also teaches the engine's step-cost model what full chunks cost
+  warm-up    a 16-token request (a prefill, decode steps) and a prompt of two full chunks: the
+             engine's step-cost model gets ready, first-use costs are paid before anything is timed
+  alone      the long prompt alone: its prefill tokens/s (submit -> first token)
   ttft       the long prompt again, a short request (16 tokens) submitted after --ttft-after steps
              of it: the short one's first-token time / the long one's prefill time
   decoders   for each --decoders N: N requests decode (solo rate measured first), then the long
              prompt arrives; while it prefills: the decoders' inter-token latency p50 / p99 (all
              gaps of all decoders), their tokens/s (per decoder), and the long prompt's prefill
              tokens/s and its share of the alone rate
-and the engine's view at the end: its last step limit and the fitted step-cost model.
+and the engine's view at the end: the fitted step-cost model and its paced steps.
 Every prompt is distinct (prefix cache off), greedy, ignore_eos.
 
   PYTHONPATH=. python3 tools/bench_stall_free.py                      # CPU, default model
@@ -140,6 +141,7 @@ def run_setting(model, vocab, args, max_step_ms: float) -> dict:
     try:
         b = Bench(engine, vocab)
         b.token_times(b.submit(16, 16)[1])  # a first prefill and decode steps for the cost model
+        b.prefill(2 * args.chunk)  # full chunks once before they are timed (first-use costs)
         alone_s = b.prefill(args.long)
         ttft_s, ttft_prefill_s = b.ttft_during(args.long, args.ttft_after)
         out = {"max_step_ms": max_step_ms, "alone_prefill_s": alone_s, "alone_prefill_tok_s": args.long / alone_s,
