@@ -1,7 +1,6 @@
 #include "engine/step_pacer.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace pe {
 
