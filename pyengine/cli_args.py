@@ -157,6 +157,12 @@ def add_engine_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
                    help="CPU threads of the engine (default 0: all cores)")
     p.add_argument("--overlap_schedule", default="auto", choices=["auto", "on", "off"],
                    help="queue the next decode step before reading the current one's tokens (auto: on for cuda)")
+    p.add_argument("--max_step_ms", type=float, default=0.0,
+                   help="time limit of a step while requests decode: a long prompt's prefill is cut to fit, so "
+                        "they keep streaming (0: derived from measured step costs, keeping the prefill at 80 %% "
+                        "of its full-chunk speed; < 0: off)")
+    p.add_argument("--tp", "--tensor_parallel_size", dest="tensor_parallel_size", type=positive_int, default=1,
+                   help="ranks the model is split over, one process each (one GPU each on cuda; default: 1)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -175,4 +181,6 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         weight_quant=args.weight_quant,
         load_format=args.load_format,
         overlap_schedule=None if args.overlap_schedule == "auto" else args.overlap_schedule == "on",
+        max_step_ms=args.max_step_ms,
+        tensor_parallel_size=args.tensor_parallel_size,
     )

@@ -37,6 +37,10 @@ class EngineArgs:
     # Queue the next decode step before the current one's tokens are read (None: on for CUDA, off
     # at tensor_parallel_size > 1).
     overlap_schedule: bool | None = None
+    # Time limit of a step that gives some request a token; its other prefill is cut to fit (the
+    # step-cost model's prediction). 0: derived per step (its decode rows plus the least prefill
+    # that keeps a long prefill at 80 % of its full-chunk rate); < 0: off.
+    max_step_ms: float = 0.0
     tensor_parallel_size: int = 1  # ranks (processes, one GPU each on CUDA) the model is split over
 
 
@@ -88,6 +92,7 @@ class NativeEngine:
         p.kv_cache_dtype = kv_dtype_code(args.kv_cache_dtype, model.device)
         p.cuda_graphs = int(bool(args.cuda_graphs))
         p.overlap_schedule = -1 if args.overlap_schedule is None else int(bool(args.overlap_schedule))
+        p.max_step_ms = float(args.max_step_ms)
         for i in range(8):
             p.eos_token_ids[i] = eos_token_ids[i] if i < len(eos_token_ids) else -1
         out = n.ffi.new("pe_engine**")
@@ -170,9 +175,20 @@ class NativeEngine:
         n = self._n
         s = n.ffi.new("pe_engine_stats*")
         n.check(n.lib.pe_engine_get_stats(self.handle, s), "stats")
-        out = {name: int(getattr(s, name)) for name in dir(s)}
+        out = {}
+        for name in dir(s):
+            value = getattr(s, name)
+            out[name] = value if isinstance(value, (int, float)) else self._histogram(value)
         out["plan"] = self.plan()
         return out
+
+    @staticmethod
+    def _histogram(h) -> dict:
+        """A pe_histogram: upper_bounds, counts per bucket (one more than bounds: the last is above
+        the last bound; not cumulative), count, sum."""
+        k = h.n_bounds
+        return {"upper_bounds": list(h.upper_bounds)[:k], "counts": list(h.counts)[: k + 1],
+                "count": int(h.count), "sum": float(h.sum)}  # fmt: skip
 
     def plan(self) -> dict:
         n = self._n

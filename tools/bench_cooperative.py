@@ -5,7 +5,8 @@ For cooperative_prefill on and off it prints
                   (short submitted while the long one prefills; lower is better, 1.0 = it waited)
   decode_ratio  = a running short request's decode speed while the long prompt prefills /
                   its solo decode speed (higher is better, 0 = it stalled)
-Usage: python tools/bench_cooperative.py [--model DIR] [--long 4096] [--chunk 256]
+Usage: python tools/bench_cooperative.py [--model DIR] [--long 4096] [--chunk 256] [--max_step_ms MS]
+(--max_step_ms: the engine option; 0, the default, derived; -1: off, full prefill chunks)
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def wait_started(llm: LLM, steps: int) -> None:
 def run_mode(args, cooperative: bool, vocab: int) -> dict:
     greedy = dict(temperature=0.0, ignore_eos=True)
     kw = dict(max_batch=4, max_model_len=args.long + 1000, chunked_prefill_size=args.chunk,
-              cooperative_prefill=cooperative, prefix_cache=False)  # fmt: skip
+              cooperative_prefill=cooperative, prefix_cache=False, max_step_ms=args.max_step_ms)  # fmt: skip
     with LLM(args.model, **kw) as llm:
         solo = token_times(llm.submit(prompt_token_ids=ids(16, 1, vocab),
                                       sampling_params=SamplingParams(max_tokens=64, **greedy)))  # fmt: skip
@@ -81,11 +82,13 @@ def main() -> None:
     p.add_argument("--model", default=os.path.join(HERE, "..", "tests", "data", "ckpt_text_bf16"))
     p.add_argument("--long", type=int, default=3000)
     p.add_argument("--chunk", type=int, default=256)
+    p.add_argument("--max_step_ms", type=float, default=0.0)
     args = p.parse_args()
     from pyengine.config import ModelConfig
 
     vocab = min(ModelConfig.from_dir(args.model).vocab_size, 500)
-    print(f"model {os.path.basename(os.path.abspath(args.model))}, long prompt {args.long} tokens, chunk {args.chunk}")
+    print(f"model {os.path.basename(os.path.abspath(args.model))}, long prompt {args.long} tokens, chunk {args.chunk}, "
+          f"max_step_ms {args.max_step_ms:g}")
     print(f"{'cooperative':>11} {'long prefill s':>14} {'ttft_ratio':>10} {'decode_ratio':>12} {'solo tok/s':>10}")
     for cooperative in (True, False):
         r = run_mode(args, cooperative, vocab)

@@ -2,9 +2,11 @@
 
 Request-side numbers (tokens, time to first token, inter-token latency, finish reasons) are
 observed by the serving code as events arrive, i.e. as a client sees them. Engine-side numbers
-(running/waiting requests, KV page and GDN slot pools, prefix-cache hits, the memory plan) are
-read from `llm.stats()` at scrape time by a custom collector, so they are never stale. The
-process collector adds the worker's memory and CPU (process_resident_memory_bytes ...).
+(running/waiting requests, KV page and GDN slot pools, prefix-cache hits, the memory plan, the
+step plan and step-cost model, and the engine's histograms of step time, decode inter-token
+latency and prefill tokens per step) are read from `llm.stats()` at scrape time by a custom
+collector, so they are never stale. The process collector adds the worker's memory and CPU
+(process_resident_memory_bytes ...).
 """
 from collections.abc import Callable
 
@@ -16,7 +18,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 disable_created_metrics()  # the *_created series only add noise to every scrape
 
@@ -46,6 +48,15 @@ _COUNTERS = {
     "overlapped_steps": ("engine_overlapped_steps", "Steps queued before the previous step's tokens were read"),
     "overlap_dropped_tokens": ("engine_overlap_dropped_tokens",
                                "Tokens overlapped steps computed for requests that had ended"),
+    "paced_steps": ("engine_paced_steps", "Steps whose prefill was sized to a time limit (max_step_ms)"),
+    "cost_model_steps": ("engine_cost_model_steps", "Steps the step-cost model learned from"),
+}
+# Histograms the engine fills (pe_histogram: per-bucket counts, the last above the last bound).
+_HISTOGRAMS = {
+    "step_seconds": ("engine_step_seconds", "Engine step time, measured in the engine"),
+    "decode_itl_seconds": ("engine_decode_itl_seconds",
+                           "Time between a request's consecutive tokens, measured in the engine"),
+    "prefill_tokens_per_step": ("engine_prefill_tokens_per_step", "Prefill tokens of each engine step"),
 }
 
 
@@ -90,6 +101,8 @@ class _EngineCollector:
         if stats is None:
             return
         for key, value in stats.items():
+            if key in _HISTOGRAMS and isinstance(value, dict):
+                yield _histogram(*_HISTOGRAMS[key], value)
             if not _is_number(value):
                 continue
             if key in _GAUGES:
@@ -119,3 +132,11 @@ def _gauge(name: str, doc: str, value) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc)
     family.add_metric([], float(value))
     return family
+
+
+def _histogram(name: str, doc: str, h: dict) -> HistogramMetricFamily:
+    cumulative, buckets = 0, []
+    for bound, count in zip(h["upper_bounds"] + [float("inf")], h["counts"]):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+    return HistogramMetricFamily(f"pyengine_{name}", doc, buckets=buckets, sum_value=h["sum"])

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* cffi-begin */
-#define PE_API_VERSION 4
+#define PE_API_VERSION 5
 
 /* Status codes. */
 #define PE_OK 0
@@ -197,11 +197,19 @@ typedef struct pe_engine_params {
   int32_t cuda_graphs;           /* CUDA: replay decode steps from captured graphs (0: off) */
   int32_t overlap_schedule;      /* 1: queue the next decode step before reading the current one's
                                     tokens; 0: one step at a time; -1: on for CUDA, off on the CPU */
+  float max_step_ms;             /* time limit of a step that gives some request a token (one that
+                                    decodes, or a prompt that ends in it): the step's other prefill
+                                    is cut to fit, as the engine's step-cost model (measured as steps
+                                    run) predicts. > 0: this many milliseconds; 0: derived per step,
+                                    its decode rows plus the least prefill that keeps a long prefill
+                                    at 80 % of its full-chunk rate (where none can: prefill taking
+                                    80 % of the step); < 0: off, prefill always in full chunks.
+                                    Finite values only. */
 } pe_engine_params;
 
 /* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,
  * prefix_cache 1, kv_page_size 16, snapshot_interval_pages 16, gpu_mem_ratio 0.9, no eos,
- * kv_cache_dtype F32, cuda_graphs 0, overlap_schedule -1. */
+ * kv_cache_dtype F32, cuda_graphs 0, overlap_schedule -1, max_step_ms 0. */
 pe_engine_params pe_engine_default_params(void);
 
 typedef struct pe_memory_plan {
@@ -286,6 +294,18 @@ typedef struct pe_event {
 int32_t pe_engine_poll(pe_engine* engine, pe_event* out, int32_t max_events, int32_t timeout_ms,
                        int32_t* n_out);
 
+/* Values the engine observed: counts[i] of them in (upper_bounds[i - 1], upper_bounds[i]]
+ * (i = 0: <= upper_bounds[0]), counts[n_bounds] above the last bound. Counts are per bucket, not
+ * cumulative; count and sum over all values. */
+#define PE_HISTOGRAM_BOUNDS 16
+typedef struct pe_histogram {
+  int32_t n_bounds;
+  double upper_bounds[PE_HISTOGRAM_BOUNDS];
+  int64_t counts[PE_HISTOGRAM_BOUNDS + 1];
+  int64_t count;
+  double sum;
+} pe_histogram;
+
 typedef struct pe_engine_stats {
   int32_t running;
   int32_t waiting;
@@ -304,6 +324,33 @@ typedef struct pe_engine_stats {
   int64_t device_bytes_baseline;  /* the same right after the engine started */
   int64_t overlapped_steps;       /* steps queued before the previous step's tokens were read */
   int64_t overlap_dropped_tokens; /* tokens such steps computed for requests that had ended */
+  /* The last step, as planned (max_step_ms) and as measured. */
+  double max_step_ms;             /* the engine option (> 0 a limit, 0 derived per step, < 0 off) */
+  int64_t step_decode_rows;       /* decode rows (tokens of requests that are decoding) */
+  int64_t step_prefill_tokens;
+  int32_t step_paced;             /* 1: its prefill was sized to step_limit_ms */
+  double step_limit_ms;           /* its time limit (paced steps; else 0) */
+  double step_predicted_ms;       /* the cost model's prediction (0 while the model is not ready) */
+  double step_ms;                 /* measured: from planning (or the previous step's end, for a step
+                                     queued before it) to its tokens read back */
+  int64_t paced_steps;            /* steps planned to a time limit */
+  /* The step-cost model: ms = base + decode_row * rows + prefill_step (when the step prefills)
+   * + prefill_token * tokens + attention * attended (query, key) pairs / 1e6, fitted to the
+   * measured steps, times a scale per class of step. */
+  int32_t cost_model_ready;       /* 1 once it paces steps: it has measured prefill steps, and a
+                                     decode-only step or prefill steps of two sizes */
+  int64_t cost_model_steps;       /* steps it learned from */
+  double cost_base_ms;
+  double cost_decode_row_ms;
+  double cost_prefill_step_ms;
+  double cost_prefill_token_ms;
+  double cost_attention_ms;       /* per million attended pairs */
+  double cost_scale_decode_only;  /* measured / fitted time of decode-only steps, */
+  double cost_scale_prefill_only; /* of steps without decode rows, */
+  double cost_scale_mixed;        /* of steps with both: predictions are scaled by their class's */
+  pe_histogram step_seconds;      /* measured step times */
+  pe_histogram decode_itl_seconds;/* time between a request's consecutive tokens, in the engine */
+  pe_histogram prefill_tokens_per_step;
 } pe_engine_stats;
 
 int32_t pe_engine_get_stats(pe_engine* engine, pe_engine_stats* out);

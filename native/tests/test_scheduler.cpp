@@ -27,11 +27,12 @@ struct Fixture {
   // gdn_slots: running GDN slots (default max_batch). More than max_batch leaves the limit to
   // the scheduler alone: the engine's planner sizes the pool to max_batch, which would hide a
   // scheduler that admits past it.
-  Fixture(SchedulerParams p, int64_t pages, int64_t page_size = 4, bool with_cache = false, int64_t gdn_slots = 0)
+  Fixture(SchedulerParams p, int64_t pages, int64_t page_size = 4, bool with_cache = false, int64_t gdn_slots = 0,
+          const StepPacer* pacer = nullptr)
       : kv(cfg, pages, page_size),
         gdn(cfg, gdn_slots > 0 ? gdn_slots : p.max_batch, with_cache ? 4 : 0),
         cache(with_cache ? std::make_unique<PrefixCache>(kv, gdn, 1) : nullptr),
-        sched(p, kv, gdn, cache.get()) {}
+        sched(p, kv, gdn, cache.get(), pacer) {}
 
   Request* add(int64_t prompt_len, int32_t max_tokens = 4, int64_t seed = -1) {
     auto r = std::make_unique<Request>();
@@ -244,6 +245,100 @@ TEST(schedule_follow_plans_past_the_tokens_in_flight) {
   CHECK(!f.sched.schedule_follow(*a, 4, next));  // position 12
   CHECK_EQ(f.sched.preemptions(), 0);
   CHECK_EQ(f.sched.n_running(), 2);
+}
+
+namespace {
+// A device of known costs for the pacer: 1 ms a step, 0.5 ms a decode row, 0.25 ms a prefill
+// token (no depth term).
+struct FakeCost : StepCost {
+  bool is_ready = true;
+  double predict_seconds(const StepShape& s) const override {
+    return 1e-3 * (1.0 + 0.5 * static_cast<double>(s.decode_rows) + 0.25 * static_cast<double>(s.prefill_tokens));
+  }
+  bool ready() const override { return is_ready; }
+};
+}  // namespace
+
+TEST(paced_steps_cut_the_long_prefill_to_the_limit_while_requests_decode) {
+  FakeCost cost;
+  StepPacer pacer(cost, 8.0, 64, 4);  // 8 ms: 1 + 0.5 ms fixed leaves 26 tokens, cut to 24
+  Fixture f(params(4, 64), 400, 4, false, 0, &pacer);
+  Request* a = f.add(3, 1000);
+  f.step();
+  Request* b = f.add(600, 1);
+  int64_t prefilled = 0, steps = 0;
+  while (b->n_computed < 600) {
+    auto cs = f.step();
+    CHECK_EQ(f.tokens_of(cs, a), 1);  // a token every step
+    const StepPlan& plan = f.sched.last_plan();
+    CHECK(plan.paced);
+    CHECK(plan.predicted_s <= 8e-3 + 1e-12);
+    CHECK_EQ(plan.shape.decode_rows, 1);
+    CHECK_EQ(f.tokens_of(cs, b), 24);
+    prefilled += f.tokens_of(cs, b);
+    ++steps;
+  }
+  CHECK_EQ(prefilled, 600);
+  CHECK_EQ(steps, 25);
+}
+
+TEST(without_a_request_waiting_for_a_token_prefill_runs_in_full_chunks) {
+  FakeCost cost;
+  StepPacer pacer(cost, 8.0, 64, 4);
+  Fixture f(params(4, 64), 400, 4, false, 0, &pacer);
+  Request* b = f.add(600, 1);
+  auto cs = f.step();
+  CHECK_EQ(f.tokens_of(cs, b), 64);
+  CHECK(!f.sched.last_plan().paced);
+  // A cost model that is not ready paces nothing, decodes or not.
+  cost.is_ready = false;
+  Request* a = f.add(3, 1000);
+  f.step();
+  cs = f.step();
+  CHECK_EQ(f.tokens_of(cs, a), 1);
+  CHECK_EQ(f.tokens_of(cs, b), 64);  // a full chunk beside a's decode row
+  CHECK(!f.sched.last_plan().paced);
+}
+
+TEST(a_prompt_that_ends_in_the_step_is_kept_whole_and_paces_the_long_one) {
+  FakeCost cost;
+  StepPacer pacer(cost, 8.0, 64, 4);
+  Fixture f(params(4, 64), 400, 4, false, 0, &pacer);
+  Request* b = f.add(600, 1);
+  f.step();
+  Request* c = f.add(9, 5);  // 1 + 2.25 ms: the long prefill gets 4.75 ms, 19 tokens, cut to 16
+  auto cs = f.step();
+  CHECK_EQ(f.tokens_of(cs, c), 9);
+  CHECK_EQ(f.tokens_of(cs, b), 16);
+  CHECK(f.sched.last_plan().paced);
+  CHECK_EQ((b->n_computed) % 4, 0);
+  // A prompt longer than the limit allows is still not cut when no request decodes: cutting it
+  // would only delay its own first token.
+  Fixture g(params(4, 64), 400, 4, false, 0, &pacer);
+  Request* d = g.add(600, 1);
+  g.step();
+  Request* e = g.add(40, 5);  // 11 ms alone
+  cs = g.step();
+  CHECK_EQ(g.tokens_of(cs, e), 40);
+  CHECK_EQ(g.tokens_of(cs, d), 4);  // over the limit already: one block, so it keeps going
+}
+
+TEST(a_limit_the_decode_rows_alone_exceed_still_advances_the_prefill_a_block_a_step) {
+  FakeCost cost;
+  StepPacer pacer(cost, 1.0, 64, 4);  // 1 ms: less than a step with one decode row
+  Fixture f(params(4, 64), 400, 4, false, 0, &pacer);
+  Request* a = f.add(3, 1000);
+  Request* a2 = f.add(3, 1000);
+  f.step();
+  Request* b = f.add(100, 1);
+  Request* b2 = f.add(200, 1);
+  for (int i = 0; i < 10; ++i) {
+    auto cs = f.step();
+    CHECK_EQ(f.tokens_of(cs, a) + f.tokens_of(cs, a2), 2);
+    CHECK_EQ(f.tokens_of(cs, b), 4);  // the shortest, one block
+    CHECK_EQ(f.tokens_of(cs, b2), 0);
+  }
+  CHECK_EQ(b->n_computed, 40);
 }
 
 TEST(planner_reports_and_refuses_with_numbers) {

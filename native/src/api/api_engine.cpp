@@ -26,6 +26,7 @@ pe_engine_params pe_engine_default_params(void) {
   p.kv_cache_dtype = PE_DTYPE_F32;
   for (int32_t& id : p.eos_token_ids) id = -1;
   p.overlap_schedule = -1;
+  p.max_step_ms = 0.0f;
   return p;
 }
 

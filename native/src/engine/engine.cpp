@@ -23,6 +23,9 @@ static void check_params(const pe_engine_params& p) {
   if (!dtype_valid(p.kv_cache_dtype)) fail(PE_ERR_INVALID_ARGUMENT, "kv_cache_dtype: unknown code ", p.kv_cache_dtype);
   if (p.overlap_schedule < -1 || p.overlap_schedule > 1)
     fail(PE_ERR_INVALID_ARGUMENT, "overlap_schedule must be -1 (auto), 0 or 1, got ", p.overlap_schedule);
+  if (!std::isfinite(p.max_step_ms))
+    fail(PE_ERR_INVALID_ARGUMENT,
+         "max_step_ms must be a finite number (> 0: a limit in ms, 0: derived, < 0: off), got ", p.max_step_ms);
   if (!(p.gpu_mem_ratio > 0.0f && p.gpu_mem_ratio <= 1.0f))
     fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
 }
@@ -61,7 +64,9 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
   gdn_ = std::make_unique<GdnPool>(cfg, plan_.gdn_slots, plan_.snapshot_slots, dev);
   if (params_.prefix_cache && plan_.snapshot_slots > 0)
     cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
-  sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get());
+  if (params_.max_step_ms >= 0.0f)
+    pacer_ = std::make_unique<StepPacer>(cost_, params_.max_step_ms, sp.chunked_prefill_size, plan_.kv_page_size);
+  sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get(), pacer_.get());
   if (tp_) {
     if (params_.overlap_schedule == 1)
       fail(PE_ERR_INVALID_ARGUMENT, "overlap_schedule on needs tensor_parallel_size 1 (at TP > 1 the workers' inputs "
@@ -272,6 +277,28 @@ void Engine::publish_stats() {
   s.device_bytes_baseline = device_bytes_baseline_;
   s.overlapped_steps = overlapped_steps_;
   s.overlap_dropped_tokens = overlap_dropped_tokens_;
+  s.max_step_ms = params_.max_step_ms;
+  s.step_decode_rows = last_plan_.shape.decode_rows;
+  s.step_prefill_tokens = last_plan_.shape.prefill_tokens;
+  s.step_paced = last_plan_.paced ? 1 : 0;
+  s.step_limit_ms = last_plan_.paced ? last_plan_.limit_s * 1e3 : 0.0;
+  s.step_predicted_ms = last_plan_.predicted_s * 1e3;
+  s.step_ms = last_step_s_ * 1e3;
+  s.paced_steps = paced_steps_;
+  s.cost_model_ready = cost_.ready() ? 1 : 0;
+  s.cost_model_steps = cost_.n_observed();
+  const StepCostModel::Coefficients& k = cost_.coefficients();
+  s.cost_base_ms = k[0] * 1e3;
+  s.cost_decode_row_ms = k[1] * 1e3;
+  s.cost_prefill_step_ms = k[2] * 1e3;
+  s.cost_prefill_token_ms = k[3] * 1e3;
+  s.cost_attention_ms = k[4] * 1e3;
+  s.cost_scale_decode_only = cost_.class_scales()[0];
+  s.cost_scale_prefill_only = cost_.class_scales()[1];
+  s.cost_scale_mixed = cost_.class_scales()[2];
+  s.step_seconds = step_seconds_.get();
+  s.decode_itl_seconds = decode_itl_seconds_.get();
+  s.prefill_tokens_per_step = prefill_tokens_per_step_.get();
   std::lock_guard<std::mutex> g(stats_mu_);
   stats_ = s;
 }

@@ -27,7 +27,10 @@
 #include "cache/kv_pool.h"
 #include "cache/planner.h"
 #include "cache/prefix_cache.h"
+#include "engine/histogram.h"
 #include "engine/scheduler.h"
+#include "engine/step_cost.h"
+#include "engine/step_pacer.h"
 #include "engine/tp_group.h"
 #include "model/model.h"
 #include "pyengine.h"
@@ -69,6 +72,10 @@ class Engine {
   struct LaunchedStep {
     std::vector<ScheduledChunk> chunks;
     std::vector<int32_t> job_of;  // per chunk: its sample job, -1 when it samples no token
+    StepShape shape;              // what it computes, for the step-cost model
+    StepPlan plan;                // as schedule() planned it (a follow-up step: its decode rows)
+    double begin_time = 0.0;      // when its planning began
+    bool overlapped = false;      // queued before the step before it was read
   };
   void run_step();
   // Queues a step's forward and sampling. in_flight non-empty: an overlapped step, chunk i's
@@ -82,6 +89,8 @@ class Engine {
   void collect(LaunchedStep& s);
   // A request that finishes leaves the queued step (its output there is dropped).
   void leave_launched(Request* r);
+  // A collected step's time: to the cost model and the step histograms.
+  void record_step(const LaunchedStep& s, double end_time);
   // Emits r's sampled token; returns the finish reason it causes (PE_FINISH_NONE: none).
   int32_t emit_token(Request& r, const SampleOut& s, int64_t step);
   int64_t memory_budget(const PlanRequest& pr);
@@ -96,6 +105,8 @@ class Engine {
   std::unique_ptr<KvPool> kv_;
   std::unique_ptr<GdnPool> gdn_;
   std::unique_ptr<PrefixCache> cache_;
+  StepCostModel cost_;
+  std::unique_ptr<StepPacer> pacer_;  // null when max_step_ms < 0
   std::unique_ptr<Scheduler> sched_;
   TpLeader* tp_ = nullptr;  // rank 0 of a tensor-parallel group
   std::vector<int32_t> eos_;
@@ -119,6 +130,15 @@ class Engine {
   int64_t steps_ = 0;
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   int64_t overlapped_steps_ = 0, overlap_dropped_tokens_ = 0;
+  // Step timing (engine_step.cpp): the last step collected and what it planned and took.
+  double last_collect_time_ = 0.0;
+  StepPlan last_plan_;
+  double last_step_s_ = 0.0;
+  int64_t paced_steps_ = 0;
+  Histogram step_seconds_{0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5};
+  Histogram decode_itl_seconds_{0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5,
+                                1.0, 2.5};
+  Histogram prefill_tokens_per_step_{0, 1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
   bool overlap_ = false;
   std::optional<LaunchedStep> launched_;  // queued on the model, tokens not yet read
   ForwardResult result_;

@@ -25,6 +25,7 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
     SeqChunk s;
     s.n_past = r.n_computed + ahead;
     s.n_new = c.n_tokens;
+    out.shape.add(s.n_past, c.n_tokens, c.is_decode);
     s.gdn_slot = r.gdn_slot;
     s.page_table = r.pages.data();
     const bool last = fed || r.n_computed + c.n_tokens == static_cast<int64_t>(r.tokens.size());
@@ -68,6 +69,8 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
 }
 
 bool Engine::launch_follow(const LaunchedStep& prev, LaunchedStep& out, std::string& error) {
+  out.begin_time = now_seconds();
+  out.overlapped = true;
   {
     std::lock_guard<std::mutex> g(in_mu_);
     if (!inbox_.empty() || !cancels_.empty()) return false;  // admissions and cancels first
@@ -100,7 +103,10 @@ bool Engine::launch_follow(const LaunchedStep& prev, LaunchedStep& out, std::str
     from.push_back(prev.job_of[i]);
   }
   if (chunks.empty()) return false;
-  return launch(std::move(chunks), in_flight, from, out, error);
+  if (!launch(std::move(chunks), in_flight, from, out, error)) return false;
+  out.plan.shape = out.shape;
+  if (cost_.ready()) out.plan.predicted_s = cost_.predict_seconds(out.shape);
+  return true;
 }
 
 void Engine::leave_launched(Request* r) {
@@ -124,6 +130,7 @@ void Engine::collect(LaunchedStep& s) {
     for (const ScheduledChunk& c : s.chunks) finish(c.req, PE_FINISH_ERROR, e.what());
     return;
   }
+  record_step(s, now_seconds());
   for (const ScheduledChunk& c : s.chunks)
     prompt_tokens_ += std::max<int64_t>(0, std::min(c.req->n_prompt, c.req->n_computed + c.n_tokens) - c.req->n_computed);
   sched_->commit(s.chunks);
@@ -137,8 +144,23 @@ void Engine::collect(LaunchedStep& s) {
   for (auto& [r, reason] : finished) finish(r, reason);
 }
 
+void Engine::record_step(const LaunchedStep& s, double end_time) {
+  // A step queued before the previous one was read starts on the device when that one ends.
+  const double seconds = end_time - std::max(s.begin_time, last_collect_time_);
+  last_collect_time_ = end_time;
+  // The engine's first step pays one-time costs (first touches of the pools and workspace): it
+  // says nothing about the device's speed.
+  if (steps_ > 0) cost_.observe(s.shape, seconds, s.overlapped);
+  step_seconds_.observe(seconds);
+  prefill_tokens_per_step_.observe(static_cast<double>(s.shape.prefill_tokens));
+  last_plan_ = s.plan;
+  last_step_s_ = seconds;
+  if (s.plan.paced) ++paced_steps_;
+}
+
 void Engine::run_step() {
   if (!launched_) {
+    const double begin_time = now_seconds();
     std::vector<ScheduledChunk> chunks = sched_->schedule();
     if (chunks.empty()) {
       // Nothing can run and nothing running will free memory: the head request can never fit.
@@ -149,6 +171,8 @@ void Engine::run_step() {
       return;
     }
     LaunchedStep s;
+    s.plan = sched_->last_plan();
+    s.begin_time = begin_time;
     std::string error;
     if (!launch(std::move(chunks), {}, {}, s, error)) {
       for (const ScheduledChunk& c : s.chunks) finish(c.req, PE_FINISH_ERROR, error.c_str());
@@ -184,6 +208,8 @@ int32_t Engine::emit_token(Request& r, const SampleOut& so, int64_t step) {
   ev.token = tok;
   ev.step = step;
   ev.time = now_seconds();
+  if (r.last_token_time > 0.0) decode_itl_seconds_.observe(ev.time - r.last_token_time);
+  r.last_token_time = ev.time;
   if (r.logprobs >= 0) {
     // Logprobs of the model's own distribution (raw logits: before penalties and temperature).
     ev.n_top = r.logprobs;

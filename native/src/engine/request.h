@@ -18,6 +18,7 @@ struct Request : Sequence {
 
   int64_t admitted_order = 0;   // admission counter: the newest is preempted first
   bool cancel_requested = false;
+  double last_token_time = 0.0;  // when its last token was emitted (0: none yet)
 };
 
 }  // namespace pe

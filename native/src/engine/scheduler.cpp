@@ -7,8 +7,9 @@
 
 namespace pe {
 
-Scheduler::Scheduler(const SchedulerParams& p, KvPool& kv, GdnPool& gdn, PrefixCache* cache)
-    : p_(p), kv_(kv), gdn_(gdn), cache_(cache) {}
+Scheduler::Scheduler(const SchedulerParams& p, KvPool& kv, GdnPool& gdn, PrefixCache* cache,
+                     const StepPacer* pacer)
+    : p_(p), kv_(kv), gdn_(gdn), cache_(cache), pacer_(pacer) {}
 
 void Scheduler::add(std::unique_ptr<Request> r) { waiting_.push_back(std::move(r)); }
 
@@ -93,6 +94,7 @@ bool Scheduler::admit_front() {
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> out;
   int64_t budget = p_.max_num_batched_tokens;
+  plan_ = StepPlan{};
 
   // Blocking mode: a prefill in progress owns the step.
   if (!p_.cooperative_prefill) {
@@ -101,6 +103,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
         int64_t n = std::min({r->n_remaining(), p_.chunked_prefill_size, budget});
         if (ensure_pages(*r, n)) out.push_back({r.get(), n, {}});
         if (cache_ && !out.empty()) out[0].snapshots = cache_->plan_snapshots(*r, r->n_computed, n);
+        if (!out.empty()) plan_.shape.add(r->n_computed, n, false);
         return out;
       }
   }
@@ -127,7 +130,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       else ++i;
       continue;
     }
-    out.push_back({r, 1, {}});
+    out.push_back({r, 1, {}, true});
     --budget;
     ++i;
   }
@@ -142,17 +145,38 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   while (budget > 0 && (p_.cooperative_prefill || !prefill_in_progress()) && admit_front()) {
   }
 
-  // 3. Prefill chunks, shortest remaining first.
+  // 3. Prefill chunks.
+  add_prefill_chunks(budget, out);
+  if (cache_)
+    for (ScheduledChunk& c : out) c.snapshots = cache_->plan_snapshots(*c.req, c.req->n_computed, c.n_tokens);
+  return out;
+}
+
+// Shortest remaining first; in a paced step cut to the step's time limit (scheduler.h).
+void Scheduler::add_prefill_chunks(int64_t budget, std::vector<ScheduledChunk>& out) {
   std::vector<Request*> prefills;
-  for (auto& r : running_)
-    if (r->n_remaining() >= 1) prefills.push_back(r.get());  // decodes already in `out` are skipped below
+  for (auto& r : running_) {
+    const bool decoding = std::any_of(out.begin(), out.end(), [&](auto& c) { return c.req == r.get(); });
+    if (r->n_remaining() >= 1 && !decoding) prefills.push_back(r.get());
+  }
   std::stable_sort(prefills.begin(), prefills.end(),
                    [](Request* a, Request* b) { return a->n_remaining() < b->n_remaining(); });
+  StepShape& shape = plan_.shape;
+  for (const ScheduledChunk& c : out) shape.add(c.req->n_computed, c.n_tokens, c.is_decode);
+  const bool has_decode = !out.empty();
+  const bool ends_a_prompt = std::any_of(prefills.begin(), prefills.end(), [&](Request* r) {
+    return r->n_remaining() <= std::min(p_.chunked_prefill_size, budget);
+  });
+  const bool paced = pacer_ && pacer_->active() && (has_decode || ends_a_prompt);
   for (Request* r : prefills) {
     if (budget <= 0) break;
-    bool scheduled = std::any_of(out.begin(), out.end(), [&](auto& c) { return c.req == r; });
-    if (scheduled) continue;
     int64_t n = std::min({r->n_remaining(), p_.chunked_prefill_size, budget});
+    if (paced && (has_decode || n < r->n_remaining())) {
+      if (!plan_.paced) plan_.limit_s = pacer_->limit_seconds(shape, r->n_computed);
+      n = pacer_->fit(shape, r->n_computed, n, plan_.limit_s, !plan_.paced);  // the first cut chunk progresses
+      plan_.paced = true;
+      if (n <= 0) continue;
+    }
     if (!ensure_pages(*r, n)) {
       // Keep what fits; a chunk of zero pages waits for pages to free up.
       int64_t fits = static_cast<int64_t>(r->pages.size()) * kv_.page_size() - r->n_computed;
@@ -160,17 +184,17 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       if (n <= 0) continue;
     }
     out.push_back({r, n, {}});
+    shape.add(r->n_computed, n, false);
     budget -= n;
   }
-  if (cache_)
-    for (ScheduledChunk& c : out) c.snapshots = cache_->plan_snapshots(*c.req, c.req->n_computed, c.n_tokens);
-  return out;
+  if (pacer_ && pacer_->active()) plan_.predicted_s = pacer_->cost().predict_seconds(shape);
 }
 
 bool Scheduler::schedule_follow(Request& r, int64_t in_flight, ScheduledChunk& out) {
   if (!ensure_pages(r, in_flight + 1)) return false;
   out.req = &r;
   out.n_tokens = 1;
+  out.is_decode = true;
   out.snapshots.clear();
   if (cache_) out.snapshots = cache_->plan_snapshots(r, r.n_computed + in_flight, 1);
   return true;

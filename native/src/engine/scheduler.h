@@ -17,6 +17,8 @@
 #include "cache/kv_pool.h"
 #include "cache/prefix_cache.h"
 #include "engine/request.h"
+#include "engine/step_cost.h"
+#include "engine/step_pacer.h"
 
 namespace pe {
 
@@ -31,11 +33,24 @@ struct ScheduledChunk {
   Request* req;
   int64_t n_tokens;  // tokens[n_computed, n_computed + n_tokens) run this step
   std::vector<SnapshotPoint> snapshots;  // GDN state copies to take inside the chunk
+  // The request's next token (its prompt is done), not prefill: decode rows to the pacer. A
+  // speculative verify chunk (1 + k tokens) is one too.
+  bool is_decode = false;
+};
+
+// What schedule() planned for its step.
+struct StepPlan {
+  StepShape shape;            // what the step computes
+  bool paced = false;         // its prefill chunks were sized to limit_s
+  double limit_s = 0.0;       // the time limit (paced steps)
+  double predicted_s = 0.0;   // the cost model's prediction for the step (0 while not ready)
 };
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerParams& p, KvPool& kv, GdnPool& gdn, PrefixCache* cache);
+  // pacer: null for full prefill chunks always.
+  Scheduler(const SchedulerParams& p, KvPool& kv, GdnPool& gdn, PrefixCache* cache,
+            const StepPacer* pacer = nullptr);
 
   void add(std::unique_ptr<Request> r);
   // Plans one step: allocates slots and pages for the chunks it returns.
@@ -57,6 +72,8 @@ class Scheduler {
   const std::vector<std::unique_ptr<Request>>& running() const { return running_; }
   const std::deque<std::unique_ptr<Request>>& waiting() const { return waiting_; }
   int64_t preemptions() const { return preemptions_; }
+  // The plan of the last schedule() call.
+  const StepPlan& last_plan() const { return plan_; }
 
  private:
   bool admit_front();
@@ -64,11 +81,14 @@ class Scheduler {
   void preempt(Request* victim);
   Request* newest_after(const Request* r);
   void release(Request& r);
+  void add_prefill_chunks(int64_t budget, std::vector<ScheduledChunk>& out);
 
   SchedulerParams p_;
   KvPool& kv_;
   GdnPool& gdn_;
   PrefixCache* cache_;
+  const StepPacer* pacer_;
+  StepPlan plan_;
   std::deque<std::unique_ptr<Request>> waiting_;
   std::vector<std::unique_ptr<Request>> running_;
   int64_t admitted_ = 0;

@@ -1,0 +1,51 @@
+#include "engine/step_pacer.h"
+
+#include <algorithm>
+
+namespace pe {
+
+StepPacer::StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size)
+    : cost_(cost), max_step_s_(max_step_ms * 1e-3), chunk_(chunked_prefill_size), page_(page_size) {}
+
+double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
+  if (max_step_s_ > 0.0) return max_step_s_;
+  const double fixed_s = cost_.predict_seconds(fixed);
+  if (fixed.decode_rows == 0) return fixed_s;  // prompts ending: one block of the long prefill beside them
+  auto step_s = [&](int64_t p) { return cost_.predict_seconds(fixed.plus(n_past, p, false)); };
+  auto rate = [&](int64_t p) { return static_cast<double>(p) / step_s(p); };
+  const double alone_s = cost_.predict_seconds(StepShape{}.plus(n_past, chunk_, false));
+  const double wanted_rate = kDerivedPrefillShare * static_cast<double>(chunk_) / alone_s;
+  // The least slice that keeps the prefill at the share of its full-chunk rate; out of reach even
+  // beside a full chunk, the least that takes the share of the step. Both grow with the slice
+  // (the step's fixed part is spread over more tokens): bisection over [1, chunk].
+  const bool reachable = alone_s > 0.0 && rate(chunk_) >= wanted_rate;
+  auto enough = [&](int64_t p) {
+    return reachable ? rate(p) >= wanted_rate : step_s(p) * (1.0 - kDerivedPrefillShare) >= fixed_s;
+  };
+  int64_t lo = 1, hi = chunk_;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (enough(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  // Up to a block boundary, so that fit() cutting the slice there does not take it below the share.
+  const int64_t slice = std::min(chunk_, (n_past + lo + page_ - 1) / page_ * page_ - n_past);
+  return step_s(slice);
+}
+
+int64_t StepPacer::fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s,
+                       bool must_progress) const {
+  // Predictions grow with the tokens (the coefficients are >= 0): the most that fit, by bisection.
+  int64_t lo = 0, hi = n_max;
+  while (lo < hi) {
+    const int64_t mid = hi - (hi - lo) / 2;
+    if (cost_.predict_seconds(so_far.plus(n_past, mid, false)) <= limit_s) lo = mid;
+    else hi = mid - 1;
+  }
+  int64_t n = lo;
+  if (n < n_max) n = std::max<int64_t>(0, (n_past + n) / page_ * page_ - n_past);  // cut at a block boundary
+  if (must_progress) n = std::max(n, std::min(n_max, page_ - n_past % page_));
+  return n;
+}
+
+}  // namespace pe
