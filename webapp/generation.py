@@ -30,9 +30,10 @@ class Generation:
         self._last_time: dict[int, float] = {}
         self._lock = threading.Lock()
 
-    def submit(self, prompt_ids: list[int], params) -> None:
+    def submit(self, prompt_ids: list[int], params, return_progress: bool = False) -> None:
         try:
-            stream = self.llm.submit(prompt_token_ids=prompt_ids, sampling_params=params)
+            stream = self.llm.submit(prompt_token_ids=prompt_ids, sampling_params=params,
+                                     return_progress=return_progress)
         except ValueError as exc:
             self.cancel()
             raise bad_request(str(exc))

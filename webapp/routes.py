@@ -11,6 +11,7 @@ from contextlib import closing
 from flask import Blueprint, Response, jsonify, request
 
 from pyengine.reasoning import prompt_opens_reasoning
+from webapp.agent_fields import parse_agent_fields
 from webapp.app import state
 from webapp.disconnect import socket_from_environ
 from webapp.errors import APIError, bad_request
@@ -26,7 +27,6 @@ from webapp.openai_format import (
 from webapp.params import (
     MAX_N,
     get_dict,
-    get_list,
     get_str,
     json_body,
     make_sampling_params,
@@ -84,21 +84,12 @@ def _normalize_messages(messages) -> list[dict]:
     return out
 
 
-def _template_inputs(body: dict) -> tuple[list | None, dict]:
-    tools = get_list(body, "tools")
-    tool_choice = body.get("tool_choice")
-    if tool_choice not in (None, "auto", "none"):
-        raise bad_request("'tool_choice' supports only 'auto' and 'none'", param="tool_choice")
-    if tool_choice == "none":
-        tools = None
-    fmt = get_dict(body, "response_format")
-    if fmt is not None and fmt.get("type", "text") != "text":
-        raise bad_request("'response_format' supports only type 'text'", param="response_format")
+def _template_inputs(body: dict) -> dict:
     kwargs = dict(get_dict(body, "chat_template_kwargs", {}))
     effort = get_str(body, "reasoning_effort")
     if effort is not None:
         kwargs.setdefault("reasoning_effort", effort)
-    return tools, kwargs
+    return kwargs
 
 
 def _start(prompts: list[list[int]], sreq, prompt_param: str) -> Generation:
@@ -113,7 +104,7 @@ def _start(prompts: list[list[int]], sreq, prompt_param: str) -> Generation:
     gen = Generation(llm, st.metrics, st.watcher, socket_from_environ(request.environ))
     for ids, per_prompt in zip(prompts, params):
         for p in per_prompt:
-            gen.submit(ids, p)
+            gen.submit(ids, p, return_progress=sreq.return_progress)
     return gen
 
 
@@ -141,28 +132,29 @@ def chat_completions():
     body = json_body()
     model = _check_model(body)
     messages = _normalize_messages(body.get("messages"))
-    tools, template_kwargs = _template_inputs(body)
+    template_kwargs = _template_inputs(body)
     sreq = parse_sampling(body, chat=True)
     llm = state().engine.get()
+    agent = parse_agent_fields(body, llm)
+    if agent.structured is not None:
+        sreq.engine_kwargs["structured_outputs"] = agent.structured
     try:
-        prompt = llm.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
-                                         **template_kwargs)
+        prompt = llm.apply_chat_template(messages, add_generation_prompt=True,
+                                         tools=agent.template_tools, **template_kwargs)
     except (ValueError, TypeError) as exc:
         raise bad_request(f"Could not apply the chat template: {exc}", param="messages")
     ids = llm.tokenizer.encode(prompt)
     gen = _start([ids], sreq, "messages")
     in_reasoning = prompt_opens_reasoning(prompt)
-    choices = [ChoiceState(in_reasoning) for _ in range(sreq.n)]
+    choices = [ChoiceState(in_reasoning, tools=agent.parse_tools,
+                           parallel_tool_calls=agent.parallel) for _ in range(sreq.n)]
     meta = ResponseMeta("chatcmpl", model)
     if sreq.stream:
         return _sse(gen, _chat_chunks(gen, meta, choices, len(ids), sreq))
     _collect(gen, choices)
     out = []
     for i, c in enumerate(choices):
-        message = {"role": "assistant", "content": "".join(c.content)}
-        reasoning = c.reasoning_text()
-        if reasoning is not None:
-            message["reasoning_content"] = reasoning
+        message = c.message()
         lp = {"content": chat_logprobs(c.logprobs, sreq.logprobs, sreq.tokens_as_ids)} \
             if sreq.logprobs is not None else None
         out.append({"index": i, "message": message, "logprobs": lp,
@@ -189,7 +181,10 @@ def _chat_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_len: int, 
 
 def _chat_deltas(events, choices, chunk, sreq):
     for index, ev in events:
-        reasoning, content = choices[index].add(ev)
+        if ev.prompt_progress is not None and sreq.return_progress:
+            yield {**chunk(index, {}), "prompt_progress": ev.prompt_progress}
+        state_ = choices[index]
+        reasoning, content = state_.add(ev)
         if ev.finish_reason == "error":
             yield error_chunk(ev.error or "the engine failed this request")
             continue
@@ -198,10 +193,12 @@ def _chat_deltas(events, choices, chunk, sreq):
             delta["reasoning_content"] = reasoning
         if content:
             delta["content"] = content
+        if state_.tool_deltas:
+            delta["tool_calls"] = state_.tool_deltas
         lp = {"content": chat_logprobs(ev.logprobs, sreq.logprobs, sreq.tokens_as_ids)} \
             if ev.logprobs else None
         if delta or lp or ev.finished:
-            yield chunk(index, delta, lp, ev.finish_reason if ev.finished else None)
+            yield chunk(index, delta, lp, state_.finish_reason if ev.finished else None)
 
 
 @api.post("/v1/completions")

@@ -18,6 +18,8 @@ struct Request {
   bool ignore_eos = false;
   std::vector<int32_t> stop_ids;
   int32_t logprobs = -1;
+  bool token_mask = false;      // each token waits for its grammar mask (engine/token_masks.h)
+  bool mask_timed_out = false;  // a mask did not come: the request ends with an error
 
   int32_t gdn_slot = -1;        // running slot, -1 while waiting
   std::vector<int32_t> pages;   // KV pages covering the first n_computed (+ scheduled) tokens
