@@ -139,3 +139,27 @@ def test_chat_page_streams_an_answer_and_stops(browser, server):
     assert not browser.find_element("id", "stop").is_enabled()
     browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", answer)
     browser.save_screenshot(str(ARTIFACTS / "browser_chat_stopped.png"))
+
+
+def test_long_prompt_shows_a_progress_bar(browser, server):
+    """A ~4K-token prompt: the page shows a bar while the server reports prefill progress, and
+    removes it once the prompt is read."""
+    browser.get(server.url + "/")
+    wait_for(lambda: "Model:" in browser.find_element("id", "model-status").text, 30,
+             "the page to load the model name")
+    browser.find_element("css selector", "#settings summary").click()
+    set_field(browser, "max-tokens", "4")
+    browser.find_element("css selector", "#settings summary").click()
+    long = " ".join(f"item{i} costs {i % 97} coins;" for i in range(330))  # ~4.2K tokens
+    browser.execute_script("document.getElementById('prompt').value = arguments[0]", long)
+    before = len(browser.find_elements("css selector", ".msg.assistant"))
+    browser.find_element("id", "send").click()
+    bar = wait_for(lambda: browser.find_elements("css selector", ".msg.assistant progress.prompt-progress"),
+                   60, "the prompt progress bar")[0]
+    value, maximum = float(bar.get_attribute("value")), float(bar.get_attribute("max"))
+    assert 0 < value < maximum and maximum >= 4096
+    browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", bar)
+    browser.save_screenshot(str(ARTIFACTS / "browser_chat_progress.png"))
+    answer = browser.find_elements("css selector", ".msg.assistant")[before]
+    wait_for(lambda: answer.get_attribute("data-state") == "done", 120, "the answer to finish")
+    assert not answer.find_elements("css selector", "progress.prompt-progress")

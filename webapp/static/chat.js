@@ -105,6 +105,25 @@ function showStats(answer, t) {
   answer.append(stats);
 }
 
+// Prefill progress of a long prompt (the server's prompt_progress chunks, asked for with
+// return_progress): a bar in the answer while the prompt is read, gone once it is read.
+function showPromptProgress(answer, p) {
+  let bar = answer.querySelector("progress.prompt-progress");
+  if (!p || p.processed >= p.total) {
+    if (bar) bar.remove();
+    return;
+  }
+  if (!bar) {
+    bar = document.createElement("progress");
+    bar.className = "prompt-progress";
+    bar.setAttribute("aria-label", "Reading the prompt");
+    answer.insertBefore(bar, answer.querySelector(".content"));
+  }
+  bar.max = p.total;
+  bar.value = p.processed;
+  bar.title = `Reading the prompt: ${p.processed} of ${p.total} tokens (${p.cache} from the cache)`;
+}
+
 function setBusy(busy) {
   $("send").disabled = busy;
   $("stop").disabled = !busy;
@@ -147,6 +166,7 @@ async function send(text) {
     stream_options: { include_usage: true },
     temperature: s.temperature, max_tokens: s.maxTokens > 0 ? s.maxTokens : undefined,
     chat_template_kwargs: { enable_thinking: s.thinking },
+    return_progress: true,
   };
   const t = { start: performance.now(), first: 0, last: 0, tokens: 0, exact: false };
   state.controller = new AbortController();
@@ -163,6 +183,7 @@ async function send(text) {
     }
     for await (const chunk of sseEvents(resp)) {
       if (chunk.error) throw new Error(chunk.error.message);
+      if (chunk.prompt_progress) showPromptProgress(answer, chunk.prompt_progress);
       if (chunk.usage) {
         t.tokens = chunk.usage.completion_tokens;
         t.exact = true;
@@ -198,6 +219,7 @@ async function send(text) {
       answer.append(note);
     }
   } finally {
+    showPromptProgress(answer, null);
     state.controller = null;
     setBusy(false);
     showStats(answer, t);
