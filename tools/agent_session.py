@@ -26,6 +26,7 @@ import random
 import shutil
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 
@@ -197,22 +198,33 @@ def session(runner, tokenizer, args) -> list[Turn]:
 
 
 def plot(turns: list[Turn], path: str, title: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # e.g. a GPU machine without it: --replot the --json file elsewhere
+        print("matplotlib is not installed: no plot (write --json and plot it with --replot)")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
     x = [t.prompt_tokens for t in turns]
     y = [t.ttft_s * 1000 for t in turns]
-    ax.plot(x, y, "o-")
+    computed = ax.twinx()  # what the server had to compute: flat when the prefix cache works
+    computed.bar(x, [t.computed_tokens for t in turns], width=max(x) / (3 * len(x)), color="0.85",
+                 label="prompt tokens computed")
+    computed.set_ylabel("prompt tokens computed", color="0.4")
+    computed.set_ylim(0, 1.5 * max(x))
+    ax.set_zorder(computed.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    ax.plot(x, y, "o-", label="first-token time")
     for t in turns:
         ax.annotate(str(t.turn), (t.prompt_tokens, t.ttft_s * 1000), textcoords="offset points", xytext=(0, 6),
                     ha="center", fontsize=7)
     ax.set_xlabel("context (prompt tokens)")
     ax.set_ylabel("first-token time (ms)")
     ax.set_ylim(bottom=0)
-    ax.set_title(title, fontsize=9)
+    ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -236,7 +248,14 @@ def main() -> None:
     ap.add_argument("--thinking", action="store_true", help="enable_thinking (default off)")
     ap.add_argument("--png", default="agent_session.png")
     ap.add_argument("--json", help="also write the turns as JSON here")
+    ap.add_argument("--replot", help="only plot a --json file of an earlier run into --png")
     args = ap.parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            saved = json.load(f)
+        plot([Turn(**t) for t in saved["turns"]], args.png, saved["summary"])
+        print(f"plot: {args.png}")
+        return
 
     runner = Endpoint(args) if args.url else InProcess(args)
     if args.url or args.tokenizer:
