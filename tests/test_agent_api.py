@@ -217,3 +217,13 @@ def test_progress_chunks_for_a_4k_prompt(client):
     assert len(progress) >= -(-n_prompt // 256)  # at least one per chunk of 256
     assert processed == sorted(processed) and processed[-1] == n_prompt
     assert all(p["total"] == n_prompt and p["time_ms"] > 0 for p in progress)
+
+
+def test_progress_chunks_on_completions(client):
+    prompt = " ".join(f"row {i}: {i * 7 % 13}" for i in range(300))
+    stream = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, stream=True,
+                                       extra_body={"return_progress": True})
+    progress = [c.model_extra["prompt_progress"] for c in stream if (c.model_extra or {}).get("prompt_progress")]
+    assert len(progress) >= 2 and progress[-1]["processed"] == progress[-1]["total"]
+    plain = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2, stream=True)
+    assert not any((c.model_extra or {}).get("prompt_progress") for c in plain)

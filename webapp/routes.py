@@ -241,6 +241,10 @@ def _completion_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_lens
 
 def _completion_deltas(events, choices, head, extra, sreq):
     for index, ev in events:
+        if ev.prompt_progress is not None and sreq.return_progress:
+            yield {**head, "choices": [{"index": index, "text": "", "logprobs": None,
+                                        "finish_reason": None}], **extra,
+                   "prompt_progress": ev.prompt_progress}
         state_ = choices[index]
         _, text = state_.add(ev)
         if ev.finish_reason == "error":
