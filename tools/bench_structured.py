@@ -1,6 +1,10 @@
 """Grammar overhead: decode tokens/s with a JSON schema against without, same prompt, same
 number of tokens, at batch 1 and batch 8 (in-process LLM, CPU by default).
 
+Also reported: the process's CPU time per generated token (engine threads, the dispatcher that
+computes the masks, everything): on a shared machine wall-clock rates swing with the load, the
+CPU time a token costs much less.
+
 The schema is an array of at least 100 small objects, so no sample completes before max_tokens
 and every token of the constrained run is sampled under a mask that the JSON parser computes
 (keys, enums, integers, strings). The unconstrained run uses ignore_eos. Rounds alternate the two
@@ -9,6 +13,7 @@ modes; the median of each is reported.
     python3 tools/bench_structured.py [--model DIR] [--tokens 256] [--rounds 3]
 """
 import argparse
+import resource
 import statistics
 import time
 
@@ -32,17 +37,23 @@ SCHEMA = {
 PROMPT = [{"role": "user", "content": "List the users of the system as JSON."}]
 
 
-def run(llm: LLM, prompt: str, batch: int, tokens: int, constrained: bool, seed: int) -> float:
+def cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run(llm: LLM, prompt: str, batch: int, tokens: int, constrained: bool, seed: int) -> tuple[float, float]:
+    """(tokens/s, CPU ms per token) of one batch."""
     so = StructuredOutputsParams(json=SCHEMA) if constrained else None
     params = [SamplingParams(max_tokens=tokens, temperature=1.0, seed=seed + i, ignore_eos=not constrained,
                              structured_outputs=so) for i in range(batch)]  # fmt: skip
-    t0 = time.perf_counter()
+    c0, t0 = cpu_seconds(), time.perf_counter()
     outs = llm.generate([prompt] * batch, params)
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, cpu_seconds() - c0
     n = sum(len(o.token_ids) for o in outs)
     if n != batch * tokens:
         raise RuntimeError(f"expected {batch * tokens} tokens, got {n} ({[o.finish_reason for o in outs]})")
-    return n / dt
+    return n / dt, 1000 * dc / n
 
 
 def main() -> None:
@@ -52,19 +63,22 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--threads", type=int, default=0, help="engine CPU threads (0: all cores)")
     args = ap.parse_args()
-    with LLM(args.model, device=args.device, max_batch=8, max_model_len=2048) as llm:
+    with LLM(args.model, device=args.device, max_batch=8, max_model_len=2048, num_threads=args.threads) as llm:
         prompt = llm.apply_chat_template(PROMPT, enable_thinking=False)
         run(llm, prompt, 1, 16, True, 0)  # warm-up: compiles and builds llguidance's tokenizer
         for batch in (int(b) for b in args.batches.split(",")):
-            rates = {False: [], True: []}
+            res = {False: [], True: []}
             for r in range(args.rounds):
                 for constrained in (False, True):
-                    rates[constrained].append(run(llm, prompt, batch, args.tokens, constrained, 1000 * r))
-            free, json_ = statistics.median(rates[False]), statistics.median(rates[True])
-            print(f"batch {batch}: without grammar {free:.1f} tok/s, with JSON schema {json_:.1f} tok/s "
-                  f"({100 * (1 - json_ / free):+.1f} % slower); rounds: {[round(x, 1) for x in rates[False]]} / "
-                  f"{[round(x, 1) for x in rates[True]]}")
+                    res[constrained].append(run(llm, prompt, batch, args.tokens, constrained, 1000 * r))
+            rate = {k: statistics.median(x for x, _ in v) for k, v in res.items()}
+            cpu = {k: statistics.median(c for _, c in v) for k, v in res.items()}
+            print(f"batch {batch}: without grammar {rate[False]:.1f} tok/s, with JSON schema {rate[True]:.1f} tok/s "
+                  f"({100 * (1 - rate[True] / rate[False]):+.1f} % slower); CPU per token {cpu[False]:.2f} / "
+                  f"{cpu[True]:.2f} ms ({100 * (cpu[True] / cpu[False] - 1):+.1f} %); rounds (tok/s): "
+                  f"{[round(x) for x, _ in res[False]]} / {[round(x) for x, _ in res[True]]}", flush=True)
 
 
 if __name__ == "__main__":
