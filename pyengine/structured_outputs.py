@@ -90,11 +90,15 @@ class GrammarCompiler:
         if self._lltok is None:
             import llguidance
 
+            import tokenizers
+
             with open(os.path.join(self._model_dir, "tokenizer.json"), encoding="utf-8") as f:
                 text = f.read()
-            self._lltok = llguidance.LLTokenizer(
-                text, n_vocab=self.vocab_size, eos_token=self.eos_token_ids or None
-            )
+            # llguidance knows only the tokenizer's ids as eos (a config's eos may lie beyond them,
+            # e.g. a dummy-weight shape with a small tokenizer); the masks still span vocab_size.
+            n_tok = tokenizers.Tokenizer.from_str(text).get_vocab_size(with_added_tokens=True)
+            eos = [t for t in self.eos_token_ids if 0 <= t < n_tok]
+            self._lltok = llguidance.LLTokenizer(text, n_vocab=self.vocab_size, eos_token=eos or None)
         return self._lltok
 
     def tag(self, text: str) -> str:
