@@ -87,7 +87,7 @@ class InProcess:
 
         self.SamplingParams, self.StructuredOutputsParams = SamplingParams, StructuredOutputsParams
         kw = dict(device=args.device, max_batch=2, max_model_len=args.max_model_len,
-                  chunked_prefill_size=args.chunk)  # fmt: skip
+                  chunked_prefill_size=args.chunk, prefix_cache=not args.no_prefix_cache)  # fmt: skip
         model = args.model
         if args.shape == "27b":
             model = write_27b_dir()
@@ -240,6 +240,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-model-len", type=int, default=32768)
     ap.add_argument("--chunk", type=int, default=512, help="in process: chunked_prefill_size")
+    ap.add_argument("--no-prefix-cache", action="store_true",
+                    help="in process: prefix cache off (every turn recomputes its whole prompt)")
     ap.add_argument("--tokenizer", help="checkpoint whose tokenizer sizes the tool results "
                                         "(default: the model's in process, else the embedded model)")
     ap.add_argument("--turns", type=int, default=15)
@@ -269,7 +271,8 @@ def main() -> None:
         turns = session(runner, tokenizer, args)
     finally:
         runner.close()
-    where = args.url or f"in process, {args.shape or args.model or 'embedded model'} on {args.device}"
+    where = args.url or f"in process, {args.shape or args.model or 'embedded model'} on {args.device}" + \
+        (", prefix cache off" if args.no_prefix_cache else "")
     ratio = turns[-1].ttft_s / turns[1].ttft_s if len(turns) > 1 else float("nan")
     summary = (f"{where}: {args.turns} turns, tool results of {args.tool_tokens} tokens; "
                f"turn-{turns[-1].turn} / turn-2 first-token time = {ratio:.2f}")
