@@ -6,7 +6,7 @@ tokenizer, templates) import without it.
 
 from .sampling_params import SamplingParams
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput"]
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "StructuredOutputsParams"]
 __version__ = "0.1.0"
 
 
@@ -15,6 +15,10 @@ def __getattr__(name: str):
         from .llm import LLM
 
         return LLM
+    if name == "StructuredOutputsParams":
+        from .structured_outputs import StructuredOutputsParams
+
+        return StructuredOutputsParams
     if name == "RequestOutput":
         from .stream import RequestOutput
 

@@ -70,6 +70,15 @@ class RawEvent:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     error: str | None = None
+    prompt_computed: int | None = None  # a progress event: prompt tokens in place so far
+
+
+@dataclass
+class RequestExtras:
+    """What a request asks of the dispatcher beyond its tokens: grammar masks, progress events."""
+
+    constraint: object | None = None  # a structured_outputs.TokenConstraint
+    progress: bool = False
 
 
 class NativeEngine:
@@ -99,6 +108,7 @@ class NativeEngine:
         n.check(n.lib.pe_engine_create(model.handle, n.ffi.new("pe_engine_params*", p), out), "engine")
         self.handle = out[0]
         self._queues: dict[int, queue.SimpleQueue] = {}
+        self._extras: dict[int, RequestExtras] = {}  # requests with masks or progress events
         self._queues_lock = threading.Lock()
         self._closed = threading.Event()
         self._events = n.ffi.new("pe_event[]", _POLL_BATCH)
@@ -106,22 +116,12 @@ class NativeEngine:
         self._thread = threading.Thread(target=self._dispatch, name="pyengine-dispatch", daemon=True)
         self._thread.start()
 
-    def add_request(self, token_ids: list[int], sp: SamplingParams, seed: int) -> tuple[int, queue.SimpleQueue]:
-        n = self._n
-        if self._closed.is_set():
-            raise RuntimeError("the engine is closed")
-        c = n.ffi.new("pe_sampling_params*")
-        stop_ids = self._fill_sampling(c, sp, seed)  # noqa: F841 (c points into it: alive across the add)
-        ids = n.ffi.new("int32_t[]", token_ids)
-        rid = n.ffi.new("uint64_t*")
-        q: queue.SimpleQueue = queue.SimpleQueue()
-        # Hold the lock across the add so the dispatcher cannot see an event before the queue.
-        with self._queues_lock:
-            n.check(n.lib.pe_engine_add_request(self.handle, ids, len(token_ids), c, rid), "add_request")
-            self._queues[rid[0]] = q
-        return rid[0], q
+    def add_request(self, token_ids: list[int], sp: SamplingParams, seed: int,
+                    extras: RequestExtras | None = None) -> tuple[int, queue.SimpleQueue]:  # fmt: skip
+        return self.add_requests([(token_ids, sp, seed)], [extras])[0]
 
-    def add_requests(self, items: list[tuple[list[int], SamplingParams, int]]) -> list[tuple[int, queue.SimpleQueue]]:
+    def add_requests(self, items: list[tuple[list[int], SamplingParams, int]],
+                     extras: list[RequestExtras | None] | None = None) -> list[tuple[int, queue.SimpleQueue]]:  # fmt: skip
         """Queues the (token_ids, params, seed) items in one push to the engine's inbox: its thread
         takes them all at one step boundary (and admits them in order, as far as max_batch and
         memory allow); if one is refused (ValueError naming its index), none is queued."""
@@ -130,6 +130,7 @@ class NativeEngine:
             raise RuntimeError("the engine is closed")
         if not items:
             return []
+        extras = extras or [None] * len(items)
         params = n.ffi.new("pe_sampling_params[]", len(items))
         prompts = n.ffi.new("int32_t*[]", len(items))
         n_tokens = n.ffi.new("int64_t[]", [len(token_ids) for token_ids, _, _ in items])
@@ -137,15 +138,39 @@ class NativeEngine:
         keep = []  # the arrays the pointers above point into: alive until the add returns
         for i, (token_ids, sp, seed) in enumerate(items):
             keep.append(self._fill_sampling(params + i, sp, seed))
+            params[i].token_mask = int(extras[i] is not None and extras[i].constraint is not None)
             keep.append(n.ffi.new("int32_t[]", token_ids))
             prompts[i] = keep[-1]
         queues = [queue.SimpleQueue() for _ in items]
-        with self._queues_lock:  # as in add_request
+        # Hold the lock across the add so the dispatcher cannot see an event before the queue.
+        with self._queues_lock:
             status = n.lib.pe_engine_add_requests(self.handle, len(items), prompts, n_tokens, params, rids)
             n.check(status, "add_requests")
             for i, q in enumerate(queues):
                 self._queues[rids[i]] = q
+                if extras[i] is not None:
+                    self._extras[rids[i]] = extras[i]
+        for i, ex in enumerate(extras):  # the first token of each waits for its first mask
+            if ex is not None and ex.constraint is not None:
+                self._set_mask(rids[i], ex.constraint)
         return [(rids[i], q) for i, q in enumerate(queues)]
+
+    def _set_mask(self, rid: int, constraint) -> None:
+        """Hands the engine the mask of the constraint's next token; never raises (the engine
+        thread waits for this call, so a failure here must still deliver a decision)."""
+        n = self._n
+        try:
+            mask = constraint.next_mask()
+        except Exception as e:  # noqa: BLE001
+            constraint.error = f"{type(e).__name__}: {e}"
+            mask = None
+        if mask is None:
+            status = n.lib.pe_engine_set_token_mask(self.handle, rid, constraint.index, n.ffi.NULL, 0)
+        else:
+            ptr = n.ffi.cast("uint32_t*", mask.ctypes.data)
+            status = n.lib.pe_engine_set_token_mask(self.handle, rid, constraint.index, ptr, mask.size)
+        if status != 0:
+            n.lib.pe_engine_set_token_mask(self.handle, rid, constraint.index, n.ffi.NULL, 0)
 
     def _fill_sampling(self, c, sp: SamplingParams, seed: int):
         """Fills the pe_sampling_params `c` points to; returns the stop-id array it points into
@@ -208,7 +233,23 @@ class NativeEngine:
     def _route(self, ev) -> None:
         n = self._n
         finished = ev.kind == 2
-        if finished:
+        with self._queues_lock:
+            q = self._queues.get(ev.request_id)
+            extras = self._extras.get(ev.request_id)
+            if finished:
+                self._queues.pop(ev.request_id, None)
+                self._extras.pop(ev.request_id, None)
+        if q is None:
+            return
+        if ev.kind == 3:  # progress: only to requests that asked
+            if extras is None or not extras.progress:
+                return
+            raw = RawEvent(
+                token=None, logprob=None, top=None, finish_reason=None, finished=False, step=ev.step,
+                time=ev.time, prompt_tokens=ev.prompt_tokens, cached_tokens=ev.cached_tokens,
+                prompt_computed=ev.prompt_computed,
+            )  # fmt: skip
+        elif finished:
             raw = RawEvent(
                 token=None, logprob=None, top=None, finish_reason=FINISH_REASONS.get(ev.finish_reason, "error"),
                 finished=True, step=ev.step, time=ev.time, prompt_tokens=ev.prompt_tokens,
@@ -216,17 +257,19 @@ class NativeEngine:
                 error=n.ffi.string(ev.error_message).decode("utf-8", "replace") or None,
             )  # fmt: skip
         else:
+            if extras is not None and extras.constraint is not None:
+                # The next token's mask, computed while the engine runs the next forward.
+                try:
+                    extras.constraint.advance(ev.token)
+                except Exception as e:  # noqa: BLE001 (the mask below must still be sent)
+                    extras.constraint.error = f"{type(e).__name__}: {e}"
+                self._set_mask(ev.request_id, extras.constraint)
             top = [(ev.top_ids[j], ev.top_logprobs[j]) for j in range(ev.n_top)]
             raw = RawEvent(
                 token=ev.token, logprob=ev.logprob, top=top, finish_reason=None, finished=False,
                 step=ev.step, time=ev.time,
             )  # fmt: skip
-        with self._queues_lock:
-            q = self._queues.get(ev.request_id)
-            if finished:
-                self._queues.pop(ev.request_id, None)
-        if q is not None:
-            q.put(raw)
+        q.put(raw)
 
     def close(self) -> None:
         if self._closed.is_set():

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 
 from .chat_template import ChatTemplate, ChatTemplateError
 from .config import ModelConfig
 from ._native import cuda_available
-from .engine import EngineArgs, NativeEngine, default_seed, kv_dtype_code
+from .engine import EngineArgs, NativeEngine, RequestExtras, default_seed, kv_dtype_code
 from .errors import PromptTooLongError
 from .model_loader import NativeModel
+from .reasoning import prompt_opens_reasoning, split_reasoning
 from .sampling_params import SamplingParams
 from .stream import RequestOutput, RequestStream
+from .structured_outputs import GrammarCompiler, StructuredOutputsParams
 from .tokenizer import Tokenizer
+from .tool_calls import messages_for_template, parse_tool_calls
+from .tool_grammar import forced_tool_grammar
 from .tp import TpGroup
 
 _DEFAULT_MAX_MODEL_LEN = 8192
@@ -66,6 +71,10 @@ class LLM:
                                       load_format=args.load_format,
                                       tp=(self._tp.data, self._tp.control) if self._tp else None)  # fmt: skip
             self._engine = NativeEngine(self._model, args, list(self.tokenizer.eos_token_ids))
+            self.grammars = GrammarCompiler(
+                self.model_path, self.config.vocab_size, list(self.tokenizer.eos_token_ids),
+                lambda t: self.tokenizer.decode([t], skip_special_tokens=False),
+            )
         except BaseException:
             self.close()
             raise
@@ -79,8 +88,8 @@ class LLM:
                             tools=None, **template_kwargs) -> str:  # fmt: skip
         if self._template is None:
             raise ChatTemplateError(f"{self.model_path} has no chat template")
-        return self._template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools,
-                                     **template_kwargs)  # fmt: skip
+        return self._template.render(messages_for_template(messages), add_generation_prompt=add_generation_prompt,
+                                     tools=tools, **template_kwargs)  # fmt: skip
 
     @property
     def chat_template_variables(self) -> frozenset[str] | None:
@@ -131,13 +140,33 @@ class LLM:
         (ids, sp, _), (rid, events) = item, added
         return RequestStream(self._engine, self.tokenizer, rid, events, prompt, ids, sp)
 
-    def _add(self, prompt: str | None, ids: list[int], sampling_params: SamplingParams | None) -> RequestStream:
+    def _extras(self, prompt: str | None, ids: list[int], sp: SamplingParams,
+                return_progress: bool) -> RequestExtras | None:  # fmt: skip
+        """The request's grammar masks (structured_outputs) and progress events, if any."""
+        constraint = None
+        if sp.structured_outputs is not None:
+            matcher = self.grammars.matcher(sp.structured_outputs)
+            text = prompt if prompt is not None else self.tokenizer.decode(ids[-8:], skip_special_tokens=False)
+            constraint = self.grammars.constraint(matcher, prompt_opens_reasoning(text))
+        if constraint is None and not return_progress:
+            return None
+        return RequestExtras(constraint, return_progress)
+
+    def _add(self, prompt: str | None, ids: list[int], sampling_params: SamplingParams | None,
+             return_progress: bool = False) -> RequestStream:  # fmt: skip
         item = self._engine_item(ids, sampling_params)
-        return self._stream(prompt, item, self._engine.add_request(*item))
+        extras = self._extras(prompt, ids, item[1], return_progress)
+        return self._stream(prompt, item, self._engine.add_request(*item, extras))
 
     def submit(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
-               sampling_params: SamplingParams | None = None) -> RequestStream:  # fmt: skip
-        return self._add(prompt, self._checked_ids(prompt, prompt_token_ids), sampling_params)
+               sampling_params: SamplingParams | None = None, return_progress: bool = False) -> RequestStream:  # fmt: skip
+        """One request; with return_progress its stream also yields events with prompt_progress
+        while the prompt prefills (one per computed chunk)."""
+        return self._add(prompt, self._checked_ids(prompt, prompt_token_ids), sampling_params, return_progress)
+
+    def check_structured_outputs(self, params: StructuredOutputsParams) -> None:
+        """Compiles the grammar once: ValueError naming what is wrong with it."""
+        self.grammars.matcher(params)
 
     def generate(self, prompts: str | Sequence[str] | None = None,
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
@@ -157,14 +186,36 @@ class LLM:
         if not checked:
             return []
         batch = [self._engine_item(ids, sp) for ids, sp in zip(checked, params)]
-        added = self._engine.add_requests(batch)
+        extras = [self._extras(p, ids, sp, False) for (p, _), (ids, sp, _) in zip(items, batch)]
+        added = self._engine.add_requests(batch, extras)
         streams = [self._stream(p, item, a) for (p, _), item, a in zip(items, batch, added)]
         return [s.result() for s in streams]
 
     def chat(self, messages: Sequence[dict], sampling_params: SamplingParams | None = None,
-             chat_template_kwargs: dict | None = None, tools=None) -> list[RequestOutput]:  # fmt: skip
-        prompt = self.apply_chat_template(messages, True, tools, **(chat_template_kwargs or {}))
-        return [self.submit(prompt=prompt, sampling_params=sampling_params).result()]
+             chat_template_kwargs: dict | None = None, tools=None, tool_choice="auto",
+             parallel_tool_calls: bool = True) -> list[RequestOutput]:  # fmt: skip
+        """With tools, the output's reasoning, content and tool_calls (OpenAI's shape) are split
+        out; tool_choice "required" or {"type": "function", "function": {"name": ...}} forces
+        calls by a grammar, "none" leaves the tools out of the prompt."""
+        sp = sampling_params or SamplingParams()
+        prompt = self.apply_chat_template(messages, True, None if tool_choice == "none" else tools,
+                                          **(chat_template_kwargs or {}))  # fmt: skip
+        forced = self.tool_call_grammar(tools, tool_choice, parallel_tool_calls)
+        if forced is not None:
+            if sp.structured_outputs is not None:
+                raise ValueError("tool_choice required / a named function and structured_outputs exclude each other")
+            sp = dataclasses.replace(sp, structured_outputs=StructuredOutputsParams(grammar=forced))
+        out = self.submit(prompt=prompt, sampling_params=sp).result()
+        if tools and tool_choice != "none":
+            out.reasoning, content = split_reasoning(out.text, prompt_opens_reasoning(prompt))
+            out.content, out.tool_calls = parse_tool_calls(content, tools)
+            if out.tool_calls and out.finish_reason == "stop":
+                out.finish_reason = "tool_calls"
+        return [out]
+
+    def tool_call_grammar(self, tools, tool_choice, parallel_tool_calls: bool = True) -> str | None:
+        """The grammar tool_choice "required" / a named function imposes (None otherwise)."""
+        return forced_tool_grammar(tools, tool_choice, parallel_tool_calls, self.grammars.tag)
 
     def prompt_logits(self, token_ids: Sequence[int], kv_cache_dtype: str = "auto"):
         """float32 numpy [n_tokens, vocab]: the logits of every position of one fresh sequence

@@ -39,6 +39,8 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    # A grammar the output must follow (structured_outputs.StructuredOutputsParams).
+    structured_outputs: object | None = None
 
     def __post_init__(self) -> None:
         self.max_tokens = _int_in("max_tokens", self.max_tokens, 1, _INT32_MAX)
@@ -68,6 +70,11 @@ class SamplingParams:
         self.repetition_penalty = _float_in(
             "repetition_penalty", self.repetition_penalty, 0.0, math.inf, low_open=True
         )
+        if self.structured_outputs is not None:
+            from .structured_outputs import StructuredOutputsParams
+
+            if not isinstance(self.structured_outputs, StructuredOutputsParams):
+                raise ValueError("structured_outputs must be a StructuredOutputsParams")
         for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 from .engine import RawEvent
@@ -27,6 +28,9 @@ class StreamEvent:
     error: str | None = None
     token_steps: list[int] = field(default_factory=list)  # engine step of each token
     token_times: list[float] = field(default_factory=list)  # monotonic time of each token
+    # While the prompt prefills (return_progress): llama.cpp's {total, cache, processed, time_ms},
+    # processed counting cached tokens, time_ms since the request was submitted.
+    prompt_progress: dict | None = None
 
 
 @dataclass
@@ -40,6 +44,10 @@ class RequestOutput:
     logprobs: list[dict] | None = None
     cached_tokens: int = 0
     error: str | None = None
+    # LLM.chat with tools: the answer split into reasoning, content and OpenAI tool_calls.
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: list[dict] | None = None
 
 
 class RequestStream:
@@ -60,6 +68,7 @@ class RequestStream:
         self._cancelled = False
         self._done = False
         self._n_tokens = 0
+        self._t_submit = time.monotonic()
 
     def cancel(self) -> None:
         with self._cancel_lock:
@@ -104,6 +113,7 @@ class RequestStream:
         self._n_tokens += len(tokens)
         if finished:
             self._done = True
+        progress = next((r for r in reversed(raws) if r.prompt_computed is not None), None)
         return StreamEvent(
             token_ids=tokens, text=text, logprobs=logprobs, finished=finished,
             finish_reason=reason, step=last.step, time=last.time,
@@ -111,7 +121,12 @@ class RequestStream:
             completion_tokens=self._n_tokens, error=last.error,
             token_steps=[r.step for r in raws if r.token is not None][: len(tokens)],
             token_times=[r.time for r in raws if r.token is not None][: len(tokens)],
+            prompt_progress=None if progress is None else self._progress(progress),
         )  # fmt: skip
+
+    def _progress(self, r: RawEvent) -> dict:
+        return {"total": r.prompt_tokens, "cache": r.cached_tokens, "processed": r.prompt_computed,
+                "time_ms": round(max(0.0, r.time - self._t_submit) * 1000.0, 1)}
 
     def _logprob_entry(self, r: RawEvent) -> dict:
         tok = self._tokenizer

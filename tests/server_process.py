@@ -172,6 +172,13 @@ def browser_server() -> ServerProcess:
                       "--threads", "1", embedded_model=True)
 
 
+def agent_server() -> ServerProcess:
+    """The embedded chat model (a real model: tool calls, JSON, a 4K-token prompt), prefill
+    chunks of 256 tokens so a long prompt reports its progress many times."""
+    return get_server("agent", "--max_model_len", "8192", "--max_batch", "8",
+                      "--chunked_prefill_size", "256", embedded_model=True)
+
+
 @atexit.register
 def _stop_all() -> None:
     for server in _servers.values():

@@ -340,3 +340,22 @@ def test_regenerate_edit_and_conversations_survive_a_reload(browser, server):
     browser.refresh()
     wait_for(lambda: "Model:" in browser.find_element("id", "model-status").text, 30, "the page")
     assert [c["title"] for c in stored_conversations(browser)] == ["Hello!"]
+
+
+def test_long_prompt_shows_a_progress_bar(browser, server):
+    """A ~4K-token prompt: the page shows a bar while the server reports prefill progress, and
+    removes it once the prompt is read."""
+    open_fresh_page(browser, server, max_tokens="4")
+    long = " ".join(f"item{i} costs {i % 97} coins;" for i in range(330))  # ~4.2K tokens
+    browser.execute_script("document.getElementById('prompt').value = arguments[0]", long)
+    before = len(browser.find_elements("css selector", ".msg.assistant"))
+    browser.find_element("id", "send").click()
+    bar = wait_for(lambda: browser.find_elements("css selector", ".msg.assistant progress.prompt-progress"),
+                   60, "the prompt progress bar")[0]
+    value, maximum = float(bar.get_attribute("value")), float(bar.get_attribute("max"))
+    assert 0 < value < maximum and maximum >= 4096
+    browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", bar)
+    browser.save_screenshot(str(ARTIFACTS / "browser_chat_progress.png"))
+    answer = browser.find_elements("css selector", ".msg.assistant")[before]
+    wait_for(lambda: answer.get_attribute("data-state") == "done", 120, "the answer to finish")
+    assert not answer.find_elements("css selector", "progress.prompt-progress")

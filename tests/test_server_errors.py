@@ -78,7 +78,7 @@ def test_wrong_types(server, field, value, param):
     ({"presence_penalty": 9}, "presence_penalty"),
     ({"frequency_penalty": -3}, "frequency_penalty"),
     ({"logit_bias": {"1": 5}}, "logit_bias"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "xml"}}, "response_format"),
     ({"logprobs": True, "top_logprobs": 50}, "top_logprobs"),
     ({"top_logprobs": 2}, "top_logprobs"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),

@@ -123,15 +123,7 @@ def _tools(body: dict) -> list | None:
 
 def template_inputs(body: dict, llm) -> tuple[list | None, dict]:
     """(tools, chat template kwargs) of a chat request, checked against the model's template."""
-    tools = _tools(body)
-    tool_choice = body.get("tool_choice")
-    if tool_choice not in (None, "auto", "none"):
-        raise bad_request("'tool_choice' supports only 'auto' and 'none'", param="tool_choice")
-    if tool_choice == "none":
-        tools = None
-    fmt = get_dict(body, "response_format")
-    if fmt is not None and fmt.get("type", "text") != "text":
-        raise bad_request("'response_format' supports only type 'text'", param="response_format")
+    tools = _tools(body)  # tool_choice and response_format: webapp/agent_fields.py
     kwargs = dict(get_dict(body, "chat_template_kwargs", {}))
     try:
         llm.check_chat_template_kwargs(kwargs)

@@ -32,11 +32,12 @@ class Generation:
         self._last_time: dict[int, float] = {}
         self._lock = threading.Lock()
 
-    def submit(self, prompt_ids: list[int], params) -> None:
+    def submit(self, prompt_ids: list[int], params, return_progress: bool = False) -> None:
         if not self.streams:
             self.server.add_live(self)
         try:
-            stream = self.llm.submit(prompt_token_ids=prompt_ids, sampling_params=params)
+            stream = self.llm.submit(prompt_token_ids=prompt_ids, sampling_params=params,
+                                     return_progress=return_progress)
         except ValueError as exc:
             self.close()
             raise bad_request(str(exc))

@@ -10,6 +10,7 @@ import time
 import uuid
 
 from pyengine.reasoning import ReasoningParser
+from pyengine.tool_calls import ToolCallParser
 
 LOGPROB_FLOOR = -9999.0
 
@@ -68,10 +69,16 @@ def error_chunk(message: str, type_: str = "server_error", code: str | None = No
 
 
 class ChoiceState:
-    """What one choice has produced so far (text, reasoning, logprobs, counts)."""
+    """What one choice has produced so far (text, reasoning, logprobs, counts). With `tools`, the
+    answer's tool calls are parsed out of the content: add() leaves their stream deltas in
+    `tool_deltas` (OpenAI's shape), and `tool_calls` has them whole."""
 
-    def __init__(self, starts_in_reasoning: bool = False, split_reasoning: bool = True):
+    def __init__(self, starts_in_reasoning: bool = False, split_reasoning: bool = True,
+                 tools: list | None = None, parallel_tool_calls: bool = True):
         self.parser = ReasoningParser(starts_in_reasoning) if split_reasoning else None
+        self.tool_parser = ToolCallParser(tools, None if parallel_tool_calls else 1) \
+            if tools else None
+        self.tool_deltas: list[dict] = []
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.logprobs: list = []
@@ -91,6 +98,8 @@ class ChoiceState:
             if ev.finished:
                 r2, c2 = self.parser.finish()
                 reasoning, content = reasoning + r2, content + c2
+        if self.tool_parser is not None:
+            content = self._split_tool_calls(content, ev.finished)
         self.reasoning.append(reasoning)
         self.content.append(content)
         self.completion_tokens += len(ev.token_ids or ())
@@ -98,10 +107,42 @@ class ChoiceState:
             self.logprobs.extend(ev.logprobs)
         if ev.finished:
             self.finish_reason = ev.finish_reason
+            if ev.finish_reason == "stop" and self.tool_calls:
+                self.finish_reason = "tool_calls"
             self.error = ev.error if ev.finish_reason == "error" else None
             self.completion_tokens = ev.completion_tokens or self.completion_tokens
             self.cached_tokens = ev.cached_tokens or 0
         return reasoning, content
+
+    def _split_tool_calls(self, content: str, finished: bool) -> str:
+        content, deltas = self.tool_parser.feed(content)
+        if finished:
+            c2, d2 = self.tool_parser.finish()
+            content, deltas = content + c2, deltas + d2
+        self.tool_deltas = []
+        for d in deltas:
+            if d.name is not None:
+                self.tool_deltas.append({"index": d.index, "id": d.id, "type": "function",
+                                         "function": {"name": d.name, "arguments": d.arguments}})
+            else:
+                self.tool_deltas.append({"index": d.index, "function": {"arguments": d.arguments}})
+        return content
+
+    @property
+    def tool_calls(self) -> list[dict]:
+        return self.tool_parser.calls if self.tool_parser is not None else []
+
+    def message(self) -> dict:
+        """The non-streamed assistant message."""
+        content = "".join(self.content)
+        message = {"role": "assistant", "content": content}
+        if self.tool_calls:
+            message["content"] = content or None
+            message["tool_calls"] = self.tool_calls
+        reasoning = self.reasoning_text()
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        return message
 
     def reasoning_text(self) -> str | None:
         if self.parser is None or not self.parser.saw_reasoning:

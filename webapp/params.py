@@ -171,6 +171,7 @@ class SamplingRequest:
     logprobs: int | None  # number of top alternatives; None = no logprobs
     tokens_as_ids: bool = False
     engine_kwargs: dict = field(default_factory=dict)
+    return_progress: bool = False  # llama.cpp's: prompt_progress chunks while the prompt prefills
 
 
 def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
@@ -217,7 +218,8 @@ def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
     return SamplingRequest(n=n, max_tokens=max_tokens, seed=seed, stream=stream,
                            include_usage=include_usage, logprobs=logprobs,
                            tokens_as_ids=get_bool(body, "return_tokens_as_token_ids", False),
-                           engine_kwargs=kwargs)
+                           engine_kwargs=kwargs,
+                           return_progress=get_bool(body, "return_progress", False) and stream)
 
 
 def resolve_max_tokens(sreq: SamplingRequest, prompt_len: int, max_model_len: int,

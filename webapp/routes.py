@@ -13,6 +13,7 @@ from flask import Blueprint, Response, jsonify, request
 from pyengine.errors import PromptTooLongError
 from pyengine.reasoning import prompt_opens_reasoning
 from webapp.chat_input import check_length_bound, normalize_messages, template_inputs
+from webapp.agent_fields import parse_agent_fields
 from webapp.disconnect import socket_from_environ
 from webapp.errors import APIError, bad_request
 from webapp.generation import Generation
@@ -80,7 +81,7 @@ def _start(prompts: list[list[int]], sreq, prompt_param: str) -> Generation:
     gen = Generation(llm, st, socket_from_environ(request.environ))
     for ids, per_prompt in zip(prompts, params):
         for p in per_prompt:
-            gen.submit(ids, p)
+            gen.submit(ids, p, return_progress=sreq.return_progress)
     return gen
 
 
@@ -114,27 +115,28 @@ def chat_completions():
         check_length_bound(messages, llm)
     except PromptTooLongError as exc:
         raise _too_long(llm, exc, "messages")
-    tools, template_kwargs = template_inputs(body, llm)
+    _, template_kwargs = template_inputs(body, llm)  # tools are checked here, chosen by the agent fields
     sreq = parse_sampling(body, chat=True)
+    agent = parse_agent_fields(body, llm)
+    if agent.structured is not None:
+        sreq.engine_kwargs["structured_outputs"] = agent.structured
     try:
-        prompt = llm.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
-                                         **template_kwargs)
+        prompt = llm.apply_chat_template(messages, add_generation_prompt=True,
+                                         tools=agent.template_tools, **template_kwargs)
     except (ValueError, TypeError) as exc:
         raise bad_request(f"Could not apply the chat template: {exc}", param="messages")
     ids = _encode(llm, prompt, "messages")
     gen = _start([ids], sreq, "messages")
     in_reasoning = prompt_opens_reasoning(prompt)
-    choices = [ChoiceState(in_reasoning) for _ in range(sreq.n)]
+    choices = [ChoiceState(in_reasoning, tools=agent.parse_tools,
+                           parallel_tool_calls=agent.parallel) for _ in range(sreq.n)]
     meta = ResponseMeta("chatcmpl", model)
     if sreq.stream:
         return _sse(gen, _chat_chunks(gen, meta, choices, len(ids), sreq))
     _collect(gen, choices)
     out = []
     for i, c in enumerate(choices):
-        message = {"role": "assistant", "content": "".join(c.content)}
-        reasoning = c.reasoning_text()
-        if reasoning is not None:
-            message["reasoning_content"] = reasoning
+        message = c.message()
         lp = {"content": chat_logprobs(c.logprobs, sreq.logprobs, sreq.tokens_as_ids)} \
             if sreq.logprobs is not None else None
         out.append({"index": i, "message": message, "logprobs": lp,
@@ -161,7 +163,10 @@ def _chat_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_len: int, 
 
 def _chat_deltas(gen, events, choices, chunk, sreq):
     for index, ev in events:
-        reasoning, content = choices[index].add(ev)
+        if ev.prompt_progress is not None and sreq.return_progress:
+            yield {**chunk(index, {}), "prompt_progress": ev.prompt_progress}
+        state_ = choices[index]
+        reasoning, content = state_.add(ev)
         if ev.finish_reason == "error":
             yield error_chunk(ev.error or "the engine failed this request")
             continue
@@ -173,10 +178,12 @@ def _chat_deltas(gen, events, choices, chunk, sreq):
             delta["reasoning_content"] = reasoning
         if content:
             delta["content"] = content
+        if state_.tool_deltas:
+            delta["tool_calls"] = state_.tool_deltas
         lp = {"content": chat_logprobs(ev.logprobs, sreq.logprobs, sreq.tokens_as_ids)} \
             if ev.logprobs else None
         if delta or lp or ev.finished:
-            yield chunk(index, delta, lp, ev.finish_reason if ev.finished else None)
+            yield chunk(index, delta, lp, state_.finish_reason if ev.finished else None)
 
 
 @api.post("/v1/completions")
@@ -218,6 +225,10 @@ def _completion_chunks(gen: Generation, meta: ResponseMeta, choices, prompt_lens
 
 def _completion_deltas(gen, events, choices, head, extra, sreq):
     for index, ev in events:
+        if ev.prompt_progress is not None and sreq.return_progress:
+            yield {**head, "choices": [{"index": index, "text": "", "logprobs": None,
+                                        "finish_reason": None}], **extra,
+                   "prompt_progress": ev.prompt_progress}
         state_ = choices[index]
         _, text = state_.add(ev)
         if ev.finish_reason == "error":

@@ -48,6 +48,7 @@ extern "C" {
 /* Event kinds and finish reasons of pe_event. */
 #define PE_EVENT_TOKEN 1    /* one new token (with logprobs when asked) */
 #define PE_EVENT_FINISHED 2 /* the request ended; finish_reason says why */
+#define PE_EVENT_PROGRESS 3 /* a prefill chunk of the prompt was computed (prompt_* fields) */
 #define PE_FINISH_NONE 0
 #define PE_FINISH_STOP 1      /* eos or a stop token id */
 #define PE_FINISH_LENGTH 2    /* max_tokens or the context length */
@@ -249,6 +250,7 @@ typedef struct pe_sampling_params {
   const int32_t* stop_token_ids; /* copied at add */
   int32_t n_stop_token_ids;
   int32_t logprobs;         /* -1: none; n >= 0: token logprob and top-n (n <= 20) */
+  int32_t token_mask;       /* 1: each token waits for its pe_engine_set_token_mask (grammars) */
 } pe_sampling_params;
 
 /* Queues a request and returns at once with its id (ids start at 1). Thread-safe.
@@ -270,8 +272,22 @@ int32_t pe_engine_add_requests(pe_engine* engine, int32_t n_requests, const int3
                                uint64_t* out_request_ids);
 
 /* Asks the engine to drop a request at the next chunk or step boundary; its FINISHED event
- * follows with PE_FINISH_CANCELLED. Unknown or finished ids are ignored (PE_OK). Thread-safe. */
+ * follows with PE_FINISH_CANCELLED. Unknown or finished ids are ignored (PE_OK). Thread-safe.
+ * A request cancelled mid-prefill leaves its computed prompt blocks in the prefix cache, with
+ * the GDN state at the last block boundary it reached, so the same prompt sent again resumes
+ * there. */
 int32_t pe_engine_cancel(pe_engine* engine, uint64_t request_id);
+
+/* The allowed tokens for the token_index-th generated token (0 = the first) of a request added
+ * with token_mask = 1: bit (t % 32) of mask[t / 32] set = token t may be sampled. mask NULL
+ * (n_words 0): this token is unconstrained. The engine copies the words. Such a request's
+ * step computes its logits, then waits for this call before sampling (a mask with no allowed
+ * token is ignored); with no mask after 60 s the request ends with PE_FINISH_ERROR. Call it for
+ * index 0 after the add and for index i + 1 after reading token i's event. Unknown or finished
+ * ids are ignored (PE_OK). Thread-safe.
+ * Errors: INVALID_ARGUMENT when n_words is not ceil(vocab_size / 32) (or 0 with a NULL mask). */
+int32_t pe_engine_set_token_mask(pe_engine* engine, uint64_t request_id, int64_t token_index,
+                                 const uint32_t* mask, int32_t n_words);
 
 typedef struct pe_event {
   uint64_t request_id;
@@ -284,8 +300,9 @@ typedef struct pe_event {
   int32_t finish_reason;        /* PE_EVENT_FINISHED */
   int64_t step;                 /* engine step that produced it */
   double time;                  /* monotonic seconds */
-  int64_t prompt_tokens;        /* FINISHED: prompt length */
-  int64_t cached_tokens;        /* FINISHED: prompt tokens served from the prefix cache */
+  int64_t prompt_tokens;        /* FINISHED, PROGRESS: prompt length */
+  int64_t cached_tokens;        /* FINISHED, PROGRESS: prompt tokens served from the prefix cache */
+  int64_t prompt_computed;      /* PROGRESS: prompt tokens in place (cached ones included) */
   char error_message[256];      /* PE_FINISH_ERROR */
 } pe_event;
 

@@ -1,7 +1,8 @@
 // CUDA sample and logprobs against the CPU twins: greedy (ties -> lowest id), temperature,
 // top-k (ties at the cut), top-p, min-p and their combinations, on a grid of u values, for a
 // small and the 27B vocabulary. Tokens must match except where u falls within 1e-6 of a CDF step
-// (the sums run in another order); such near-ties are counted and allowed.
+// (the sums run in another order); such near-ties are counted and allowed. The grammar token
+// mask: the same -inf pattern as the CPU, and sampling on masked logits stays inside the mask.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -72,6 +73,46 @@ TEST(cuda_logprobs_match_cpu) {
         CHECK_EQ(gids[j], ids[j]);
         CHECK_NEAR(glps[j], lps[j], 1e-5);
       }
+    }
+  }
+}
+
+TEST(cuda_token_mask_matches_cpu) {
+  pe_test::Rng rng(5);
+  for (int64_t V : {1, 19, 33, 989, 8192, 248320}) {
+    if (small_only() && V > 8192) continue;
+    const int64_t n_words = (V + 31) / 32;
+    for (double density : {0.0005, 0.1, 0.9}) {
+      std::vector<uint32_t> mask(static_cast<size_t>(n_words), 0u);
+      for (int64_t t = 0; t < V; ++t)
+        if (t == V - 1 || rng.uniform() < density) mask[t >> 5] |= 1u << (t & 31);
+      std::vector<float> logits = rng.normals(V, 3.0f);
+      std::vector<float> want = logits;
+      cpu::apply_token_mask(want.data(), V, mask.data());
+      DevBuf<float> dl(logits);
+      DevBuf<uint32_t> dm(mask);
+      cuda::apply_token_mask(dl.p, V, dm.p, nullptr);
+      const std::vector<float> got = dl.download();
+      int64_t diff = 0;
+      for (int64_t t = 0; t < V; ++t) diff += !(got[t] == want[t]);
+      CHECK_EQ(diff, 0);
+      DevBuf<uint8_t> scratch(cuda::sample_scratch_bytes(V));
+      DevBuf<int32_t> dtok(1);
+      std::vector<float> w(V);
+      std::vector<int32_t> idx(V);
+      int mismatches = 0, outside = 0;
+      for (const SamplingConfig& p : {SamplingConfig{0.0f}, SamplingConfig{1.0f}, SamplingConfig{0.8f, 40, 0.9f}}) {
+        for (int j = 0; j < 10; ++j) {
+          const float u = (j + 0.37f) / 10;
+          cuda::sample(dl.p, V, p, u, dtok.p, scratch.p, scratch.n, nullptr);
+          const int32_t tok = dtok.download()[0];
+          outside += !((mask[tok >> 5] >> (tok & 31)) & 1u);
+          mismatches += tok != cpu::sample(want.data(), V, p, u, w.data(), idx.data());
+        }
+      }
+      std::printf("  token mask V=%lld density=%.4f: %d/30 sample mismatches\n", (long long)V, density, mismatches);
+      CHECK_EQ(outside, 0);
+      CHECK(mismatches <= 1);
     }
   }
 }

@@ -299,3 +299,35 @@ TEST(top_p_zero_keeps_only_the_most_likely_token) {
     }
   }
 }
+
+// A grammar's token mask: masked tokens get -inf, so no sampler configuration picks one, and the
+// allowed ones keep their relative odds; a mask with no allowed token leaves the logits alone.
+TEST(token_mask_restricts_sampling) {
+  pe_test::Rng rng(4);
+  for (int64_t V : {1, 19, 32, 33, 99, 989, 8192}) {
+    const int64_t n_words = (V + 31) / 32;
+    std::vector<uint32_t> mask(static_cast<size_t>(n_words), 0u);
+    std::vector<char> allowed(static_cast<size_t>(V), 0);
+    for (int64_t t = 0; t < V; ++t)
+      if (t == V / 2 || rng.uniform() < 0.1f) {
+        allowed[t] = 1;
+        mask[t >> 5] |= 1u << (t & 31);
+      }
+    if (n_words) mask.back() |= V % 32 ? ~((1u << (V % 32)) - 1u) : 0u;  // bits past V are ignored
+    CHECK(token_mask_allows_any(mask.data(), V));
+    const std::vector<float> logits = rng.normals(V, 3.0f);
+    std::vector<float> masked = logits;
+    cpu::apply_token_mask(masked.data(), V, mask.data());
+    for (int64_t t = 0; t < V; ++t) CHECK(allowed[t] ? masked[t] == logits[t] : std::isinf(masked[t]) && masked[t] < 0);
+    Sampler s;
+    for (const SamplingConfig& p : {SamplingConfig{0.0f}, SamplingConfig{1.0f}, SamplingConfig{0.7f, 5},
+                                    SamplingConfig{1.0f, 0, 0.9f}, SamplingConfig{1.0f, 0, 1.0f, 0.05f}})
+      for (int i = 0; i < 50; ++i) CHECK(allowed[s(masked, p, (i + 0.5f) / 50)]);
+  }
+  std::vector<uint32_t> none(2, 0u);
+  none[1] = ~0u << 1;  // only bits past V = 33
+  CHECK(!token_mask_allows_any(none.data(), 33));
+  std::vector<float> logits(33, 1.5f), same = logits;
+  cpu::apply_token_mask(same.data(), 33, none.data());
+  CHECK(same == logits);
+}

@@ -208,6 +208,25 @@ function statsText(t) {
   return `${count} tokens · ${tps} tokens/s · first token after ${ttft}`;
 }
 
+// Prefill progress of a long prompt (the server's prompt_progress chunks, asked for with
+// return_progress): a bar in the answer while the prompt is read, gone once it is read.
+function showPromptProgress(answer, p) {
+  let bar = answer.querySelector("progress.prompt-progress");
+  if (!p || p.processed >= p.total) {
+    if (bar) bar.remove();
+    return;
+  }
+  if (!bar) {
+    bar = document.createElement("progress");
+    bar.className = "prompt-progress";
+    bar.setAttribute("aria-label", "Reading the prompt");
+    answer.insertBefore(bar, answer.querySelector(".content"));
+  }
+  bar.max = p.total;
+  bar.value = p.processed;
+  bar.title = `Reading the prompt: ${p.processed} of ${p.total} tokens (${p.cache} from the cache)`;
+}
+
 function setBusy(busy) {
   $("send").disabled = busy;
   $("stop").disabled = !busy;
@@ -259,6 +278,7 @@ async function generate(conv) {
     stream_options: { include_usage: true },
     temperature: s.temperature, max_tokens: s.maxTokens > 0 ? s.maxTokens : undefined,
     chat_template_kwargs: { enable_thinking: s.thinking },
+    return_progress: true,
   };
   const msg = { role: "assistant", content: "", reasoning: "", toolCalls: [], state: "streaming" };
   conv.messages.push(msg);
@@ -281,6 +301,7 @@ async function generate(conv) {
     }
     for await (const chunk of sseEvents(resp)) {
       if (chunk.error) throw new Error(chunk.error.message);
+      if (chunk.prompt_progress) showPromptProgress(el, chunk.prompt_progress);
       if (chunk.usage) {
         t.tokens = chunk.usage.completion_tokens;
         t.exact = true;
@@ -310,6 +331,7 @@ async function generate(conv) {
     msg.state = err.name === "AbortError" ? "stopped" : "error";
     msg.error = err.message;
   } finally {
+    showPromptProgress(el, null);
     view.flush();
     finishCodeBlocks(view.content);
     msg.stats = statsText(t);

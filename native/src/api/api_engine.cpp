@@ -67,6 +67,14 @@ int32_t pe_engine_cancel(pe_engine* engine, uint64_t request_id) {
   });
 }
 
+int32_t pe_engine_set_token_mask(pe_engine* engine, uint64_t request_id, int64_t token_index,
+                                 const uint32_t* mask, int32_t n_words) {
+  return pe::api::guarded([&] {
+    if (!engine) fail(PE_ERR_INVALID_ARGUMENT, "pe_engine_set_token_mask: null engine");
+    engine->engine->set_token_mask(request_id, token_index, mask, n_words);
+  });
+}
+
 int32_t pe_engine_poll(pe_engine* engine, pe_event* out, int32_t max_events, int32_t timeout_ms, int32_t* n_out) {
   return pe::api::guarded([&] {
     if (!engine || !out || !n_out || max_events < 1) fail(PE_ERR_INVALID_ARGUMENT, "pe_engine_poll: bad argument");

@@ -50,8 +50,8 @@ void PrefixCache::drop_snapshot(Block& b) {
   if (b.snapshot >= 0) gdn_.release(b.snapshot);
   b.snapshot = -1;
   if (b.owner_request) {
-    auto it = decode_snapshot_of_.find(b.owner_request);
-    if (it != decode_snapshot_of_.end() && it->second == b.hash) decode_snapshot_of_.erase(it);
+    auto it = moving_snapshot_of_.find(b.owner_request);
+    if (it != moving_snapshot_of_.end() && it->second == b.hash) moving_snapshot_of_.erase(it);
     b.owner_request = 0;
   }
 }
@@ -113,10 +113,30 @@ std::vector<SnapshotPoint> PrefixCache::plan_snapshots(const Sequence& r, int64_
   for (int64_t pos = (start / page_ + 1) * page_; pos <= start + n; pos += page_) {
     if (!is_snapshot_point(r, pos)) continue;
     int32_t slot = take_snapshot_slot();
-    if (slot < 0) break;
+    if (slot < 0) return out;
     out.push_back({pos - start, slot});
   }
+  // A prompt chunk that stops inside a block: its last boundary is where a cancelled prefill
+  // would resume (keep_prefill_state covers chunks that end on a boundary, at no cost).
+  const int64_t end = start + n, resume = end / page_ * page_;
+  if (end < r.n_prompt && end % page_ != 0 && resume > start && !is_snapshot_point(r, resume)) {
+    const int32_t slot = take_snapshot_slot();
+    if (slot >= 0) out.push_back({resume - start, slot});
+  }
   return out;
+}
+
+void PrefixCache::keep_prefill_state(const Sequence& r) {
+  const int64_t pos = r.n_computed;
+  if (pos <= 0 || pos % page_ != 0 || pos >= r.n_prompt || pos / page_ > r.n_blocks_offered) return;
+  const int64_t i = pos / page_ - 1;
+  Block* b = find(i ? r.block_hashes[i - 1] : kChainSeed, r.block_hashes[i], r.tokens.data() + i * page_);
+  if (!b || b->snapshot >= 0) return;
+  const int32_t slot = take_snapshot_slot();
+  if (slot < 0) return;
+  gdn_.copy(slot, r.gdn_slot);
+  b->snapshot = slot;
+  touch(*b);
 }
 
 void PrefixCache::on_computed(Sequence& r, const std::vector<SnapshotPoint>& taken, int64_t chunk_start) {
@@ -150,25 +170,26 @@ void PrefixCache::on_computed(Sequence& r, const std::vector<SnapshotPoint>& tak
       continue;
     }
     b->snapshot = s.slot;
-    if (pos > r.n_prompt) {
-      // Keep one decode snapshot per request: the newest boundary of its generated text.
-      auto prev = decode_snapshot_of_.find(r.id);
-      if (prev != decode_snapshot_of_.end()) {
+    if (pos > r.n_prompt || !is_snapshot_point(r, pos)) {
+      // Keep one moving snapshot per request: the newest boundary of its generated text, or of
+      // its prefill while that stops inside blocks.
+      auto prev = moving_snapshot_of_.find(r.id);
+      if (prev != moving_snapshot_of_.end()) {
         auto pb = blocks_.find(prev->second);
         if (pb != blocks_.end() && pb->second.owner_request == r.id) drop_snapshot(pb->second);
       }
       b->owner_request = r.id;
-      decode_snapshot_of_[r.id] = b->hash;
+      moving_snapshot_of_[r.id] = b->hash;
     }
   }
 }
 
 void PrefixCache::on_finished(const Sequence& r) {
-  auto it = decode_snapshot_of_.find(r.id);
-  if (it == decode_snapshot_of_.end()) return;
+  auto it = moving_snapshot_of_.find(r.id);
+  if (it == moving_snapshot_of_.end()) return;
   auto b = blocks_.find(it->second);
   if (b != blocks_.end()) b->second.owner_request = 0;
-  decode_snapshot_of_.erase(it);
+  moving_snapshot_of_.erase(it);
 }
 
 int64_t PrefixCache::evict_pages(int64_t n) {

@@ -6,8 +6,11 @@
 // GDN layers have no per-token cache, so the GDN state (conv + recurrent, all layers) is
 // snapshotted into snapshot slots at chosen block boundaries: every `snapshot_interval` blocks
 // of a prompt, at the prompt's last block boundary, and at the newest block boundary of the
-// generated text (so the next turn of a chat starts from it). A lookup returns the longest
-// cached chain of blocks that ends at a block holding a snapshot.
+// generated text (so the next turn of a chat starts from it). A prompt whose prefill is cancelled
+// keeps its last computed block boundary too (so the same prompt sent again resumes there): a
+// prefill chunk that ends inside a block snapshots that block's start, as the request's newest
+// ("moving") snapshot, and a cancel at a block boundary copies the live state. A lookup returns
+// the longest cached chain of blocks that ends at a block holding a snapshot.
 // Eviction: least recently used first, only blocks no running sequence holds.
 #pragma once
 #include <cstdint>
@@ -40,7 +43,10 @@ class PrefixCache {
   std::vector<SnapshotPoint> plan_snapshots(const Sequence& r, int64_t start, int64_t n);
   // After the forward: offers r's newly completed blocks and the snapshots taken in them.
   void on_computed(Sequence& r, const std::vector<SnapshotPoint>& taken, int64_t chunk_start);
-  // r ended: its decode snapshot stays cached but no longer moves with it.
+  // r is cancelled mid-prefill: when its computed prompt ends at a block boundary, the live GDN
+  // state (r's running slot) becomes that block's snapshot.
+  void keep_prefill_state(const Sequence& r);
+  // r ended: its moving snapshot stays cached but no longer moves with it.
   void on_finished(const Sequence& r);
   // Frees up to n pages held only by the cache; returns how many were freed.
   int64_t evict_pages(int64_t n);
@@ -58,7 +64,7 @@ class PrefixCache {
     std::vector<int32_t> tokens;
     int32_t page;
     int32_t snapshot = -1;
-    uint64_t owner_request = 0;   // sequence whose decode snapshot this is (replaced as it grows)
+    uint64_t owner_request = 0;   // sequence whose moving snapshot this is (replaced as it grows)
     std::list<uint64_t>::iterator lru;
   };
   Block* find(uint64_t parent, uint64_t hash, const int32_t* tokens);
@@ -74,7 +80,7 @@ class PrefixCache {
   int64_t page_;
   std::unordered_map<uint64_t, Block> blocks_;  // by hash
   std::list<uint64_t> lru_;                     // front = most recent
-  std::unordered_map<uint64_t, uint64_t> decode_snapshot_of_;  // sequence id -> block hash
+  std::unordered_map<uint64_t, uint64_t> moving_snapshot_of_;  // sequence id -> block hash
   int64_t hit_tokens_ = 0;
 };
 

@@ -67,6 +67,7 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
   if (params_.max_step_ms >= 0.0f)
     pacer_ = std::make_unique<StepPacer>(cost_, params_.max_step_ms, sp.chunked_prefill_size, plan_.kv_page_size);
   sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get(), pacer_.get());
+  masks_ = std::make_unique<TokenMasks>((cfg.vocab + 31) / 32);
   if (tp_) {
     if (params_.overlap_schedule == 1)
       fail(PE_ERR_INVALID_ARGUMENT, "overlap_schedule on needs tensor_parallel_size 1 (at TP > 1 the workers' inputs "
@@ -113,6 +114,7 @@ Engine::~Engine() {
     stop_ = true;
   }
   in_cv_.notify_all();
+  masks_->shutdown();  // a step waiting for a mask goes on without it
   if (thread_.joinable()) thread_.join();
 }
 
@@ -139,6 +141,8 @@ std::unique_ptr<Request> Engine::make_request(const int32_t* tokens, int64_t n, 
     fail(PE_ERR_INVALID_ARGUMENT, "logprobs must be in [-1, ", PE_MAX_TOP_LOGPROBS, "], got ", sp.logprobs);
   if (sp.n_stop_token_ids < 0 || (sp.n_stop_token_ids > 0 && !sp.stop_token_ids))
     fail(PE_ERR_INVALID_ARGUMENT, "stop_token_ids: bad count ", sp.n_stop_token_ids);
+  if (sp.token_mask != 0 && sp.token_mask != 1)
+    fail(PE_ERR_INVALID_ARGUMENT, "token_mask must be 0 or 1, got ", sp.token_mask);
 
   auto r = std::make_unique<Request>();
   r->tokens.assign(tokens, tokens + n);
@@ -155,6 +159,7 @@ std::unique_ptr<Request> Engine::make_request(const int32_t* tokens, int64_t n, 
   r->ignore_eos = sp.ignore_eos != 0;
   r->stop_ids.assign(sp.stop_token_ids, sp.stop_token_ids + sp.n_stop_token_ids);
   r->logprobs = sp.logprobs;
+  r->token_mask = sp.token_mask != 0;
   return r;
 }
 
@@ -166,6 +171,7 @@ void Engine::enqueue(std::vector<std::unique_ptr<Request>>& requests, uint64_t* 
     for (size_t i = 0; i < requests.size(); ++i) {
       requests[i]->id = next_id_++;
       out_ids[i] = requests[i]->id;
+      if (requests[i]->token_mask) masks_->expect(requests[i]->id);
       inbox_.push_back(std::move(requests[i]));
     }
   }
@@ -202,6 +208,7 @@ void Engine::cancel(uint64_t id) {
     cancels_.push_back(id);
   }
   in_cv_.notify_all();
+  masks_->cancel(id);  // a step waiting for its mask samples without it; the request ends next
 }
 
 // Events of a step are held until the step's stats are published, so a caller that sees a
@@ -240,6 +247,10 @@ void Engine::finish(Request* r, int32_t reason, const char* message) {
   ev.prompt_tokens = r->n_prompt;
   ev.cached_tokens = r->n_cached;
   if (message) std::snprintf(ev.error_message, sizeof(ev.error_message), "%s", message);
+  if (r->token_mask) masks_->forget(r->id);
+  // A prompt cancelled mid-prefill: what it computed stays cached, so a resend resumes there.
+  if (reason == PE_FINISH_CANCELLED && cache_ && r->is_running() && r->n_generated() == 0)
+    cache_->keep_prefill_state(*r);
   leave_launched(r);
   sched_->remove(r);
   push_event(ev);

@@ -32,6 +32,7 @@
 #include "engine/step_cost.h"
 #include "engine/step_pacer.h"
 #include "engine/tp_group.h"
+#include "engine/token_masks.h"
 #include "model/model.h"
 #include "pyengine.h"
 
@@ -55,6 +56,10 @@ class Engine {
   void add_requests(int32_t n, const int32_t* const* tokens, const int64_t* n_tokens,
                     const pe_sampling_params* sp, uint64_t* out_ids);
   void cancel(uint64_t id);
+  // pe_engine_set_token_mask.
+  void set_token_mask(uint64_t id, int64_t index, const uint32_t* words, int64_t n_words) {
+    masks_->set(id, index, words, n_words);
+  }
   int32_t poll(pe_event* out, int32_t max_events, int32_t timeout_ms);
   pe_engine_stats stats();
   const pe_memory_plan& plan() const { return plan_; }
@@ -91,6 +96,11 @@ class Engine {
   void leave_launched(Request* r);
   // A collected step's time: to the cost model and the step histograms.
   void record_step(const LaunchedStep& s, double end_time);
+  // Waits for the grammar masks of the jobs whose request has token_mask and points the jobs
+  // at them (after the forward is queued, before the sampling).
+  void wait_token_masks(const LaunchedStep& s);
+  // PE_EVENT_PROGRESS for r's prompt.
+  void emit_progress(const Request& r, int64_t step);
   // Emits r's sampled token; returns the finish reason it causes (PE_FINISH_NONE: none).
   int32_t emit_token(Request& r, const SampleOut& s, int64_t step);
   int64_t memory_budget(const PlanRequest& pr);
@@ -109,6 +119,8 @@ class Engine {
   std::unique_ptr<StepPacer> pacer_;  // null when max_step_ms < 0
   std::unique_ptr<Scheduler> sched_;
   TpLeader* tp_ = nullptr;  // rank 0 of a tensor-parallel group
+  std::unique_ptr<TokenMasks> masks_;
+  std::vector<std::vector<uint32_t>> job_masks_;  // per sample job of the launch: its mask words
   std::vector<int32_t> eos_;
 
   std::mutex in_mu_;

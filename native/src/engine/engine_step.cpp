@@ -59,6 +59,7 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
       model_.forward(batch, *kv_, *gdn_, result_);
     for (size_t i = 0, k = 0; i < out.chunks.size(); ++i)
       if (out.job_of[i] >= 0) jobs_[k++].row = result_.logit_row_begin[i];
+    wait_token_masks(out);
     model_.sample_launch(result_, jobs_);
   } catch (const std::exception& e) {
     sched_->abandon(out.chunks);
@@ -79,7 +80,8 @@ bool Engine::launch_follow(const LaunchedStep& prev, LaunchedStep& out, std::str
   // Every running request samples in prev (none is prefilling) and none needs its history on the
   // host for penalties.
   for (const auto& r : sched_->running()) {
-    if (r->sampling.any_penalty()) return false;
+    // A grammar mask needs the token before it on the host first.
+    if (r->sampling.any_penalty() || r->token_mask) return false;
     bool samples = false;
     for (size_t i = 0; i < prev.chunks.size() && !samples; ++i)
       samples = prev.chunks[i].req == r.get() && prev.job_of[i] >= 0;
@@ -109,6 +111,33 @@ bool Engine::launch_follow(const LaunchedStep& prev, LaunchedStep& out, std::str
   return true;
 }
 
+void Engine::wait_token_masks(const LaunchedStep& s) {
+  constexpr double kMaskTimeoutS = 60.0;
+  job_masks_.resize(jobs_.size());
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    const int32_t k = s.job_of[i];
+    Request& r = *s.chunks[i].req;
+    if (k < 0 || !r.token_mask) continue;
+    bool has_mask = false;
+    std::vector<uint32_t>& words = job_masks_[static_cast<size_t>(k)];
+    const TokenMasks::Wait w = masks_->wait(r.id, r.n_generated(), kMaskTimeoutS, words, &has_mask);
+    if (w == TokenMasks::Wait::TimedOut) r.mask_timed_out = true;
+    jobs_[static_cast<size_t>(k)].allowed = w == TokenMasks::Wait::Ready && has_mask ? words.data() : nullptr;
+  }
+}
+
+void Engine::emit_progress(const Request& r, int64_t step) {
+  pe_event ev{};
+  ev.request_id = r.id;
+  ev.kind = PE_EVENT_PROGRESS;
+  ev.step = step;
+  ev.time = now_seconds();
+  ev.prompt_tokens = r.n_prompt;
+  ev.cached_tokens = r.n_cached;
+  ev.prompt_computed = std::min(r.n_computed, r.n_prompt);
+  push_event(ev);
+}
+
 void Engine::leave_launched(Request* r) {
   if (!launched_) return;
   LaunchedStep& s = *launched_;
@@ -131,17 +160,25 @@ void Engine::collect(LaunchedStep& s) {
     return;
   }
   record_step(s, now_seconds());
-  for (const ScheduledChunk& c : s.chunks)
-    prompt_tokens_ += std::max<int64_t>(0, std::min(c.req->n_prompt, c.req->n_computed + c.n_tokens) - c.req->n_computed);
+  std::vector<const Request*> prefilled;  // chunks with prompt tokens: one progress event each
+  for (const ScheduledChunk& c : s.chunks) {
+    const int64_t n = std::min(c.req->n_prompt, c.req->n_computed + c.n_tokens) - c.req->n_computed;
+    prompt_tokens_ += std::max<int64_t>(0, n);
+    if (n > 0 && c.req->n_generated() == 0) prefilled.push_back(c.req);
+  }
   sched_->commit(s.chunks);
   const int64_t step = steps_++;
+  for (const Request* r : prefilled) emit_progress(*r, step);
   std::vector<std::pair<Request*, int32_t>> finished;
   for (size_t i = 0; i < s.chunks.size(); ++i) {
     if (s.job_of[i] < 0) continue;
-    const int32_t reason = emit_token(*s.chunks[i].req, samples_.at(static_cast<size_t>(s.job_of[i])), step);
-    if (reason != PE_FINISH_NONE) finished.emplace_back(s.chunks[i].req, reason);
+    Request& r = *s.chunks[i].req;
+    int32_t reason = emit_token(r, samples_.at(static_cast<size_t>(s.job_of[i])), step);
+    if (r.mask_timed_out) reason = PE_FINISH_ERROR;
+    if (reason != PE_FINISH_NONE) finished.emplace_back(&r, reason);
   }
-  for (auto& [r, reason] : finished) finish(r, reason);
+  for (auto& [r, reason] : finished)
+    finish(r, reason, r->mask_timed_out ? "no grammar token mask arrived within 60 s" : nullptr);
 }
 
 void Engine::record_step(const LaunchedStep& s, double end_time) {

@@ -15,6 +15,8 @@ struct Request : Sequence {
   bool ignore_eos = false;
   std::vector<int32_t> stop_ids;
   int32_t logprobs = -1;
+  bool token_mask = false;      // each token waits for its grammar mask (engine/token_masks.h)
+  bool mask_timed_out = false;  // a mask did not come: the request ends with an error
 
   int64_t admitted_order = 0;   // admission counter: the newest is preempted first
   bool cancel_requested = false;

@@ -27,12 +27,20 @@ struct SamplingConfig {
 // A uniform float in [0, 1) from (seed, counter): splitmix64-style hash, stateless.
 float uniform_at(uint64_t seed, uint64_t counter);
 
+// Whether a grammar token mask (bit t % 32 of allowed[t / 32] = token t) allows any of [0, V).
+bool token_mask_allows_any(const uint32_t* allowed, int64_t V);
+
 namespace cpu {
 
 // In place on logits[V]: repetition penalty over tokens in prompt_ids or out_ids
 // (logit > 0 ? logit / rp : logit * rp), then presence and frequency penalties over out_ids.
 void apply_penalties(float* logits, int64_t V, const SamplingConfig& p, const int32_t* prompt_ids,
                      int64_t n_prompt, const int32_t* out_ids, int64_t n_out);
+
+// In place on logits[V]: -inf for every token whose bit (t % 32) of allowed[t / 32] is clear (a
+// grammar's token mask). A mask that allows no token leaves the logits unchanged (a grammar in
+// an error state must not turn the sampling into NaNs).
+void apply_token_mask(float* logits, int64_t V, const uint32_t* allowed);
 
 // Picks a token from logits[V] (not modified): greedy when temperature == 0, otherwise
 // softmax(logits / T), then top-k, then top-p (smallest set with mass >= top_p), then min-p,

@@ -82,6 +82,7 @@ void Model::sample_launch(const ForwardResult& res, const std::vector<SampleJob>
     float* work = sample_work_.data();
     std::memcpy(work, logits, sizeof(float) * V);
     cpu::apply_penalties(work, V, j.cfg, j.prompt, j.n_prompt, j.out, j.n_out);
+    if (j.allowed) cpu::apply_token_mask(work, V, j.allowed);
     outs[i].token = cpu::sample(work, V, j.cfg, j.u, sample_work_.data() + V, sample_idx_.data());
     if (j.n_logprobs >= 0)
       cpu::logprobs(logits, V, outs[i].token, j.n_logprobs, &outs[i].logprob, outs[i].top_ids, outs[i].top_logprobs);

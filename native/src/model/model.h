@@ -81,6 +81,7 @@ struct SampleJob {
   int64_t n_prompt = 0;
   const int32_t* out = nullptr;
   int64_t n_out = 0;
+  const uint32_t* allowed = nullptr;  // grammar mask, ceil(vocab / 32) words (host memory); null: all
 };
 
 struct SampleOut {

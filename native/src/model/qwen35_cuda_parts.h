@@ -104,7 +104,7 @@ class CudaQwen35Model : public Model {
   bool ready_ = false;
 
   // Workspace: activations [tokens], logits rows, int staging, attention and sampling scratch.
-  Buffer act_, norm_partial_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_, penalty_ids_, penalty_row_;
+  Buffer act_, norm_partial_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_, penalty_ids_, penalty_row_, token_mask_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
   const float* last_logits_ = nullptr;
   std::vector<int32_t> host_ints_;

@@ -77,6 +77,16 @@ void CudaQwen35Model::sample_launch(const ForwardResult& res, const std::vector<
       cuda::apply_penalties(pen, penalty_ids_.as<int32_t>(), penalty_ids_.as<int32_t>() + m, m, j.cfg, st);
       src = pen;
     }
+    if (j.allowed && token_mask_allows_any(j.allowed, V)) {
+      // Grammar mask: on the penalized row, or on a copy of the raw one (logprobs stay raw).
+      const size_t words = static_cast<size_t>((V + 31) / 32) * sizeof(uint32_t);
+      if (token_mask_.size() < words) token_mask_ = Buffer(Device::CUDA, words);
+      mem_upload(Device::CUDA, token_mask_.data(), j.allowed, words);  // stream-ordered, host reusable
+      float* pen = penalty_row_.as<float>();
+      if (src != pen) mem_copy(Device::CUDA, pen, row, sizeof(float) * V);
+      cuda::apply_token_mask(pen, V, token_mask_.as<uint32_t>(), st);
+      src = pen;
+    }
     cuda::sample(src, V, j.cfg, j.u, d_tok + i, sample_scratch_.data(), sample_scratch_.size(), st);
     if (j.n_logprobs >= 0) {
       any_lp = true;

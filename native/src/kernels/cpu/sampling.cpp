@@ -11,6 +11,7 @@
 //   (on count, then on mass) finds the exact kept set among them; only that set is sorted, by id.
 // apply_penalties: repetition penalty once per distinct token of prompt + output (gather, then
 //   scatter, as HF does), then -= frequency * count + presence for each distinct output token.
+// apply_token_mask: -inf outside the grammar's bitmask, unless it allows no token at all.
 // logprobs: log-sum-exp in double; top-n by insertion into the caller's arrays (n is small).
 #include <algorithm>
 #include <cmath>
@@ -35,6 +36,15 @@ inline uint64_t splitmix64(uint64_t z) {
 float uniform_at(uint64_t seed, uint64_t counter) {
   const uint64_t h = splitmix64(seed ^ splitmix64(counter));
   return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
+}
+
+bool token_mask_allows_any(const uint32_t* allowed, int64_t V) {
+  const int64_t n_words = (V + 31) / 32;
+  for (int64_t w = 0; w < n_words; ++w) {
+    const uint32_t valid = w == n_words - 1 && V % 32 ? (1u << (V % 32)) - 1u : ~0u;
+    if (allowed[w] & valid) return true;
+  }
+  return false;
 }
 
 namespace cpu {
@@ -140,6 +150,12 @@ int64_t top_p_count(const float* w, int32_t* idx, int64_t k, double target) {
 }
 
 }  // namespace
+
+void apply_token_mask(float* logits, int64_t V, const uint32_t* allowed) {
+  if (!token_mask_allows_any(allowed, V)) return;
+  for (int64_t t = 0; t < V; ++t)
+    if (!((allowed[t >> 5] >> (t & 31)) & 1u)) logits[t] = -INFINITY;
+}
 
 void apply_penalties(float* logits, int64_t V, const SamplingConfig& p, const int32_t* prompt_ids,
                      int64_t n_prompt, const int32_t* out_ids, int64_t n_out) {

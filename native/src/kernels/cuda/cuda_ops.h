@@ -265,6 +265,11 @@ size_t sample_scratch_bytes(int64_t V);
 void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, int32_t* token,
             void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
+// In place on device logits [V]: -inf where bit (t % 32) of the device mask allowed[t / 32] is
+// clear (cpu::apply_token_mask's twin; the caller skips masks that allow no token, see
+// token_mask_allows_any).
+void apply_token_mask(float* logits, int64_t V, const uint32_t* allowed, cudaStream_t stream);
+
 // Device outputs: *token_logprob (of the id at *token, device memory: a sampled id need not come
 // back to the host first), top_ids[n_top], top_logprobs[n_top] (n_top <= 64).
 void logprobs(const float* logits, int64_t V, const int32_t* token, int32_t n_top, float* token_logprob,

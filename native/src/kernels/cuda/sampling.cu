@@ -11,6 +11,7 @@
 // for top-k, double masses for top-p), `last` from a scan over ids. Masses are summed in double,
 // in a different order than the CPU: the same token except where u sits within ~1e-12 of a step.
 // logprobs: log-sum-exp in double, top-n by n arg-max passes in the order (logit desc, id asc).
+// apply_token_mask: one thread per token, -inf outside a grammar's bitmask.
 #include <algorithm>
 #include <cfloat>
 
@@ -306,7 +307,19 @@ __global__ void argmax_final_kernel(const float* part_max, const int* part_id, i
   if (threadIdx.x == 0) *token = first == INT_MAX ? 0 : first;
 }
 
+__global__ void token_mask_kernel(float* logits, int64_t V, const uint32_t* allowed) {
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < V; t += (int64_t)gridDim.x * blockDim.x)
+    if (!((allowed[t >> 5] >> (t & 31)) & 1u)) logits[t] = -INFINITY;
+}
+
 }  // namespace
+
+void apply_token_mask(float* logits, int64_t V, const uint32_t* allowed, cudaStream_t stream) {
+  if (V <= 0 || V > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda::apply_token_mask: bad vocabulary size ", V);
+  const int blocks = static_cast<int>(std::min<int64_t>((V + 255) / 256, 1024));
+  token_mask_kernel<<<blocks, 256, 0, stream>>>(logits, V, allowed);
+  PE_CUDA_LAUNCH_CHECK();
+}
 
 size_t sample_scratch_bytes(int64_t V) { return static_cast<size_t>(V > 0 ? V : 0) * sizeof(float); }
 
