@@ -9,7 +9,7 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "native", "src")
-LAYERS = ["core", "kernels", "cache", "model", "engine", "api"]
+LAYERS = ["core", "comm", "kernels", "cache", "model", "engine", "api"]  # comm: the TP communicators, on core alone
 INCLUDE = re.compile(r'^\s*#\s*include\s+"(\w+)/', re.MULTILINE)
 
 
