@@ -195,14 +195,17 @@ def generate(args) -> dict:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     torch.manual_seed(args.seed)
     data = np.load(args.prompts)
-    train_prompts, eval_prompts = unpack(data, "train"), unpack(data, "eval")
+    train_prompts, eval_prompts, eval_sources = unpack(data, "train"), unpack(data, "eval"), data["eval_source"]
+    if args.max_eval < len(eval_prompts):  # evenly spaced: every source keeps a share
+        keep = np.linspace(0, len(eval_prompts) - 1, args.max_eval).round().astype(int)
+        eval_prompts, eval_sources = [eval_prompts[i] for i in keep], eval_sources[keep]
     target = dflash_target.load(args.model, device)
 
     torch.backends.cuda.matmul.allow_tf32 = False
     eval_resp = []
     for i in range(0, len(eval_prompts), args.batch_size):
         eval_resp += generate_batch(target.lm, eval_prompts[i:i + args.batch_size], args.max_new_tokens, device, None)
-    out = pack_sequences("eval", eval_prompts, eval_resp, data["eval_source"], [False] * len(eval_prompts))
+    out = pack_sequences("eval", eval_prompts, eval_resp, eval_sources, [False] * len(eval_prompts))
     t_eval = time.time() - started
 
     lm = target.lm.to(torch.bfloat16) if device.type == "cuda" else target.lm
@@ -250,7 +253,8 @@ def main(argv=None):
     g.add_argument("--minutes", type=float, default=3.0, help="budget of this step, loading included")
     g.add_argument("--batch-size", type=int, default=768)
     g.add_argument("--max-new-tokens", type=int, default=320)
-    g.add_argument("--max-prompts", type=int, default=10**9)
+    g.add_argument("--max-prompts", type=int, default=10**9, help="train prompts at most")
+    g.add_argument("--max-eval", type=int, default=10**9, help="eval prompts at most")
     g.add_argument("--sample-every", type=int, default=4, help="every n-th batch is sampled (0: all greedy)")
     g.add_argument("--temperature", type=float, default=0.7)
     g.add_argument("--seed", type=int, default=DFLASH_SEED)

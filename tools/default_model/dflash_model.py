@@ -211,6 +211,35 @@ def block_ids(last_token: torch.Tensor, config: DFlashConfig) -> torch.Tensor:
     return ids
 
 
+def blocks_mask(anchors: torch.Tensor, n_context: int, block_size: int) -> torch.Tensor:
+    """anchors [B, N] -> [B, N*bs, n_context + N*bs] bool: block i sees context positions < anchor_i
+    (what is committed when it is drafted) and its own bs entries both ways, no other block."""
+    b, n = anchors.shape
+    q_block = torch.arange(n * block_size, device=anchors.device) // block_size
+    q_anchor = anchors.repeat_interleave(block_size, dim=1)  # [B, Q]
+    ctx = torch.arange(n_context, device=anchors.device)[None, None, :] < q_anchor[:, :, None]
+    own = (q_block[:, None] == q_block[None, :]).expand(b, -1, -1)
+    return torch.cat([ctx, own], dim=2)
+
+
+def forward_blocks(draft: DFlashDraft, embed, features: torch.Tensor, ids: torch.Tensor,
+                   anchors: torch.Tensor) -> torch.Tensor:
+    """Many blocks per sequence in one forward (training, and offline acceptance): the block at
+    anchor a is [ids[a], MASK x (bs-1)] at positions a .. a+bs-1 with the features of positions < a
+    as its context, exactly as if drafted alone after committing ids[:a+1].
+    features [B, T, n*H], ids [B, T], anchors [B, N] (< T) -> normed hidden [B, N, bs, H]."""
+    c = draft.config
+    b, t = ids.shape
+    n = anchors.shape[1]
+    blocks = torch.full((b, n, c.block_size), c.mask_token_id, dtype=torch.long, device=ids.device)
+    blocks[:, :, 0] = torch.gather(ids, 1, anchors)
+    positions = (anchors[:, :, None] + torch.arange(c.block_size, device=ids.device)).reshape(b, -1)
+    context_positions = torch.arange(t, device=ids.device).expand(b, -1)
+    hidden = draft(features, embed(blocks.reshape(b, -1)), context_positions, positions,
+                   blocks_mask(anchors, t, c.block_size))
+    return hidden.view(b, n, c.block_size, -1)
+
+
 def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
