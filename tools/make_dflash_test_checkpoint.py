@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "default_model"))
 
-import dflash_model  # noqa: E402
-import dflash_reference  # noqa: E402
+import dflash_model
+import dflash_reference
 
 SEED = 1234
 TARGET = "ckpt_text_bf16"

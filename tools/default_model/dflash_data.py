@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+_PROCESS_STARTED = time.time()
+
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
@@ -187,10 +189,10 @@ def pack_sequences(prefix: str, prompts, responses, sources, sampled) -> dict[st
 
 
 def generate(args) -> dict:
-    import torch
     import dflash_target
+    import torch
 
-    started = time.time()
+    started = _PROCESS_STARTED
     deadline = started + args.minutes * 60
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     torch.manual_seed(args.seed)
@@ -250,7 +252,7 @@ def main(argv=None):
     g.add_argument("--prompts", type=Path, default=REPO / ".train" / "dflash" / "prompts.npz")
     g.add_argument("--model", type=Path, default=REPO / "pyengine" / "default_model")
     g.add_argument("--out", type=Path, required=True, help="directory for gen.npz and gen_meta.json")
-    g.add_argument("--minutes", type=float, default=3.0, help="budget of this step, loading included")
+    g.add_argument("--minutes", type=float, default=2.5, help="budget of this process, start-up included")
     g.add_argument("--batch-size", type=int, default=768)
     g.add_argument("--max-new-tokens", type=int, default=320)
     g.add_argument("--max-prompts", type=int, default=10**9, help="train prompts at most")
@@ -268,7 +270,7 @@ def main(argv=None):
         counts = {s: {split: int((out[f"{split}_source"] == k).sum()) for split in ("train", "eval")}
                   for k, s in enumerate(SOURCES)}
         print(json.dumps({"out": str(args.out), "bytes": args.out.stat().st_size, "prompts": counts,
-                          "train_prompt_tokens": int(len(out["train_ids"]))}))
+                          "train_prompt_tokens": len(out["train_ids"])}))
     else:
         out, meta = generate(args)
         args.out.mkdir(parents=True, exist_ok=True)

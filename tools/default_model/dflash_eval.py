@@ -32,9 +32,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-import dflash_model  # noqa: E402
-import dflash_target  # noqa: E402
-from dflash_data import unpack  # noqa: E402
+import dflash_model
+import dflash_target
+from dflash_data import unpack
 
 
 @torch.no_grad()
@@ -45,7 +45,7 @@ def proposals(draft, target, seq: np.ndarray, prompt_len: int, device, chunk: in
     ids = torch.from_numpy(seq).to(device)[None]
     feats = dflash_target.features(target, ids, c.target_layer_ids)
     out = np.zeros((len(seq), c.block_size - 1), dtype=np.int64)
-    embed = lambda x: dflash_target.embed(target, x)  # noqa: E731
+    embed = lambda x: dflash_target.embed(target, x)
     for a0 in range(prompt_len, len(seq) - 1, chunk):
         anchors = torch.arange(a0, min(a0 + chunk, len(seq) - 1), device=device)[None]
         hidden = dflash_model.forward_blocks(draft, embed, feats, ids, anchors)[0, :, 1:]
@@ -132,7 +132,8 @@ def main(argv=None):
     target = dflash_target.load(args.model, device)
     draft = dflash_model.load(args.draft).to(device)
     result = evaluate(draft, target, np.load(args.data / "gen.npz"), device, args.max_sequences)
-    print(json.dumps(result, indent=1))
+    for name, row in result.items():
+        print(json.dumps({"prompts": name, **row}))
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ import dflash_reference
 import dflash_target
 
 PACKAGE_WEIGHTS_LIMIT = 50_000_000
-CHECK_TEXT = "<|im_start|>user\nWrite a Python function that returns the sum of a list.<|im_end|>\n" \
-             "<|im_start|>assistant\n<think>\n"
+CHECK_TEXT = ("<|im_start|>user\nWrite a Python function that returns the sum of a list.<|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n")
 
 
 def check_config(config: dict, target_config: dict) -> None:
@@ -61,37 +61,53 @@ def check_reference(draft_dir: Path, model_dir: Path) -> float:
     return float(np.abs(ours - ref).max())
 
 
+CARD = """# DFlash draft of the pyengine default model
+
+A block-diffusion draft (DFlash, MODEL_SPEC.md §6) for speculative decoding of the default model in
+the parent directory: one forward proposes `block_size - 1` tokens from the target's hidden states.
+It has no embedding or lm_head: it uses the target's.
+
+| field | value |
+|---|---|
+| layers | {layers} (hidden {hidden}, {heads}/{kv_heads} heads of {head_dim}, MLP {mlp}) |
+| block_size | {block_size} |
+| target_layer_ids | {layer_ids} (outputs of those decoder layers, before the final norm) |
+| mask_token_id | {mask} (`<|endoftext|>`: the default model has no mask token) |
+
+Trained with `tools/default_model/dflash_train.py` on the default model's own replies to prompts
+made by the corpus's generators (`dflash_data.py`); recipe and commands in
+`tools/default_model/README.md`, section "DFlash draft".
+"""
+
+ACCEPTANCE = """
+## Acceptance at T = 0 (dflash_eval.py: offline, fp32, held-out prompts)
+
+Trained {trained_s:.0f} s ({steps} steps, {sequences} sequences, {tokens:,} reply tokens) on {device}.
+
+| prompts | sequences | tau (tokens per step) | acceptance of drafts 1..{n_draft}, conditional (%) |
+|---|---:|---:|---|
+{rows}
+
+tau when only the first n drafts are verified (n = 1..{n_draft}, all prompts): {tau_by_n}
+"""
+
+
 def model_card(config: dict, result: dict | None) -> str:
     d = config["dflash_config"]
-    lines = [
-        "# DFlash draft of the pyengine default model", "",
-        "A block-diffusion draft (DFlash, MODEL_SPEC.md §6) for speculative decoding of the default model in",
-        "the parent directory: one forward proposes `block_size - 1` tokens from the target's hidden states.",
-        "It has no embedding or lm_head: it uses the target's.", "",
-        "| field | value |", "|---|---|",
-        f"| layers | {config['num_hidden_layers']} (hidden {config['hidden_size']}, "
-        f"{config['num_attention_heads']}/{config['num_key_value_heads']} heads of {config['head_dim']}, "
-        f"MLP {config['intermediate_size']}) |",
-        f"| block_size | {config['block_size']} |",
-        f"| target_layer_ids | {d['target_layer_ids']} (outputs of those decoder layers, before the final norm) |",
-        f"| mask_token_id | {d['mask_token_id']} (`<|endoftext|>`: the default model has no mask token) |", "",
-        "Trained with `tools/default_model/dflash_train.py` on the default model's own replies to prompts",
-        "made by the corpus's generators (`dflash_data.py`); recipe and commands in",
-        "`tools/default_model/README.md`, section \"DFlash draft\".", ""]
+    card = CARD.format(layers=config["num_hidden_layers"], hidden=config["hidden_size"],
+                       heads=config["num_attention_heads"], kv_heads=config["num_key_value_heads"],
+                       head_dim=config["head_dim"], mlp=config["intermediate_size"], block_size=config["block_size"],
+                       layer_ids=d["target_layer_ids"], mask=d["mask_token_id"])
     if result is None:
-        return "\n".join(lines + ["Acceptance: not measured.", ""])
+        return card + "\nAcceptance: not measured.\n"
     acc = result["acceptance_T0"]
-    lines += ["## Acceptance at T = 0 (measured offline by dflash_eval.py, fp32, held-out prompts)", "",
-              f"Trained {result['trained_s']:.0f} s ({result['steps']} steps, {result['train_sequences']} sequences, "
-              f"{result['train_reply_tokens']:,} reply tokens) on {result['device']}.", "",
-              "| prompts | sequences | tau (tokens per step) | acceptance of draft 1..bs-1 (conditional) |",
-              "|---|---:|---:|---|"]
-    for name, row in acc.items():
-        lines.append(f"| {name} | {row['sequences']} | {row['tau']} | "
-                     f"{' / '.join(f'{100 * a:.0f}' for a in row['accept_per_position'])} % |")
-    lines += ["", f"tau with only the first n drafts verified (n = 1..{config['block_size'] - 1}, all prompts): "
-              f"{acc['all']['tau_by_n_draft']}", ""]
-    return "\n".join(lines)
+    rows = "\n".join(f"| {name} | {row['sequences']} | {row['tau']} | "
+                     f"{' / '.join(f'{100 * a:.0f}' for a in row['accept_per_position'])} |"
+                     for name, row in acc.items())
+    return card + ACCEPTANCE.format(trained_s=result["trained_s"], steps=result["steps"],
+                                    sequences=result["train_sequences"], tokens=result["train_reply_tokens"],
+                                    device=result["device"], n_draft=config["block_size"] - 1, rows=rows,
+                                    tau_by_n=acc["all"]["tau_by_n_draft"])
 
 
 def main(argv=None):

@@ -71,7 +71,7 @@ class DFlashConfig:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "DFlashConfig":
+    def from_json(cls, d: dict) -> DFlashConfig:
         dflash = d["dflash_config"]
         theta = d.get("rope_theta") or d.get("rope_parameters", {}).get("rope_theta", 10000.0)
         return cls(hidden_size=d["hidden_size"], num_hidden_layers=d["num_hidden_layers"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
 from model import DefaultModel
 
 EOS_IDS = (2, 0)  # <|im_end|>, <|endoftext|>: generation_config.json's eos_token_id

@@ -28,18 +28,18 @@ from pathlib import Path
 
 _PROCESS_STARTED = time.time()
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import numpy as np
+import torch
+import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-import dflash_eval  # noqa: E402
-import dflash_model  # noqa: E402
-import dflash_target  # noqa: E402
-from dflash_data import unpack  # noqa: E402
+import dflash_eval
+import dflash_model
+import dflash_target
+from dflash_data import unpack
 
 # Design decisions (README "DFlash draft"): mask = <|endoftext|> (id 0); block 8; 2 layers in the
 # target's attention shape; features of target layers 1, 3, 5, 7 (all four pairs of the 8 layers).
@@ -107,7 +107,7 @@ def make_batch(rows, step: int, args, device):
         pick = np.sort(rng.choice(valid, size=min(n, len(valid)), replace=False))
         anchors[i, :len(pick)], keep[i, :len(pick)] = pick, True
     lengths = np.asarray([len(s) for s, _ in chosen])
-    as_t = lambda x: torch.from_numpy(x).to(device, non_blocking=True)  # noqa: E731
+    as_t = lambda x: torch.from_numpy(x).to(device, non_blocking=True)
     return as_t(ids), as_t(lengths), as_t(anchors), as_t(keep)
 
 
