@@ -120,9 +120,10 @@ def prompt_pools(wheel: Path) -> dict:
             "eval_tasks": [t for i, t in enumerate(TASKS) if i % HELDOUT_TASK_EVERY == 0]}
 
 
-def pack(prefix: str, rows: list[list[int]], sources: list[int]) -> dict[str, np.ndarray]:
+def pack(prefix: str, rows: list, sources) -> dict[str, np.ndarray]:
+    """Token rows (lists or arrays) -> one uint16 stream + offsets (the vocabulary is 8,192)."""
     lengths = np.asarray([len(r) for r in rows], dtype=np.int64)
-    return {f"{prefix}_ids": np.asarray([t for r in rows for t in r], dtype=np.uint16),
+    return {f"{prefix}_ids": np.concatenate([np.asarray(r, dtype=np.uint16) for r in rows] or [np.zeros(0, np.uint16)]),
             f"{prefix}_offsets": np.concatenate([[0], np.cumsum(lengths)]),
             f"{prefix}_source": np.asarray(sources, dtype=np.int8)}
 
@@ -182,7 +183,7 @@ def generate_batch(lm, prompts: list[np.ndarray], max_new_tokens: int, device, t
 
 def pack_sequences(prefix: str, prompts, responses, sources, sampled) -> dict[str, np.ndarray]:
     rows = [np.concatenate([p, r]) for p, r in zip(prompts, responses)]
-    out = pack(prefix, [r.tolist() for r in rows], sources)
+    out = pack(prefix, rows, sources)
     out[f"{prefix}_prompt_len"] = np.asarray([len(p) for p in prompts], dtype=np.int32)
     out[f"{prefix}_sampled"] = np.asarray(sampled, dtype=bool)
     return out
