@@ -189,7 +189,7 @@ def pack_sequences(prefix: str, prompts, responses, sources, sampled) -> dict[st
     return out
 
 
-def generate(args) -> dict:
+def generate(args) -> tuple[dict, dict]:
     import dflash_target
     import torch
 
@@ -204,7 +204,7 @@ def generate(args) -> dict:
         eval_prompts, eval_sources = [eval_prompts[i] for i in keep], eval_sources[keep]
     target = dflash_target.load(args.model, device)
 
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # fp32 reference replies
     eval_resp = []
     for i in range(0, len(eval_prompts), args.batch_size):
         eval_resp += generate_batch(target.lm, eval_prompts[i:i + args.batch_size], args.max_new_tokens, device, None)

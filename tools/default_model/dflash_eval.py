@@ -106,8 +106,8 @@ def summary(acc: dict) -> dict:
 
 def evaluate(draft, target, data, device, max_sequences: int | None = None) -> dict:
     """fp32 target and draft, no TF32: the acceptance a float32 engine would see."""
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
         seqs = unpack(data, "eval")[:max_sequences]
         draft_mode = draft.training
@@ -117,7 +117,7 @@ def evaluate(draft, target, data, device, max_sequences: int | None = None) -> d
         draft.train(draft_mode)
         return result
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
 
 def main(argv=None):

@@ -175,9 +175,11 @@ def main(argv=None):
     train_budget = max(1.0, deadline - args.save_margin_s - train_start)
     log, step, blocks_seen = [], 0, 0
     acc_loss, acc_top1, interval_steps = 0.0, None, 0
+    step_s = 0.0
     while True:
-        elapsed = time.time() - train_start
-        if elapsed >= train_budget:
+        step_started = time.time()
+        elapsed = step_started - train_start
+        if elapsed + step_s >= train_budget:  # the next step would end past the budget
             break
         lr = lr_at(args, elapsed / train_budget)
         for group in optimizer.param_groups:
@@ -190,6 +192,7 @@ def main(argv=None):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step, interval_steps, blocks_seen = step + 1, interval_steps + 1, blocks_seen + int(keep.sum())
+        step_s = time.time() - step_started
         acc_loss += loss.detach()
         acc_top1 = top1 if acc_top1 is None else acc_top1 + top1
         if step % args.log_every == 0 or step == 1:
