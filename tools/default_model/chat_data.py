@@ -33,8 +33,8 @@ def _call_example(source: str, name: str, args: tuple) -> tuple[str, str]:
     return f"{name}({', '.join(repr(a) for a in args)})", repr(result)
 
 
-def code_chat(rng: random.Random, thinking: bool) -> list[dict]:
-    task = rng.choice(TASKS)
+def code_chat(rng: random.Random, thinking: bool, tasks: list[dict] = TASKS) -> list[dict]:
+    task = rng.choice(tasks)
     name = task["names"][0] if task.get("fixed_name") else rng.choice(task["names"])
     params = rng.choice(task["params"])
     note, body = rng.choice(task["bodies"])
