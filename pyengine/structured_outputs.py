@@ -98,7 +98,11 @@ class GrammarCompiler:
             # e.g. a dummy-weight shape with a small tokenizer); the masks still span vocab_size.
             n_tok = tokenizers.Tokenizer.from_str(text).get_vocab_size(with_added_tokens=True)
             eos = [t for t in self.eos_token_ids if 0 <= t < n_tok]
-            self._lltok = llguidance.LLTokenizer(text, n_vocab=self.vocab_size, eos_token=eos or None)
+            try:
+                self._lltok = llguidance.LLTokenizer(text, n_vocab=self.vocab_size, eos_token=eos or None)
+            except TypeError:  # llguidance before 1.7 takes one eos id
+                self._lltok = llguidance.LLTokenizer(text, n_vocab=self.vocab_size,
+                                                     eos_token=eos[0] if eos else None)
         return self._lltok
 
     def tag(self, text: str) -> str:

@@ -315,9 +315,12 @@ def openapi_spec(model: ModelFacts | None = None) -> dict:
             "/": _get("The chat page", {"description": "OK",
                                         "content": {"text/html": {"schema": _STR}}},
                       secured=False),
+            "/favicon.ico": _get("The chat page's icon", {"description": "OK",
+                                                          "content": {"image/svg+xml": {"schema": _STR}}},
+                                 secured=False),
             "/static/{name}": {**_get("The chat page's files", {
                 "description": "OK", "content": {t: {"schema": _STR} for t in (
-                    "text/javascript", "text/css", "text/html")}}, 404, secured=False),
+                    "text/javascript", "text/css", "text/html", "image/svg+xml")}}, 404, secured=False),
                 "parameters": [_path_parameter("name", "chat.js")]},
         },
         "components": {

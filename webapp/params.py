@@ -172,6 +172,8 @@ class SamplingRequest:
     tokens_as_ids: bool = False
     engine_kwargs: dict = field(default_factory=dict)
     return_progress: bool = False  # llama.cpp's: prompt_progress chunks while the prompt prefills
+    # max_tokens given beside max_completion_tokens (which wins): still checked against the context
+    shadowed_max_tokens: int | None = None
 
 
 def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
@@ -182,8 +184,9 @@ def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
     if best_of is not None and best_of != n:
         raise bad_request("'best_of' is not supported (only best_of == n)", param="best_of")
     max_tokens = get_int(body, "max_tokens", None, lo=1)
-    if chat:
-        max_tokens = get_int(body, "max_completion_tokens", max_tokens, lo=1)
+    shadowed = None
+    if chat and body.get("max_completion_tokens") is not None:
+        shadowed, max_tokens = max_tokens, get_int(body, "max_completion_tokens", max_tokens, lo=1)
     stream = get_bool(body, "stream", False)
     stream_options = get_dict(body, "stream_options")
     if stream_options is not None and not stream:
@@ -219,7 +222,8 @@ def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
                            include_usage=include_usage, logprobs=logprobs,
                            tokens_as_ids=get_bool(body, "return_tokens_as_token_ids", False),
                            engine_kwargs=kwargs,
-                           return_progress=get_bool(body, "return_progress", False) and stream)
+                           return_progress=get_bool(body, "return_progress", False) and stream,
+                           shadowed_max_tokens=shadowed)
 
 
 def resolve_max_tokens(sreq: SamplingRequest, prompt_len: int, max_model_len: int,
@@ -229,6 +233,10 @@ def resolve_max_tokens(sreq: SamplingRequest, prompt_len: int, max_model_len: in
                        f"{max_model_len} tokens, which leaves no room to generate",
                        param=prompt_param, code="context_length_exceeded")
     room = max_model_len - prompt_len
+    if sreq.shadowed_max_tokens is not None and sreq.shadowed_max_tokens > room:
+        raise APIError(400, f"max_tokens is {sreq.shadowed_max_tokens}, but the prompt has {prompt_len} "
+                       f"tokens and the context is {max_model_len}: at most {room} tokens can "
+                       f"be generated", param="max_tokens", code="context_length_exceeded")
     if sreq.max_tokens is None:
         return room
     if sreq.max_tokens > room:

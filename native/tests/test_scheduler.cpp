@@ -265,7 +265,7 @@ TEST(paced_steps_cut_the_long_prefill_to_the_limit_while_requests_decode) {
   Fixture f(params(4, 64), 400, 4, false, 0, &pacer);
   Request* a = f.add(3, 1000);
   f.step();
-  Request* b = f.add(600, 1);
+  Request* b = f.add(600, 2);  // stays after its prompt (one token of two)
   int64_t prefilled = 0, steps = 0;
   while (b->n_computed < 600) {
     auto cs = f.step();
@@ -286,7 +286,7 @@ TEST(without_a_request_waiting_for_a_token_prefill_runs_in_full_chunks) {
   FakeCost cost;
   StepPacer pacer(cost, 8.0, 64, 4);
   Fixture f(params(4, 64), 400, 4, false, 0, &pacer);
-  Request* b = f.add(600, 1);
+  Request* b = f.add(600, 2);  // stays after its prompt (one token of two)
   auto cs = f.step();
   CHECK_EQ(f.tokens_of(cs, b), 64);
   CHECK(!f.sched.last_plan().paced);
@@ -304,7 +304,7 @@ TEST(a_prompt_that_ends_in_the_step_is_kept_whole_and_paces_the_long_one) {
   FakeCost cost;
   StepPacer pacer(cost, 8.0, 64, 4);
   Fixture f(params(4, 64), 400, 4, false, 0, &pacer);
-  Request* b = f.add(600, 1);
+  Request* b = f.add(600, 2);  // stays after its prompt (one token of two)
   f.step();
   Request* c = f.add(9, 5);  // 1 + 2.25 ms: the long prefill gets 4.75 ms, 19 tokens, cut to 16
   auto cs = f.step();
