@@ -10,38 +10,11 @@
 #include <vector>
 
 #include "check.h"
+#include "fork_ranks.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 
 namespace {
-
-// Runs body(rank) in `size` forked processes; returns each child's exit code (0 = its checks held,
-// 1 = a check failed, 2 = it threw, 3 = it returned an unexpected error message).
-std::vector<int> run_ranks(int size, const std::function<int(int)>& body) {
-  std::vector<pid_t> pids;
-  std::fflush(stdout);  // a child must not print the parent's buffered output again
-  for (int r = 0; r < size; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      int code = 2;
-      try {
-        code = body(r);
-      } catch (const std::exception& e) {
-        std::printf("  rank %d threw: %s\n", r, e.what());
-      }
-      std::fflush(stdout);
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status));
-  }
-  return codes;
-}
 
 std::string group_name(const char* test) { return std::string(test) + "-" + std::to_string(getpid()); }
 
@@ -55,7 +28,7 @@ TEST(all_reduce_all_gather_broadcast_barrier_across_ranks) {
     const std::string name = group_name("ops") + "-" + std::to_string(size);
     // 1.5M floats: more than one 4 MB slot, so the pieces loop runs.
     const int64_t sizes[] = {1, 17, 1000, 1500000};
-    auto codes = run_ranks(size, [&](int rank) {
+    auto codes = pe_test::run_ranks(size, [&](int rank) {
       auto comm = pe::make_cpu_communicator(name, rank, size);
       if (comm->rank() != rank || comm->size() != size) return 1;
       for (int64_t n : sizes) {
@@ -89,7 +62,7 @@ TEST(all_reduce_all_gather_broadcast_barrier_across_ranks) {
 
 TEST(every_rank_gets_the_same_bits_from_all_reduce) {
   const std::string name = group_name("bits");
-  auto codes = run_ranks(3, [&](int rank) {
+  auto codes = pe_test::run_ranks(3, [&](int rank) {
     auto comm = pe::make_cpu_communicator(name, rank, 3);
     pe_test::Rng rng(7 + rank);
     std::vector<float> x = rng.normals(4096);
@@ -106,7 +79,7 @@ TEST(every_rank_gets_the_same_bits_from_all_reduce) {
 TEST(a_dead_rank_makes_the_others_fail_quickly_instead_of_hanging) {
   const std::string name = group_name("dead");
   const auto t0 = std::chrono::steady_clock::now();
-  auto codes = run_ranks(3, [&](int rank) {
+  auto codes = pe_test::run_ranks(3, [&](int rank) {
     auto comm = pe::make_cpu_communicator(name, rank, 3);
     if (rank == 2) _exit(0);  // dies without leaving the group
     std::vector<float> x(8, 1.0f);
@@ -128,7 +101,7 @@ TEST(a_dead_rank_makes_the_others_fail_quickly_instead_of_hanging) {
 
 TEST(a_failing_rank_aborts_the_group_with_its_reason) {
   const std::string name = group_name("abort");
-  auto codes = run_ranks(2, [&](int rank) {
+  auto codes = pe_test::run_ranks(2, [&](int rank) {
     auto comm = pe::make_cpu_communicator(name, rank, 2);
     if (rank == 1) {
       comm->abort("out of memory in the forward");

@@ -13,6 +13,7 @@
 #include "cache/gdn_pool.h"
 #include "cache/kv_pool.h"
 #include "check.h"
+#include "fork_ranks.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "engine/tp_group.h"
@@ -22,32 +23,6 @@
 using namespace pe;
 
 namespace {
-
-std::vector<int> run_ranks(int size, const std::function<int(int)>& body) {
-  std::vector<pid_t> pids;
-  std::fflush(stdout);
-  for (int r = 0; r < size; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      int code = 2;
-      try {
-        code = body(r);
-      } catch (const std::exception& e) {
-        std::printf("  rank %d threw: %s\n", r, e.what());
-      }
-      std::fflush(stdout);
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status));
-  }
-  return codes;
-}
 
 double checksum(const float* p, int64_t n) {
   double s = 0.0;
@@ -115,7 +90,7 @@ TEST(step_message_round_trip) {
 TEST(the_worker_mirrors_the_leaders_pools) {
   const std::string name = "tpgroup-" + std::to_string(getpid());
   const ModelConfig c = pe_test::tiny_config();
-  auto codes = run_ranks(2, [&](int rank) {
+  auto codes = pe_test::run_ranks(2, [&](int rank) {
     auto comm = make_cpu_communicator(name, rank, 2);
     Qwen35Model m(c);
     m.load_dummy(DType::F32, 5);  // every rank the whole model: the same states
@@ -179,7 +154,7 @@ TEST(the_worker_mirrors_the_leaders_pools) {
 TEST(a_dead_leader_ends_the_worker_with_an_error) {
   const std::string name = "tpdead-" + std::to_string(getpid());
   const ModelConfig c = pe_test::tiny_config();
-  auto codes = run_ranks(2, [&](int rank) {
+  auto codes = pe_test::run_ranks(2, [&](int rank) {
     auto comm = make_cpu_communicator(name, rank, 2);
     Qwen35Model m(c);
     m.load_dummy(DType::F32, 5);
