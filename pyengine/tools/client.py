@@ -9,6 +9,7 @@ it reports usage (or the exact count in-process), the number of chunks otherwise
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from dataclasses import dataclass, field
@@ -121,15 +122,16 @@ class Handle:
         return self.result
 
 
-class Client:
+class Client(abc.ABC):
     """What the commands need of an endpoint. Subclasses: HttpClient, InProcessClient."""
 
     label: str
     model: str
     max_model_len: int | None = None
 
+    @abc.abstractmethod
     def start(self, request: ChatRequest) -> Handle:
-        raise NotImplementedError
+        """Sends the request; returns at once with a handle to wait on or cancel."""
 
     def stats(self) -> dict | None:
         """The server's engine statistics (pyengine's /v1/stats), None where there are none."""

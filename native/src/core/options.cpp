@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 
-#include "core/env.h"
 
 namespace pe {
 
@@ -26,11 +25,6 @@ const Options& options() {
     return r;
   }();
   return o;
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
 }
 
 }  // namespace pe

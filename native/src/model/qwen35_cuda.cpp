@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/env.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_memory.h"
@@ -265,19 +264,16 @@ void CudaQwen35Model::mixer_attention(const DevLayer& L, int64_t ai, const Batch
   linear(x, T, L.in, proj, in_norm);
   const Projection::Part qp = L.in.part(0, proj, T), kp = L.in.part(1, proj, T), vp = L.in.part(2, proj, T);
   // q_proj rows per head: D query rows then D gate rows. One launch splits them, applies the q/k norms
-  // and RoPE, and writes k and v into their cache rows (PYENGINE_KV_FUSED=0: dense k and v, then
-  // one kv_write per sequence, for A/B runs).
-  static const bool fused = env_int("PYENGINE_KV_FUSED", 1) != 0;
+  // and RoPE, and writes k and v into their cache rows.
   const cpu::PagedKV layer = kv.layer(ai);
   cuda::attention_inputs({qp.ptr, qp.stride, kp.ptr, kp.stride, vp.ptr, vp.stride, L.q_norm, L.k_norm, d_pos_, T, Hq,
                           Hkv, D, c.rot_dim, c.eps, c.rope_theta, q, gate, kb, vb},
-                         st, fused ? &layer : nullptr, d_cache_rows_);
+                         st, &layer, d_cache_rows_);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   int64_t r0 = 0;
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     const SeqChunk& s = b.seqs[i];
     const int32_t* pt = d_pages_ + page_table_off_[i];
-    if (!fused) cuda::kv_write(layer, pt, s.n_past, s.n_new, kb + r0 * Hkv * D, vb + r0 * Hkv * D, st);
     cuda::attention_paged(q + r0 * Hq * D, s.n_new, s.n_past, Hq, layer, pt, scale, gate + r0 * Hq * D,
                           o + r0 * Hq * D, attn_scratch_.data(), attn_scratch_.size(), st);
     r0 += s.n_new;
@@ -459,9 +455,8 @@ void CudaQwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, in
   };
   const cuda::SplitNorm* in_norm = nullptr;  // the norm before the next projection, when split
   // The embedding (token ids first in ints_) is the first input norm's producer where the first in
-  // projection can take it (PYENGINE_EMBED_NORM=0: embedding, then the norm; A/B).
-  static const bool embed_norm = env_int("PYENGINE_EMBED_NORM", 1) != 0;
-  bool first_split = embed_norm && !layers_.empty();
+  // projection can take it.
+  bool first_split = !layers_.empty();
   if (first_split)
     for (const DevMatrix& r : layers_[0].in.runs)
       first_split = first_split && cuda::linear_split_norm_supported(x, T, r.view);
