@@ -383,8 +383,9 @@ int32_t* CudaBackend::upload_ints(const std::vector<int32_t>& host) {
 void CudaBackend::gdn_decode(const cpu::GdnDecodeArgs& a, float* z_dense) {
   if (!a.norm_w || a.dv <= cuda::kGdnDecodeFusedNormMaxDv) return cuda::gdn_decode(a, st());
   cpu::GdnDecodeArgs core = a;
-  core.norm_w = nullptr;
-  core.z = nullptr;
+  core.z = core.norm_w = nullptr;
+  core.z_stride = 0;
+  core.norm_eps = 0.0f;
   cuda::gdn_decode(core, st());
   const int64_t width = a.Hv * a.dv;
   const float* z = a.z;
