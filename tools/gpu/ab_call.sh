@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One A/B device call (repo root; carry .whl): build (75;90) and run the op tests in TESTS
-# (default test_cuda_linear); bench_kernels --only for each BENCH section (default gemv); the 27B
+# (the op harness, ops matching FILTER, default linear); bench_kernels --only for each BENCH section (default gemv); the 27B
 # decode bench (batch 1, 2, 8; DEPTH=1 adds the depth table) with the default tuning, then once
 # more for each assignment in DECODE_ENVS (e.g. "PYENGINE_GEMV_PREFETCH=1 PYENGINE_GEMV_STREAM_K=0",
 # one decode-only run each; "A=1,B=2" sets both; repeat words for interleaved rounds); TIMELINE_ENVS
@@ -14,7 +14,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"; cd "$ROOT"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; L=/tmp/ablogs; rm -rf "$L"; mkdir -p "$L"; S="$OUT/summary.txt"
 for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
 t0=$SECONDS
-TESTS="${TESTS:-test_cuda_linear}" BENCH="${BENCH-gemv}" DECODE=1 DEPTH="${DEPTH:-0}" OUT="$L" timeout 420 \
+FILTER="${FILTER-linear}" BENCH="${BENCH-gemv}" DECODE=1 DEPTH="${DEPTH:-0}" OUT="$L" timeout 420 \
   bash tools/gpu/kernel_ab.sh >> "$S" 2>&1
 export PYENGINE_LIBRARY="$ROOT/build/dev/libpyengine.so" PYTHONPATH="$ROOT:/tmp/site:${PYTHONPATH:-}"
 for assign in ${DECODE_ENVS:-}; do

@@ -97,6 +97,8 @@ class Backend {
   // A run from the WeightStore's matrices (final format: checkpoint or on-load quantized).
   // gemv_layout: the backend may lay it out for its GEMV (not for tables read by row: embeddings).
   virtual Matrix place(const WeightStore& w, const std::vector<RunPart>& parts, bool gemv_layout) = 0;
+  // One host matrix (CPU: the view itself, which must outlive the Matrix).
+  virtual Matrix place_matrix(const WeightView& host, bool gemv_layout) = 0;
   virtual const float* place_vector(const WeightStore& w, const std::string& name) = 0;
   // Random weights generated on the device (benchmarks); false: the model generates them on the
   // host and places them as checkpoint weights.

@@ -17,8 +17,11 @@ class CpuBackend final : public Backend {
   bool joins_runs() const override { return false; }
   Matrix place(const WeightStore& w, const std::vector<RunPart>& parts, bool) override {
     if (parts.size() != 1 || parts[0].pad_rows != 0) fail(PE_ERR_INTERNAL, "the CPU backend places single matrices");
+    return place_matrix(w.matrix(parts[0].name), false);
+  }
+  Matrix place_matrix(const WeightView& host, bool) override {
     Matrix m;
-    m.view = w.matrix(parts[0].name);
+    m.view = host;
     return m;
   }
   const float* place_vector(const WeightStore& w, const std::string& name) override { return w.vec(name); }

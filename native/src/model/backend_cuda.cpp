@@ -111,6 +111,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   bool joins_runs() const override { return true; }
   Matrix place(const WeightStore& w, const std::vector<RunPart>& parts, bool gemv_layout) override;
+  Matrix place_matrix(const WeightView& host, bool gemv_layout) override;
   const float* place_vector(const WeightStore& w, const std::string& name) override {
     const Tensor& t = w.get(name);
     Buffer b(Device::CUDA, t.f32.size() * sizeof(float));
@@ -310,7 +311,11 @@ Matrix CudaBackend::place(const WeightStore& w, const std::vector<RunPart>& part
     if (v.dtype == DType::I8) v.row_scale = scales.data();
     if (v.dtype == DType::NVFP4) v.group_scale = groups.data();
   }
-  Matrix m = to_device(v);
+  return place_matrix(v, gemv_layout);
+}
+
+Matrix CudaBackend::place_matrix(const WeightView& host, bool gemv_layout) {
+  Matrix m = to_device(host);
   if (gemv_layout) tile_for_gemv(m);
   weight_bytes_ += m.bytes();
   return m;
