@@ -19,7 +19,7 @@ from .structured_outputs import GrammarCompiler, StructuredOutputsParams
 from .tokenizer import Tokenizer
 from .tool_calls import messages_for_template, parse_tool_calls
 from .tool_grammar import forced_tool_grammar
-from .tp import TpGroup
+from .tp import TpGroup, group_of_one
 
 _DEFAULT_MAX_MODEL_LEN = 8192
 
@@ -64,7 +64,7 @@ class LLM:
             raise ValueError(f"tensor_parallel_size must be an int >= 1, got {tp_size!r}")
         args = self.engine_args
         try:
-            if tp_size > 1:
+            if tp_size > 1 or group_of_one():
                 self._tp = TpGroup(self.model_path, tp_size, device, args.weight_quant, args.load_format,
                                    args.num_threads)  # fmt: skip
             self._model = NativeModel(self.model_path, self.config, device, weight_quant=args.weight_quant,

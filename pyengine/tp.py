@@ -59,6 +59,13 @@ class Comm:
             self._n.ffi.release(handle)
 
 
+def group_of_one() -> bool:
+    """PYENGINE_TP_GROUP_OF_ONE=1: tensor_parallel_size 1 still runs through a group, of one rank
+    (its all-reduces and logits gather through NCCL on CUDA), so one GPU runs the TP path; the GPU
+    tests run this way too (tools/gpu/pytest_gpu.sh TP1=1)."""
+    return os.environ.get("PYENGINE_TP_GROUP_OF_ONE", "") == "1"
+
+
 def threads_per_rank(size: int, asked: int = 0) -> int:
     """CPU threads each rank uses: the asked number, or this machine's cores shared out."""
     return asked if asked > 0 else max(1, (os.cpu_count() or 1) // size)
@@ -77,8 +84,8 @@ class TpGroup:
 
     def __init__(self, model_dir: str, size: int, device: str, weight_quant: str | None, load_format: str,
                  num_threads: int = 0):  # fmt: skip
-        if size < 2:
-            raise ValueError(f"a tensor-parallel group needs at least 2 ranks, got {size}")
+        if size < 1:
+            raise ValueError(f"a tensor-parallel group needs at least 1 rank, got {size}")
         self.size = size
         self.error: str | None = None
         self._closing = False

@@ -83,6 +83,23 @@ def test_prompt_logits_match_transformers_on_cuda(ckpt):
     assert worst["long"] < atol_long and worst["rel"] < rel_long, (name, worst)
 
 
+def test_mtp_logits_on_cuda_match_the_reference_and_the_cpu():
+    """The MTP head through the one forward on the CUDA backend: against the vLLM-semantics
+    reference (tests/data) with the prompt-logit bounds, and against the CPU model."""
+    g = goldens("ckpt_wrapper_bf16")
+    path = os.path.join(DATA, "ckpt_wrapper_bf16")
+    with cuda_llm(path, max_model_len=512) as llm, LLM(path, max_model_len=512) as cpu:
+        for n in ("7", "70"):
+            ids = g[f"prompt_{n}_ids"].tolist()
+            out, ref, on_cpu = llm.mtp_logits(ids), g[f"mtp_{n}_logits"], cpu.mtp_logits(ids)
+            assert out.shape == ref.shape
+            err = np.abs(out - ref).max()
+            rel = np.linalg.norm(out - on_cpu) / np.linalg.norm(on_cpu)
+            print(f"mtp {n}: max abs vs reference {err:.2e}, rel vs cpu {rel:.2e}")
+            limit = ATOL_SHORT if len(ids) - 1 <= 8 else ATOL_CUDA
+            assert err < limit and rel < REL_CUDA, (n, err, rel)
+
+
 def test_default_model_goldens_on_cuda():
     g = np.load(os.path.join(DATA, "default_model_goldens.npz"))
     with cuda_llm(default_model_path(), max_model_len=512) as llm:

@@ -1,6 +1,6 @@
-"""Every CUDA op against its CPU twin (native/tests/test_cuda_*.cpp), built here with the CUDA
-backend for sm_75 and sm_90 and run on the GPU, then again under compute-sanitizer memcheck at
-small sizes. Run with `pytest -m gpu` on a machine with a GPU (issue 6)."""
+"""Every op of the CUDA backend against the CPU (native/tests/test_backend_ops.cpp), built here
+with the CUDA backend for sm_75 and sm_90 and run on the GPU, then again under compute-sanitizer
+memcheck at small sizes. Run with `pytest -m gpu` on a machine with a GPU."""
 
 import glob
 import os
@@ -24,14 +24,14 @@ def binaries():
     subprocess.run(["cmake", "-S", ROOT, "-B", BUILD, *gen, "-DPYENGINE_CUDA=ON", "-DPYENGINE_TESTS=ON",
                     "-DCMAKE_CUDA_ARCHITECTURES=75;90"], check=True, capture_output=True)  # fmt: skip
     subprocess.run(["cmake", "--build", BUILD, "-j", str(os.cpu_count() or 4)], check=True, capture_output=True)
-    found = sorted(glob.glob(os.path.join(BUILD, "test_cuda_*")))
+    found = sorted(glob.glob(os.path.join(BUILD, "test_backend_ops")))
     assert found
     return found
 
 
 def test_cuda_ops_match_their_cpu_twins(binaries):
     for b in binaries:
-        run = subprocess.run([b], capture_output=True, text=True, timeout=600)
+        run = subprocess.run([b, "--backend", "cuda"], capture_output=True, text=True, timeout=900)
         print(run.stdout[-2000:])
         assert run.returncode == 0, f"{os.path.basename(b)}\n{run.stdout[-4000:]}{run.stderr[-2000:]}"
         assert "SKIP" not in run.stdout
@@ -41,7 +41,7 @@ def test_cuda_ops_match_their_cpu_twins(binaries):
 def test_cuda_ops_are_memcheck_clean(binaries):
     env = dict(os.environ, PE_TEST_SMALL="1")
     for b in binaries:
-        run = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "9", b],
+        run = subprocess.run(["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "9", b, "--backend", "cuda"],
                              capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
         tail = run.stdout[-1500:]
         assert run.returncode == 0 and "ERROR SUMMARY: 0 errors" in tail, f"{os.path.basename(b)}\n{tail}"

@@ -51,6 +51,21 @@ def test_tp_gives_the_same_greedy_tokens_and_logits_as_tp1(name, tp):
             assert rel < 1e-4, f"logits differ by {rel:.2e} (relative to the largest)"
 
 
+def test_a_group_of_one_runs_the_tp_path_and_equals_no_group(monkeypatch):
+    kw = dict(max_batch=8, max_model_len=256, num_threads=1)
+    ps = prompts(12, 3, 400)
+    with LLM(path("ckpt_wrapper_bf16"), **kw) as one:  # has an MTP head
+        a = one.generate(prompt_token_ids=ps, sampling_params=greedy(10))
+        la, ma = one.prompt_logits(ps[0]), one.mtp_logits(ps[0])
+    monkeypatch.setenv("PYENGINE_TP_GROUP_OF_ONE", "1")
+    with LLM(path("ckpt_wrapper_bf16"), **kw) as grouped:
+        assert grouped._tp is not None and grouped._tp.size == 1
+        b = grouped.generate(prompt_token_ids=ps, sampling_params=greedy(10))
+        assert [x.token_ids for x in a] == [y.token_ids for y in b]
+        np.testing.assert_array_equal(la, grouped.prompt_logits(ps[0]))
+        np.testing.assert_array_equal(ma, grouped.mtp_logits(ps[0]))
+
+
 def test_splits_that_cannot_work_are_refused_naming_the_count():
     # 2 GDN key heads cannot go to 3 ranks.
     with pytest.raises(CheckpointError, match=r"tensor_parallel_size 3 is more than the model's GDN key heads"):

@@ -84,7 +84,7 @@ MUTANTS: list[Mutant] = [
     m("GDN decay sign", "native/src/kernels/cpu/gdn_recurrent.cpp",
       "g[t * n_heads + h] = -std::exp(A_log[h]) * sp;", "g[t * n_heads + h] = std::exp(A_log[h]) * sp;",
       ["ctest:test_ops_gdn:gdn_gates_values"]),
-    m("attention scale 1/D instead of 1/sqrt(D) (model)", "native/src/model/qwen35.cpp",
+    m("attention scale 1/D instead of 1/sqrt(D) (model)", "native/src/model/qwen35_forward.cpp",
       "const float scale = 1.0f / std::sqrt(static_cast<float>(D));", "const float scale = 1.0f / static_cast<float>(D);",
       ["tests/test_model_goldens.py::test_prompt_logits_match_transformers[ckpt_text_bf16]"]),
     m("online softmax forgets to rescale the running sum", "native/src/kernels/cpu/attention.cpp",
@@ -133,8 +133,8 @@ MUTANTS: list[Mutant] = [
       "std::nearbyint(row[j] / s)", "std::trunc(row[j] / s)", ["ctest:test_quantize:quantize_i8_known_values"]),
     m("KV pool: a shared page keeps one reference", "native/src/cache/kv_pool.cpp",
       "  ++refs_[p];\n", "", ["ctest:test_scheduler:prefix_cache"]),
-    m("GDN q scale left out (model)", "native/src/model/qwen35.cpp",
-      "const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));", "const float q_scale = 1.0f;",
+    m("GDN q scale left out (model)", "native/src/model/qwen35_forward.cpp",
+      "1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)));", "1e-6f, 1.0f);",
       ["tests/test_model_goldens.py::test_prompt_logits_match_transformers[ckpt_text_bf16]"]),
 ]
 

@@ -6,7 +6,7 @@
 #      the GPU machine lacks): every op test against its CPU twin, memcheck on the op tests, the
 #      transformers goldens on the GPU. PYTEST_K: a -k expression (e.g.
 #      "not twins" skips the full-size op binaries, ~190 s);
-#   4. SM75=1: the sm_75 PTX-JIT op tests (SM75_TARGETS: only these binaries), with the time left.
+#   4. SM75=1: the sm_75 PTX-JIT op tests (SM75_FILTER: only these ops), with the time left.
 # LIMIT (default 600) is the call's time limit: each stage stops in time for the next and
 # appends to summary.txt, so a late stage running out leaves the rest. Returns summary.txt +
 # logs.tgz only.
@@ -27,7 +27,7 @@ timeout "$(left "${TESTS_S:-150}")" python3 tools/bench_gpu.py --decode-tokens 4
   echo "== pytest done at $((SECONDS - t0)) s"; } >> "$S"
 if [ "${SM75:-0}" = 1 ]; then
   echo "== sm75 at $((SECONDS - t0)) s" >> "$S"
-  OUT="$L" TARGETS="${SM75_TARGETS:-}" timeout "$(left 5)" bash tools/gpu/sm75_tests.sh >> "$S" 2>&1
+  OUT="$L" FILTER="${SM75_FILTER:-}" timeout "$(left 5)" bash tools/gpu/sm75_tests.sh >> "$S" 2>&1
 fi
 echo "== done at $((SECONDS - t0)) s" >> "$S"
 tar czf /tmp/logs.tgz -C "$L" . && mv /tmp/logs.tgz "$OUT/logs.tgz"

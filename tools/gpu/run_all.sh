@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-command GPU check of the CUDA kernels (for the lent H200 or any CUDA machine):
 #   1. configure + build (CUDA archs 75;90, tests on)          -> $OUT/build.log
-#   2. ctest -L gpu (every CUDA op vs its CPU twin)            -> $OUT/tests.log
+#   2. test_backend_ops --backend cuda (every CUDA op vs the CPU) -> $OUT/tests.log
 #   3. the same tests built as compute_75 PTX only, so the driver JIT-compiles the sm_75 code
 #      path (m16n8k8 mma, no sm_80 instructions) and runs it  -> $OUT/tests_sm75.log
 #   4. compute-sanitizer memcheck on every test, small sizes  -> $OUT/memcheck_*.log
@@ -37,12 +37,9 @@ fi
 
 # 2. CUDA tests.
 if [ "$BUILD_OK" = 1 ]; then
-  # The binaries directly (the ctest -L gpu set), so each case line stays greppable.
+  # The harness directly (the ctest -L gpu set), so each case line stays greppable.
   : > "$OUT/tests.log"; rc=0
-  for t in "$BUILD"/test_cuda_*; do [ -x "$t" ] || continue
-    echo "### $(basename "$t")" >> "$OUT/tests.log"
-    timeout 200 "$t" >> "$OUT/tests.log" 2>&1 || { rc=1; echo "### rc=$? $(basename "$t")" >> "$OUT/tests.log"; }
-  done
+  timeout 400 "$BUILD/test_backend_ops" --backend cuda >> "$OUT/tests.log" 2>&1 || { rc=1; echo "### rc=$?" >> "$OUT/tests.log"; }
   grep -h "FAIL" "$OUT/tests.log" | head -20
   record "tests (sm_90 SASS)" "$([ $rc = 0 ] && echo ok || echo "FAILED rc=$rc") $(grep -c ' ok$' "$OUT/tests.log") cases ok, $(grep -c 'FAIL$' "$OUT/tests.log") failed$(skipped "$OUT/tests.log")"
   # Worst normalized error per op (the tolerances are in cuda_ops.h).
@@ -60,10 +57,10 @@ record "tests (sm_75 PTX JIT)" "${line#sm_75 PTX JIT: }"
 # 4. compute-sanitizer memcheck, small sizes (skipped past 420 s: the device call ends at 600).
 if [ "$BUILD_OK" = 1 ]; then
   SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-  for t in "$BUILD"/test_cuda_*; do [ -x "$t" ] || continue
+  for t in "$BUILD"/test_backend_ops; do [ -x "$t" ] || continue
     n=$(basename "$t")
     if [ $((SECONDS - t0)) -gt 420 ]; then record "memcheck $n" "SKIPPED (time)"; continue; fi
-    PE_TEST_SMALL=1 timeout 100 "$SAN" --tool memcheck --leak-check full --error-exitcode 9 "$t" \
+    PE_TEST_SMALL=1 timeout 150 "$SAN" --tool memcheck --leak-check full --error-exitcode 9 "$t" --backend cuda \
       > "$OUT/memcheck_$n.log" 2>&1
     rc=$?
     errs=$(grep -Eo "ERROR SUMMARY: [0-9]+" "$OUT/memcheck_$n.log" | tail -1)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer on the CUDA op tests (native/tests/test_cuda_*), small sizes (PE_TEST_SMALL=1):
+# compute-sanitizer on the CUDA op harness (native/tests/test_backend_ops --backend cuda), small sizes (PE_TEST_SMALL=1):
 #   memcheck (out-of-bounds and misaligned accesses, leaks), racecheck (shared-memory hazards),
 #   synccheck (barriers misused) and initcheck (reads of uninitialized device memory).
 # Usage (repo root, on the GPU machine): tools/gpu/sanitize.sh [tools...] [-- binaries...]
@@ -22,7 +22,7 @@ if ! { cmake -S . -B "$BUILD" $GEN -DPYENGINE_CUDA=ON -DPYENGINE_TESTS=ON -DCMAK
   echo "build FAILED (sanitize_build.log)" | tee -a "$S"; exit 1
 fi
 echo "== built in $((SECONDS - t0)) s" >> "$S"
-[ ${#bins[@]} -gt 0 ] || bins=("$BUILD"/test_cuda_*)
+[ ${#bins[@]} -gt 0 ] || bins=("$BUILD"/test_backend_ops)
 for tool in "${tools[@]}"; do
   extra=""
   [ "$tool" = memcheck ] && extra="--leak-check full"
@@ -31,7 +31,7 @@ for tool in "${tools[@]}"; do
     left=$((LIMIT - (SECONDS - t0)))
     if [ $left -lt 20 ]; then printf "%-10s %-24s SKIPPED (time)\n" "$tool" "$n" >> "$S"; rc_all=1; continue; fi
     # shellcheck disable=SC2086
-    PE_TEST_SMALL=1 timeout "$((left - 5))" "$SAN" --tool "$tool" $extra --error-exitcode 9 "$b" > "$log" 2>&1
+    PE_TEST_SMALL=1 timeout "$((left - 5))" "$SAN" --tool "$tool" $extra --error-exitcode 9 "$b" --backend cuda > "$log" 2>&1
     rc=$?
     summary=$(grep -Eo "(ERROR|RACECHECK) SUMMARY: [0-9]+[^.]*" "$log" | tail -1)
     fails=$(grep -c "FAIL$" "$log")

@@ -7,9 +7,6 @@
 #include "api/api_common.h"
 #include "api/handles.h"
 #include "model/qwen35.h"
-#ifdef PE_WITH_CUDA
-#include "model/qwen35_cuda.h"
-#endif
 #include "pyengine.h"
 
 using pe::fail;
@@ -47,7 +44,7 @@ std::unique_ptr<pe::Model> make_model(const pe::ModelConfig& mc, const std::stri
 #ifdef PE_WITH_CUDA
     if (!pe::device_usable(pe::Device::CUDA))
       fail(PE_ERR_UNSUPPORTED, "device 'cuda': no usable CUDA device found (build: ", pe_build_info(), ")");
-    return pe::make_cuda_model(mc);
+    return std::make_unique<pe::Qwen35Model>(mc, pe::Device::CUDA);
 #else
     fail(PE_ERR_UNSUPPORTED, "device 'cuda': this build has no CUDA backend (build: ", pe_build_info(),
          "); reinstall with PYENGINE_CUDA=ON pip install . or use device='cpu'");
@@ -212,18 +209,16 @@ int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, f
   return pe::api::guarded([&] {
     if (!out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: null output");
     if (n < 2) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: needs at least 2 tokens, got ", n);
-    auto* cpu_model = model ? dynamic_cast<pe::Qwen35Model*>(model->model.get()) : nullptr;
-    if (model && !cpu_model) fail(PE_ERR_UNSUPPORTED, "pe_model_mtp_logits: the MTP head runs on the CPU model only");
     if (model && !model->model->has_mtp()) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
-    if (model && model->shard) fail(PE_ERR_UNSUPPORTED, "pe_model_mtp_logits: not at tensor_parallel_size > 1 yet");
+    if (model && model->shard && model->shard->size > 1) fail(PE_ERR_UNSUPPORTED, "pe_model_mtp_logits: not at tensor_parallel_size > 1 yet");
     pe::ForwardResult res;
     run_fresh_sequence(model, tokens, n, pe::DType::F32, pe::LogitsMode::None, res);
     pe::ModelConfig mtp_cfg = model->model->config();  // the MTP layer's own KV: one attention layer
     mtp_cfg.n_layers = 1;
     mtp_cfg.is_full_attention = {true};
-    pe::KvPool mtp_kv(mtp_cfg, (n + 63) / 64, 64);
+    pe::KvPool mtp_kv(mtp_cfg, (n + 63) / 64, 64, pe::DType::F32, model->model->device());
     std::vector<float> logits;
-    cpu_model->mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
+    model->model->mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
     std::memcpy(out_logits, logits.data(), sizeof(float) * logits.size());
   });
 }

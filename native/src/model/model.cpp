@@ -5,7 +5,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/ops.h"
 
 namespace pe {
 
@@ -66,59 +65,8 @@ void Model::load_dummy(DType matrix_dtype, uint64_t seed) {
   finalize();
 }
 
-void Model::sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs) {
-  if (static_cast<int>(pending_samples_.size()) >= kMaxPendingSamples)
-    fail(PE_ERR_INTERNAL, "sample_launch: ", kMaxPendingSamples, " launches are already waiting to be collected");
-  const int64_t V = cfg_.vocab;
-  sample_work_.resize(static_cast<size_t>(2 * V));
-  sample_idx_.resize(static_cast<size_t>(V));
-  std::vector<SampleOut> outs(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const SampleJob& j = jobs[i];
-    if (j.row < 0 || (j.row + 1) * V > static_cast<int64_t>(res.logits.size()))
-      fail(PE_ERR_INTERNAL, "sample_launch: job ", i, " reads logits row ", j.row, " of ",
-           static_cast<int64_t>(res.logits.size()) / V);
-    const float* logits = res.logits.data() + j.row * V;
-    float* work = sample_work_.data();
-    std::memcpy(work, logits, sizeof(float) * V);
-    cpu::apply_penalties(work, V, j.cfg, j.prompt, j.n_prompt, j.out, j.n_out);
-    if (j.allowed) cpu::apply_token_mask(work, V, j.allowed);
-    outs[i].token = cpu::sample(work, V, j.cfg, j.u, sample_work_.data() + V, sample_idx_.data());
-    if (j.n_logprobs >= 0)
-      cpu::logprobs(logits, V, outs[i].token, j.n_logprobs, &outs[i].logprob, outs[i].top_ids, outs[i].top_logprobs);
-  }
-  last_tokens_.resize(outs.size());
-  for (size_t i = 0; i < outs.size(); ++i) last_tokens_[i] = outs[i].token;
-  pending_samples_.push_back(std::move(outs));
-}
-
-void Model::sample_collect(std::vector<SampleOut>& outs) {
-  if (pending_samples_.empty()) fail(PE_ERR_INTERNAL, "sample_collect: nothing was launched");
-  outs = std::move(pending_samples_.front());
-  pending_samples_.pop_front();
-}
-
-void Model::take_end_snapshots(const Batch& b, GdnPool& gdn) {
-  for (const SeqChunk& s : b.seqs)
-    for (const auto& [offset, slot] : s.snapshots)
-      if (offset == s.n_new) gdn.copy(slot, s.gdn_slot);
-}
-
-const std::vector<int32_t>& Model::host_tokens(const Batch& b) {
-  if (b.token_from_sample.empty()) return b.tokens;
-  fed_tokens_ = b.tokens;
-  if (b.token_from_sample.size() != b.tokens.size())
-    fail(PE_ERR_INTERNAL, "batch has ", b.tokens.size(), " tokens but ", b.token_from_sample.size(),
-         " token_from_sample entries");
-  for (size_t i = 0; i < fed_tokens_.size(); ++i) {
-    const int32_t k = b.token_from_sample[i];
-    if (k < 0) continue;
-    if (k >= static_cast<int32_t>(last_tokens_.size()))
-      fail(PE_ERR_INTERNAL, "token_from_sample: row ", i, " takes job ", k, " of a launch with ", last_tokens_.size(),
-           " jobs");
-    fed_tokens_[i] = last_tokens_[k];
-  }
-  return fed_tokens_;
+void Model::mtp_forward(const int32_t*, int64_t, const float*, KvPool&, std::vector<float>&) {
+  fail(PE_ERR_UNSUPPORTED, "this model has no MTP head");
 }
 
 }  // namespace pe

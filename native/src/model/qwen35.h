@@ -1,59 +1,114 @@
-// The Qwen3.5 hybrid model (Gated DeltaNet + gated full attention) on the CPU backend.
+// The Qwen3.5 hybrid model (Gated DeltaNet + gated full attention, MODEL_SPEC), on any backend.
 //
 // One forward runs a batch of sequence chunks side by side: prefill chunks, single decode tokens
 // and 1 + k speculative tokens are all "n_new tokens after n_past cached ones". Token rows of all
-// chunks are stacked so every linear layer runs once per batch; only the mixers (attention over
-// the paged KV, GDN over the slot state) loop over sequences. The final normed hidden states of
-// every row are kept for an MTP head or a draft model.
+// chunks are stacked so every projection runs once per batch; only the mixers (attention over the
+// paged KV, GDN over the slot state) loop over sequences. The forward is written once against the
+// backend op interface (backend.h): the CPU backend is the reference, the CUDA backend runs the
+// same op sequence with its fused kernels. The MTP head runs through the same decoder layer.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "model/backend.h"
 #include "model/model.h"
 
 namespace pe {
 
 class Qwen35Model : public Model {
  public:
-  explicit Qwen35Model(const ModelConfig& cfg);
+  // device CUDA: fails in a build without the CUDA backend.
+  explicit Qwen35Model(const ModelConfig& cfg, Device device = Device::CPU);
   ~Qwen35Model() override;
-  Device device() const override { return Device::CPU; }
-  void finalize() override;  // after all tensors are set: validates, quantizes, prepares layer views
-
-  bool has_mtp() const override { return mtp_layer_ != nullptr; }
-  // The MTP head over one sequence (MODEL_SPEC §3): row p (0 .. n-2) drafts the token at p + 2
-  // from the final-normed hidden state hidden[p] and the token tokens[p + 1], with the MTP layer's
-  // attention at positions 0 .. p (its own KV, `mtp_kv`: one attention layer). logits [n-1, V].
-  void mtp_forward(const int32_t* tokens, int64_t n, const float* hidden, KvPool& mtp_kv, std::vector<float>& logits);
-
-  // Runs one batch; updates the KV pages and GDN slots of every chunk. Calls are serialized
-  // (one workspace): prompt_logits on a user thread may run beside an engine thread.
+  Device device() const override { return be_->device(); }
+  void finalize() override;
+  void load_dummy(DType matrix_dtype, uint64_t seed) override;
   void forward(const Batch& batch, KvPool& kv, GdnPool& gdn, ForwardResult& out) override;
+  void sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs) override;
+  void sample_collect(std::vector<SampleOut>& outs) override;
+  void reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) override;
+  bool has_mtp() const override { return mtp_ != nullptr; }
+  void mtp_forward(const int32_t* tokens, int64_t n, const float* hidden, KvPool& mtp_kv,
+                   std::vector<float>& logits) override;
+  int64_t weight_bytes() const override { return be_->weight_bytes(weights_); }
+  // The collectives are in the forward on every backend; the data communicator must be on the
+  // model's device (pe_model_set_tp checks).
+  bool supports_tp() const override;
 
  private:
-  struct Workspace;
-  struct LayerViews;
-  void mixer_gdn(const LayerViews& L, int64_t gdn_index, const Batch& b, GdnPool& gdn, const float* x,
-                 float* out, Workspace& ws);
-  void mixer_attention(const LayerViews& L, int64_t attn_index, const Batch& b, KvPool& kv,
-                       const float* x, float* out, Workspace& ws);
-  void mlp(const LayerViews& L, int64_t n, const float* x, float* out, Workspace& ws);
-  void decoder_layer(const LayerViews& L, int64_t index, const Batch& b, KvPool& kv, GdnPool* gdn, float* x,
-                     Workspace& ws);
-  void set_positions(const Batch& b, Workspace& ws);
-  LayerViews layer_views(const std::string& prefix, bool full) const;
-  void lm_head(const float* x, int64_t n, float* logits);
-  void all_reduce(float* x, int64_t n);  // the TP sum of the ranks' partial outputs (TP = 1: nothing)
-  bool supports_tp() const override { return true; }
+  struct Layer {
+    bool full = false;
+    const float* input_norm = nullptr;
+    const float* post_norm = nullptr;
+    Projection in;  // attention: q | k | v; GDN: qkv | z | a | b
+    Projection gate_up, down, out;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    const float* conv = nullptr;  // [conv_dim, K]
+    const float* dt_bias = nullptr;
+    const float* A_log = nullptr;
+    const float* norm = nullptr;
+  };
+  struct Mtp {
+    Layer layer;
+    Projection fc;
+    const float* norm_embedding = nullptr;
+    const float* norm_hidden = nullptr;
+    const float* norm = nullptr;
+  };
+  // The step's indices on the device (prepare_step).
+  struct Step {
+    int64_t T = 0;
+    int32_t* tokens = nullptr;
+    const int32_t* pos = nullptr;
+    const int32_t* pages = nullptr;       // every sequence's page table, at page_off[i]
+    const int32_t* slots = nullptr;       // GDN slot per sequence
+    const int32_t* cache_rows = nullptr;  // per token: its KV cache row (page * page_size + offset)
+    std::vector<int64_t> page_off;
+  };
+  using RunSource = std::function<Matrix(const std::vector<RunPart>&)>;
+  using VectorSource = std::function<const float*(const std::string&)>;
 
-  std::vector<LayerViews> layers_;
-  std::unique_ptr<LayerViews> mtp_layer_;
-  std::unique_ptr<Workspace> ws_;
-  std::mutex forward_mu_;
+  // Weight placement (qwen35.cpp).
+  void place_weights(const RunSource& run, const VectorSource& vec);
+  Projection projection(const std::vector<std::string>& names, const RunSource& run) const;
+  Layer layer(const std::string& prefix, bool full, const RunSource& run, const VectorSource& vec) const;
+  int64_t act_floats(int64_t T) const;
+  void ensure_workspace(int64_t tokens, int64_t rows, int64_t ints, size_t attn_scratch);
+
+  // The forward (qwen35_forward.cpp).
+  void check_pools(const KvPool& kv, const GdnPool* gdn) const;
+  void prepare_step(const Batch& b, int64_t page_size, int64_t logit_rows);
+  void step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_t n_rows, float* logits);
+  Residual residual() const;
+  float* scratch() const;  // the mixer / MLP workspace after x, h and mix
+  NormState decoder_layer(const Layer& L, int64_t index, const Batch& b, KvPool& kv, GdnPool* gdn, NormState s,
+                          const float* next_norm, const Projection* next_in);
+  NormState residual_add(const float* in, const Projection& producer, const float* norm, const Projection* consumer);
+  const float* mixer_gdn(const Layer& L, int64_t gi, const Batch& b, GdnPool& gdn, NormState s);
+  void gdn_pieces(const Layer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
+                  const float* a, const float* bb, int64_t ab_stride, float* y, float* g, float* beta, float* o);
+  const float* mixer_attention(const Layer& L, int64_t ai, const Batch& b, KvPool& kv, NormState s);
+  void project_logits(const float* rows, int64_t n, float* logits);
+  void ensure_tp_logits(int64_t n);
+  const WeightView& lm_head() const { return cfg_.tied_embeddings ? embed_.view : lm_head_.view; }
+
+  std::unique_ptr<Backend> be_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<Mtp> mtp_;
+  Matrix embed_, lm_head_;
+  const float* final_norm_ = nullptr;
+  bool ready_ = false;
+  Buffer tp_logits_;  // tensor parallel: the lm_head parts and their gather
+  Buffer act_;  // activations: x, h, mix [cap_tokens_, H] each, then the mixer / MLP workspace
+  int64_t cap_tokens_ = 0;
+  std::vector<int32_t> host_ints_;
+  Step step_;
+  std::mutex mu_;  // one workspace: forwards (an engine thread, prompt_logits on another) in turn
 };
 
 }  // namespace pe

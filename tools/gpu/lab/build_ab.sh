@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of source trees or build options in one device call (repo root on the GPU machine; carry .whl):
-#   VARIANTS="base:.ab/base= new=" TESTS="test_cuda_linear" BENCH=gemv ROUNDS=2 DEPTHS="1024 65536" \
+#   VARIANTS="base:.ab/base= new=" TESTS="test_backend_ops" FILTER=linear BENCH=gemv ROUNDS=2 DEPTHS="1024 65536" \
 #     OUT=$OUT tools/gpu/lab/build_ab.sh
 # builds the library once per variant, all in parallel (sm_90 only: the A/B is about the H200's
 # speed). A variant is name=CUDA flags (commas for spaces); name:DIR=flags builds the source tree
@@ -38,7 +38,8 @@ wait
 echo "== built at $((SECONDS - t0)) s" >> "$S"
 for name in "${names[@]}"; do
   for t in $TESTS; do
-    env $([ "${FULL:-0}" = 1 ] || echo PE_TEST_SMALL=1) timeout 240 "build/ab_$name/$t" > "$OUT/${t}_$name.log" 2>&1
+    env $([ "${FULL:-0}" = 1 ] || echo PE_TEST_SMALL=1) timeout 240 "build/ab_$name/$t" --backend cuda ${FILTER:-} \
+      > "$OUT/${t}_$name.log" 2>&1
     echo "$t [$name]: rc=$? $(tail -1 "$OUT/${t}_$name.log")" >> "$S"
   done
   if [ -n "$BENCH" ]; then

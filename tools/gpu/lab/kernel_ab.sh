@@ -3,11 +3,11 @@
 #   build the library and the named op tests (archs 75;90), run each test, bench_kernels --only
 #   for each BENCH section (A/B rows of the kernels behind tuning hooks), and with DECODE=1 the 27B
 #   decode bench (batch 1, 2, 8). Logs in $OUT/ab_*.log; the summary lines print.
-#   TESTS="test_cuda_linear test_cuda_ops" BENCH="gemv attn" DECODE=1 OUT=$OUT tools/gpu/lab/kernel_ab.sh
+#   FILTER="linear" BENCH="gemv attn" DECODE=1 OUT=$OUT tools/gpu/lab/kernel_ab.sh
 set -u -o pipefail
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"; cd "$ROOT"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"; B=build/dev
-TESTS="${TESTS:-test_cuda_linear}"; BENCH="${BENCH-gemv}"; DECODE="${DECODE:-0}"  # BENCH="": none
+TESTS="test_backend_ops"; FILTER="${FILTER-linear}"; BENCH="${BENCH-gemv}"; DECODE="${DECODE:-0}"  # BENCH="": none
 for d in /opt/torch/.venv/bin /opt/venv/bin /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
 t0=$SECONDS
 # The library (and the wheels in /tmp/site) as pytest_gpu.sh builds them, then the named targets.
@@ -16,7 +16,7 @@ BUILD="$B" BUILD_ONLY=1 OUT="$OUT" bash tools/gpu/pytest_gpu.sh > "$OUT/ab_build
   { echo "build FAILED"; grep -E "error" "$OUT/ab_build.log" "$OUT/build.log" | head -20; exit 1; }
 echo "== build ok at $((SECONDS - t0)) s"
 for t in $TESTS; do
-  timeout 240 $B/$t > "$OUT/ab_$t.log" 2>&1
+  timeout 240 $B/$t --backend cuda $FILTER > "$OUT/ab_$t.log" 2>&1
   echo "== $t rc=$? $(tail -1 "$OUT/ab_$t.log") at $((SECONDS - t0)) s"; grep -E "FAIL|NOTE" "$OUT/ab_$t.log" | head -8
 done
 for s in $BENCH; do

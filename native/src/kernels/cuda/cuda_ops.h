@@ -292,7 +292,7 @@ using cpu::GdnDecodeArgs;
 // for the kernel before it (programmatic dependent launch, sm_90): no kernel of the last few
 // launched before may write them (the model's last writer of a slot's state is the previous
 // forward, which the host waited for; tests and the pools write them by copies).
-// Tolerance against the CPU twin (test_cuda_gdn_decode): normalized error 1e-5 on out and on the
+// Tolerance against the CPU twin (test_backend_ops): normalized error 1e-5 on out and on the
 // recurrent state after several steps with the state carried (measured <= 3e-7 on H200, sm_90
 // SASS and compute_75 PTX JIT); the conv state is copied exactly. The fused gated norm (norm_w
 // set) needs dv <= kGdnDecodeFusedNormMaxDv (same tolerance).

@@ -2,7 +2,7 @@
 // into heads, q/k are normalized in place inside a wider row or normed and rotated on the way out
 // of it, penalties touch a few logits).
 // Device pointers, asynchronous on `stream`, no allocation. Each has a CPU twin it is tested
-// against in native/tests/test_cuda_glue.cpp.
+// against in native/tests/test_backend_ops_cuda.inc.
 #pragma once
 #include <cstdint>
 
@@ -16,7 +16,7 @@ namespace cuda {
 
 // tokens[i] = sampled[from[i]] where from[i] >= 0 (else unchanged), i < n: a step's token ids
 // taken from the previous step's sampled ids without a trip through the host (overlapped steps,
-// engine/engine.h). (CPU twin: Model::host_tokens.)
+// engine/engine.h). (CPU twin: the CPU backend's feed_tokens.)
 void feed_tokens(int32_t* tokens, const int32_t* from, const int32_t* sampled, int64_t n, cudaStream_t stream);
 
 // dst[t, h, :] = src[t * token_stride + h * head_stride + (0 .. dim)], dst dense

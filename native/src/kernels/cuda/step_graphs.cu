@@ -1,4 +1,4 @@
-// Decode steps as CUDA graphs (engine option cuda_graphs; model/qwen35_cuda.h says why): the
+// Decode steps as CUDA graphs (engine option cuda_graphs; model/backend_cuda.cpp says why): the
 // launches of a step are captured from the engine's stream, applied to the executable graph of
 // that step shape with cudaGraphExecUpdate (a fresh instantiation where the update is refused)
 // and launched as one graph.

@@ -11,7 +11,7 @@ namespace pe {
 namespace cuda {
 
 // Decode steps replayed from CUDA graphs, one executable graph per step shape (engine option
-// cuda_graphs; model/qwen35_cuda.h explains the choice). Not thread-safe: the model calls it under
+// cuda_graphs; model/backend_cuda.cpp explains the choice). Not thread-safe: the model calls it under
 // its forward lock.
 class StepGraphs {
  public:

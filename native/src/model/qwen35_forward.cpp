@@ -1,0 +1,374 @@
+// The Qwen3.5 forward, once for every backend (MODEL_SPEC §3): the step's indices, the embedding,
+// the decoder layers (GDN or gated attention mixer, MLP), the final norm, the logit rows and the
+// lm_head; the MTP head through the same decoder layer. Every op is a Backend call; the
+// activations live in one workspace (act_: x, h, mix, then the mixer's or the MLP's buffers, each
+// 256-byte aligned).
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/qwen35.h"
+
+namespace pe {
+namespace {
+
+// Bump allocator over the workspace after x, h and mix, reset per mixer / MLP.
+struct Carve {
+  float* p;
+  float* take(int64_t n) {
+    float* r = p;
+    p += aligned_floats(n);
+    return r;
+  }
+};
+
+int64_t n_tokens(const Batch& b) { return static_cast<int64_t>(b.tokens.size()); }
+
+}  // namespace
+
+Residual Qwen35Model::residual() const {
+  float* x = act_.as<float>();
+  const int64_t stride = aligned_floats(cap_tokens_ * cfg_.hidden);
+  return {x, x + stride, x + 2 * stride, cfg_.hidden, cfg_.eps, true};
+}
+
+float* Qwen35Model::scratch() const { return act_.as<float>() + 3 * aligned_floats(cap_tokens_ * cfg_.hidden); }
+
+void Qwen35Model::check_pools(const KvPool& kv, const GdnPool* gdn) const {
+  if (!ready_) fail(PE_ERR_STATE, "the model is not finalized");
+  if (kv.device() != device() || (gdn && gdn->device() != device()))
+    fail(PE_ERR_INVALID_ARGUMENT, device() == Device::CPU ? "the CPU model needs KV and GDN pools in host memory"
+                                                          : "the CUDA model needs KV and GDN pools in device memory");
+}
+
+// Validates the batch and uploads its indices in one copy: tokens [T] | positions [T] | page
+// tables | GDN slot per sequence | KV cache row per token [T] | fed-token sources [T] (fed steps).
+void Qwen35Model::prepare_step(const Batch& b, int64_t ps, int64_t logit_rows) {
+  const int64_t T = n_tokens(b);
+  const bool fed = !b.token_from_sample.empty();
+  if (fed && static_cast<int64_t>(b.token_from_sample.size()) != T)
+    fail(PE_ERR_INTERNAL, "batch has ", T, " tokens but ", b.token_from_sample.size(), " token_from_sample entries");
+  for (int64_t i = 0; i < T; ++i) {
+    const int32_t from = fed ? b.token_from_sample[i] : -1;
+    if (from >= be_->last_sample_jobs())
+      fail(PE_ERR_INTERNAL, "token_from_sample: row ", i, " takes job ", from, " of a launch with ",
+           be_->last_sample_jobs(), " jobs");
+    if (from < 0 && (b.tokens[i] < 0 || b.tokens[i] >= cfg_.vocab))
+      fail(PE_ERR_INVALID_ARGUMENT, "token id ", b.tokens[i], " outside the vocabulary");
+  }
+  host_ints_.assign(b.tokens.begin(), b.tokens.end());
+  for (const SeqChunk& s : b.seqs)
+    for (int64_t i = 0; i < s.n_new; ++i) host_ints_.push_back(static_cast<int32_t>(s.n_past + i));
+  if (static_cast<int64_t>(host_ints_.size()) != 2 * T)
+    fail(PE_ERR_INTERNAL, "batch has ", T, " tokens but its chunks cover ", host_ints_.size() - T);
+  step_.page_off.clear();
+  for (const SeqChunk& s : b.seqs) {
+    step_.page_off.push_back(static_cast<int64_t>(host_ints_.size()) - 2 * T);
+    host_ints_.insert(host_ints_.end(), s.page_table, s.page_table + (s.n_past + s.n_new + ps - 1) / ps);
+  }
+  const int64_t slots_off = static_cast<int64_t>(host_ints_.size());
+  for (const SeqChunk& s : b.seqs) host_ints_.push_back(s.gdn_slot);
+  const int64_t rows_off = static_cast<int64_t>(host_ints_.size());
+  for (const SeqChunk& s : b.seqs)
+    for (int64_t t = s.n_past; t < s.n_past + s.n_new; ++t)
+      host_ints_.push_back(static_cast<int32_t>(static_cast<int64_t>(s.page_table[t / ps]) * ps + t % ps));
+  const int64_t from_off = static_cast<int64_t>(host_ints_.size());
+  if (fed) host_ints_.insert(host_ints_.end(), b.token_from_sample.begin(), b.token_from_sample.end());
+  size_t scratch = 0;
+  for (const SeqChunk& s : b.seqs) scratch = std::max(scratch, be_->attention_scratch_bytes(s.n_new, s.n_past, cfg_));
+  // Every buffer the step uses exists before its launches (a captured step must not allocate).
+  ensure_workspace(T, logit_rows, static_cast<int64_t>(host_ints_.size()), scratch);
+  int32_t* d = be_->upload_ints(host_ints_);
+  if (fed) be_->feed_tokens(d, d + from_off, T);
+  step_.T = T;
+  step_.tokens = d;
+  step_.pos = d + T;
+  step_.pages = d + 2 * T;
+  step_.slots = d + slots_off;
+  step_.cache_rows = d + rows_off;
+}
+
+void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& res) {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_pools(kv, &gdn);
+  const int64_t T = n_tokens(b);
+  int64_t n_rows = 0;
+  res.logit_row_begin.clear();
+  for (const SeqChunk& s : b.seqs) {
+    res.logit_row_begin.push_back(n_rows);
+    n_rows += s.n_new - s.first_logit_row();
+  }
+  prepare_step(b, kv.page_size(), b.host_outputs ? 1 : std::max<int64_t>(n_rows, 1));
+  float* logits = be_->logits_buffer(n_rows, cfg_.vocab, b.host_outputs, res);
+  if (tp_data_) ensure_tp_logits(n_rows);
+  // A decode-only step may replay a graph of its shape (tokens, logit rows).
+  bool decode_only = b.cuda_graph && !b.host_outputs && T > 0 && !tp_data_;
+  for (const SeqChunk& s : b.seqs) decode_only = decode_only && s.n_new == 1 && !s.snapshot_inside();
+  be_->run_step(decode_only ? (T << 32) | n_rows : -1, [&] { step_launches(b, kv, gdn, n_rows, logits); });
+  // Snapshots at a chunk's end are of the state it ends with: one whole-slot copy each.
+  for (const SeqChunk& s : b.seqs)
+    for (const auto& [offset, slot] : s.snapshots)
+      if (offset == s.n_new) gdn.copy(slot, s.gdn_slot);
+  be_->finish_step(logits, n_rows, cfg_.vocab, residual().h, T, cfg_.hidden, b.host_outputs, res);
+}
+
+// The step's device work after the upload: launches only (no allocation, sync or host copy).
+void Qwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_t n_rows, float* logits) {
+  const int64_t T = step_.T, H = cfg_.hidden;
+  const Residual r = residual();
+  NormState s = be_->embed_norm(embed_.view, step_.tokens, T, r, layers_[0].input_norm, &layers_[0].in);
+  int64_t gi = 0, ai = 0;
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const Layer& L = layers_[li];
+    const bool last = li + 1 == layers_.size();
+    s = decoder_layer(L, L.full ? ai++ : gi++, b, kv, &gdn, s, last ? final_norm_ : layers_[li + 1].input_norm,
+                      last ? nullptr : &layers_[li + 1].in);
+  }
+  // h: the final hidden states. The rows that need logits are read from h in place when they are
+  // its leading rows in order (every decode step), else gathered into mix; then one lm_head.
+  const float* rows = r.h;
+  int64_t row = 0, r0 = 0;
+  bool in_place = true;
+  for (const SeqChunk& sc : b.seqs) {
+    const int64_t first = sc.first_logit_row();
+    in_place = in_place && (sc.n_new == first || row == r0 + first);
+    row += sc.n_new - first;
+    r0 += sc.n_new;
+  }
+  if (!in_place) {
+    row = r0 = 0;
+    for (const SeqChunk& sc : b.seqs) {
+      const int64_t first = sc.first_logit_row(), n = sc.n_new - first;
+      if (n > 0) mem_copy(device(), r.mix + row * H, r.h + (r0 + first) * H, sizeof(float) * n * H);
+      row += n;
+      r0 += sc.n_new;
+    }
+    rows = r.mix;
+  }
+  if (n_rows > 0) project_logits(rows, n_rows, logits);
+}
+
+// logits [n, V] of n final-normed rows. Tensor parallel (vocab-parallel lm_head): this rank holds
+// rows [vocab_begin, vocab_begin + vocab_rows) (of a tied embedding: that slice of the table); each
+// rank's part, padded to vocab_padded rows, is gathered, then copied back in vocabulary order.
+void Qwen35Model::project_logits(const float* rows, int64_t n, float* logits) {
+  if (!tp_data_) return be_->linear(rows, n, lm_head(), logits, {});
+  const int64_t V = cfg_.vocab, mine = cfg_.vocab_rows, padded = cfg_.vocab_padded, size = tp_data_->size();
+  WeightView head = lm_head();
+  if (cfg_.tied_embeddings) {
+    head.data = static_cast<const uint8_t*>(head.data) + cfg_.vocab_begin * dtype_bytes_for(head.dtype, head.cols);
+    head.rows = mine;
+  }
+  float* part = tp_logits_.as<float>();  // [n, padded], then every rank's part
+  float* all = part + n * padded;
+  be_->linear(rows, n, head, all, {});  // [n, mine] first, in the gather's space
+  be_->copy_rows(part, padded, all, mine, mine, n);
+  tp_data_->all_gather(part, n * padded, all);
+  for (int64_t r = 0; r < size; ++r) {
+    const int64_t v0 = r * padded, nv = std::min(padded, V - v0);
+    if (nv > 0) be_->copy_rows(logits + v0, V, all + r * n * padded, padded, nv, n);
+  }
+}
+
+// x += mixer(norm(x)); x += mlp(norm(x)). On entry h holds norm(x) (or s pends on it), on exit
+// next_norm(x), for next_in, the projection that reads it.
+NormState Qwen35Model::decoder_layer(const Layer& L, int64_t index, const Batch& b, KvPool& kv, GdnPool* gdn,
+                                     NormState s, const float* next_norm, const Projection* next_in) {
+  const int64_t T = n_tokens(b);
+  const float* o = L.full ? mixer_attention(L, index, b, kv, s) : mixer_gdn(L, index, b, *gdn, s);
+  s = residual_add(o, L.out, L.post_norm, &L.gate_up);
+  Carve w{scratch()};
+  float* act = w.take(T * cfg_.intermediate);
+  be_->project_swiglu(residual().h, T, L.gate_up, cfg_.intermediate, act, s, w.p);
+  return residual_add(act, L.down, next_norm, next_in);
+}
+
+// x += in W_producer^T, then h = norm(x). Tensor parallel: the producer's output is a partial sum
+// per rank; it is all-reduced here, between the projection and the add, so the add cannot be
+// fused into the producer's GEMV there (project then all-reduce then add_rms_norm).
+NormState Qwen35Model::residual_add(const float* in, const Projection& producer, const float* norm,
+                                    const Projection* consumer) {
+  const Residual r = residual();
+  if (!tp_data_) return be_->project_add_norm(in, step_.T, producer, r, norm, consumer);
+  be_->project(in, step_.T, producer, r.mix, {});
+  tp_data_->all_reduce_sum(r.mix, step_.T * r.dim);
+  be_->add_rms_norm(r.x, r.mix, norm, step_.T, r.dim, r.eps, r.offset, r.h);
+  return {};
+}
+
+// Returns o [T, Hv * dv], the gated-normed GDN output (in the workspace).
+const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, GdnPool& gdn, NormState s) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = n_tokens(b);
+  const int64_t C = c.conv_dim(), Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
+  Carve w{scratch()};
+  float* proj = w.take(T * L.in.width);
+  float* y = w.take(T * C);
+  float* z = w.take(T * Hv * dv);
+  float* o = w.take(T * Hv * dv);
+  float* g = w.take(T * Hv);
+  float* beta = w.take(T * Hv);
+  float* ab = w.take(2 * T * Hv);
+  be_->project(residual().h, T, L.in, proj, s);
+  const Projection::Part u = L.in.part(0, proj, T), zp = L.in.part(1, proj, T), ap = L.in.part(2, proj, T),
+                         bp = L.in.part(3, proj, T);
+  bool all_decode = T == static_cast<int64_t>(b.seqs.size());
+  for (const SeqChunk& sc : b.seqs) all_decode = all_decode && !sc.snapshot_inside();
+  // The gates read a and b with one stride, the decode op dense rows: copied where needed. A
+  // single row's stride is never read (gdn_gates, gdn_decode and conv1d index row 0 only).
+  const bool one_row = T == 1;
+  const float *a_ptr = ap.ptr, *b_ptr = bp.ptr;
+  int64_t ab_stride = ap.stride;
+  if (!one_row && (ap.stride != bp.stride || (all_decode && ap.stride != Hv))) {
+    be_->copy_rows(ab, Hv, ap.ptr, ap.stride, Hv, T);
+    be_->copy_rows(ab + T * Hv, Hv, bp.ptr, bp.stride, Hv, T);
+    a_ptr = ab;
+    b_ptr = ab + T * Hv;
+    ab_stride = Hv;
+  }
+  if (all_decode) {
+    // One token per sequence: conv step, norms, gates, the delta rule and the gated norm for every
+    // sequence in one op; y holds dense qkv rows where needed. Row i is sequence i's token.
+    const float* qkv = u.ptr;
+    if (u.stride != C && !one_row) {
+      be_->copy_rows(y, C, u.ptr, u.stride, C, T);
+      qkv = y;
+    }
+    cpu::GdnDecodeArgs d{T, qkv, a_ptr, b_ptr, L.conv, L.A_log, L.dt_bias, step_.slots, step_.pos,
+                         gdn.conv_state(0, gi), gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(),
+                         Hk, Hv, dk, dv, c.conv_kernel, o};
+    d.z = zp.ptr;
+    d.z_stride = one_row ? Hv * dv : zp.stride;
+    d.norm_w = L.norm;
+    d.norm_eps = c.eps;
+    be_->gdn_decode(d, z);
+    return o;
+  }
+  gdn_pieces(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
+  const float* zd = zp.ptr;
+  if (zp.stride != Hv * dv && !one_row) {  // rms_norm_gated reads z as [T * Hv, dv] rows
+    be_->copy_rows(z, Hv * dv, zp.ptr, zp.stride, Hv * dv, T);
+    zd = z;
+  }
+  be_->rms_norm_gated(o, zd, L.norm, T * Hv, dv, c.eps, o);
+  return o;
+}
+
+// Prefill chunks (and mixed batches): per sequence, the conv and the delta rule cut at its
+// snapshot points (each piece continues from the state the last left, at the position after it:
+// the conv ring is indexed by absolute position); the state at a cut is copied to its snapshot slot.
+void Qwen35Model::gdn_pieces(const Layer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
+                             const float* a, const float* bb, int64_t ab_stride, float* y, float* g, float* beta,
+                             float* o) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = n_tokens(b);
+  const int64_t C = c.conv_dim(), Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
+  be_->gdn_gates(a, bb, ab_stride, T, Hv, L.A_log, L.dt_bias, g, beta);
+  // piece(s, begin, n): rows begin .. begin + n of sequence s's chunk; state(slot): its state.
+  auto pieces = [&](const std::function<void(const SeqChunk&, int64_t, int64_t, int64_t)>& piece,
+                    const std::function<float*(int32_t)>& state, int64_t floats) {
+    int64_t r0 = 0;
+    for (const SeqChunk& s : b.seqs) {
+      int64_t done = 0;
+      for (const auto& [offset, slot] : s.snapshots) {
+        if (offset == s.n_new) continue;  // after the layers (forward)
+        if (offset > done) piece(s, r0, done, offset - done);
+        done = std::max(done, offset);
+        mem_copy(device(), state(slot), state(s.gdn_slot), sizeof(float) * floats);
+      }
+      if (s.n_new > done) piece(s, r0, done, s.n_new - done);
+      r0 += s.n_new;
+    }
+  };
+  pieces(
+      [&](const SeqChunk& s, int64_t r0, int64_t done, int64_t n) {
+        be_->conv1d_causal(u.ptr + (r0 + done) * u.stride, n, u.stride, C, L.conv, c.conv_kernel, s.n_past + done,
+                           gdn.conv_state(s.gdn_slot, gi), y + (r0 + done) * C);
+      },
+      [&](int32_t slot) { return gdn.conv_state(slot, gi); }, gdn.conv_floats());
+  be_->l2_norm_heads(y, T, C, Hk, dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)));
+  be_->l2_norm_heads(y + Hk * dk, T, C, Hk, dk, 1e-6f, 1.0f);
+  pieces(
+      [&](const SeqChunk& s, int64_t r0, int64_t done, int64_t n) {
+        const int64_t p0 = r0 + done;
+        be_->gdn_rule({y + p0 * C, y + p0 * C + Hk * dk, C, y + p0 * C + 2 * Hk * dk, C, g + p0 * Hv, beta + p0 * Hv, n,
+                       Hk, Hv, dk, dv, gdn.recurrent_state(s.gdn_slot, gi), o + p0 * Hv * dv});
+      },
+      [&](int32_t slot) { return gdn.recurrent_state(slot, gi); }, gdn.rec_floats());
+}
+
+// Returns o [T, Hq * D], the gated attention output (in the workspace).
+const float* Qwen35Model::mixer_attention(const Layer& L, int64_t ai, const Batch& b, KvPool& kv, NormState s) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = n_tokens(b);
+  const int64_t Hq = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
+  Carve w{scratch()};
+  float* proj = w.take(T * L.in.width);
+  float* q = w.take(T * Hq * D);
+  float* gate = w.take(T * Hq * D);
+  float* o = w.take(T * Hq * D);
+  float* kb = w.take(T * Hkv * D);
+  float* vb = w.take(T * Hkv * D);
+  be_->project(residual().h, T, L.in, proj, s);
+  const Projection::Part qp = L.in.part(0, proj, T), kp = L.in.part(1, proj, T), vp = L.in.part(2, proj, T);
+  // q_proj rows per head: D query rows then D gate rows. q and k are normed and rotated; k and v
+  // go to the cache.
+  const cpu::PagedKV layer = kv.layer(ai);
+  be_->attention_inputs({qp.ptr, qp.stride, kp.ptr, kp.stride, vp.ptr, vp.stride, L.q_norm, L.k_norm, step_.pos, T, Hq,
+                         Hkv, D, c.rot_dim, c.eps, c.rope_theta, q, gate, kb, vb},
+                        layer, step_.cache_rows);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  int64_t r0 = 0;
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const SeqChunk& sc = b.seqs[i];
+    be_->attention_paged(q + r0 * Hq * D, sc.n_new, sc.n_past, Hq, layer, step_.pages + step_.page_off[i], scale,
+                         gate + r0 * Hq * D, o + r0 * Hq * D);
+    r0 += sc.n_new;
+  }
+  return o;
+}
+
+// MODEL_SPEC §3: e = norm(embed(x_{p+1}); pre_fc_norm_embedding), c = norm(h_p; pre_fc_norm_hidden),
+// u = [e | c] W_fc^T, u through one gated-attention decoder layer (own KV cache, position p),
+// logits = lm_head(norm(u; mtp.norm)). All norms are the offset form (1 + w).
+void Qwen35Model::mtp_forward(const int32_t* tokens, int64_t n, const float* hidden, KvPool& mtp_kv,
+                              std::vector<float>& logits) {
+  if (!mtp_) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
+  if (n < 2) fail(PE_ERR_INVALID_ARGUMENT, "the MTP head needs at least 2 tokens, got ", n);
+  std::lock_guard<std::mutex> lock(mu_);
+  check_pools(mtp_kv, nullptr);
+  const int64_t T = n - 1, H = cfg_.hidden;
+  Batch b;  // one sequence of T rows at positions 0 .. T-1 (the positions of h_p)
+  b.tokens.assign(tokens + 1, tokens + n);
+  std::vector<int32_t> table;
+  for (int64_t i = 0; i * mtp_kv.page_size() < T; ++i) table.push_back(mtp_kv.alloc());
+  if (table.back() < 0) fail(PE_ERR_OUT_OF_MEMORY, "MTP KV pool too small for ", T, " tokens");
+  SeqChunk s;
+  s.n_new = T;
+  s.page_table = table.data();
+  s.logits = LogitsMode::All;
+  b.seqs.push_back(s);
+  prepare_step(b, mtp_kv.page_size(), 1);
+  const Residual r = residual();
+  mem_upload(device(), r.x, hidden, sizeof(float) * T * H);
+  ForwardResult res;
+  float* out = be_->logits_buffer(T, cfg_.vocab, true, res);
+  if (tp_data_) ensure_tp_logits(T);
+  be_->run_step(-1, [&] {
+    float* cat = scratch();
+    be_->rms_norm(r.x, mtp_->norm_hidden, T, H, cfg_.eps, true, r.h);
+    be_->copy_rows(cat + H, 2 * H, r.h, H, H, T);
+    be_->embedding(embed_.view, step_.tokens, T, r.mix);
+    be_->rms_norm(r.mix, mtp_->norm_embedding, T, H, cfg_.eps, true, r.h);
+    be_->copy_rows(cat, 2 * H, r.h, H, H, T);
+    be_->project(cat, T, mtp_->fc, r.x, {});
+    be_->rms_norm(r.x, mtp_->layer.input_norm, T, H, cfg_.eps, true, r.h);
+    decoder_layer(mtp_->layer, 0, b, mtp_kv, nullptr, {}, mtp_->norm, nullptr);
+    project_logits(r.h, T, out);
+  });
+  be_->finish_step(out, T, cfg_.vocab, r.h, 0, H, true, res);
+  logits = std::move(res.logits);
+  for (int32_t page : table) mtp_kv.unref(page);
+}
+
+}  // namespace pe
