@@ -408,6 +408,14 @@ struct SplitShape {
   int64_t H, K, N;  // residual width (producer rows), producer columns, consumer rows (or inter)
   bool swiglu;
 };
+// A config for Backend::reserve of a residual width H (the split norm's partial sums).
+ModelConfig split_config(int64_t H) {
+  ModelConfig c;
+  c.hidden = H;
+  c.vocab = c.gdn_v_heads = 1;
+  return c;
+}
+
 void check_add_norm(Backend& be, DType t, int64_t n, const SplitShape& s, uint64_t seed) {
   Rng rng(seed);
   const float eps = 1e-6f;
@@ -426,6 +434,7 @@ void check_add_norm(Backend& be, DType t, int64_t n, const SplitShape& s, uint64
   const Projection consumer = joined_run(be, hq.view, s.swiglu ? std::vector<int64_t>{0, s.N} : std::vector<int64_t>{0});
   F din(be.device(), in), x(be.device(), x0), h(be.device(), n * s.H), mixd(be.device(), n * s.H), w(be.device(), nw),
       out(be.device(), n * s.N), scratch(be.device(), Backend::project_swiglu_scratch(n, consumer, s.N));
+  be.reserve(split_config(s.H), n, 1, 1, 0);  // the split norm's partial sums
   const Residual r{x.p(), h.p(), mixd.p(), s.H, eps, true};
   const NormState st = be.project_add_norm(din.p(), n, producer, r, w.p(), &consumer);
   if (s.swiglu)
@@ -501,6 +510,7 @@ void projection_cases() {
               I dids(be.device(), ids);
               F x(be.device(), n * H), h(be.device(), n * H), mix(be.device(), n * H), w(be.device(), nw),
                   out(be.device(), n * N);
+              be.reserve(split_config(H), n, 1, 1, 0);
               const NormState st =
                   be.embed_norm(table.view, dids.p(), n, {x.p(), h.p(), mix.p(), H, 1e-6f, true}, w.p(), &consumer);
               be.project(h.p(), n, consumer, out.p(), st);

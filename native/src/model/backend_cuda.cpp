@@ -236,8 +236,12 @@ class CudaBackend final : public Backend {
     vectors_.push_back(std::move(b));
     return vectors_.back().as<float>();
   }
-  bool split_supported(const float* x, int64_t n, const Projection* p) const {
-    if (!p) return false;
+  static size_t split_partial_bytes(int64_t dim) {
+    return static_cast<size_t>(2 * kSplitTokens * cuda::split_norm_partial_floats(dim)) * sizeof(float);
+  }
+  // A split norm of dim needs its partial sums reserved (reserve) and a consumer that takes it.
+  bool split_supported(const float* x, int64_t n, const Projection* p, int64_t dim) const {
+    if (!p || norm_partial_.size() < split_partial_bytes(dim)) return false;
     for (const Matrix& r : p->runs)
       if (!cuda::linear_split_norm_supported(x, n, r.view)) return false;
     return true;
@@ -357,8 +361,8 @@ void CudaBackend::reserve(const ModelConfig& c, int64_t tokens, int64_t rows, in
     sample_out_ = Buffer(Device::CUDA, static_cast<size_t>(rows) * (2 + 2 * PE_MAX_TOP_LOGPROBS) * 4);
     sample_out_moved_ = true;
   }
-  if (norm_partial_.size() == 0)  // two split norms of up to kSplitTokens tokens, once
-    norm_partial_ = Buffer(Device::CUDA, static_cast<size_t>(2 * kSplitTokens * cuda::split_norm_partial_floats(c.hidden)) * 4);
+  if (norm_partial_.size() < split_partial_bytes(c.hidden))  // two split norms of up to kSplitTokens tokens
+    norm_partial_ = Buffer(Device::CUDA, split_partial_bytes(c.hidden));
   if (ints > cap_ints_) {
     ints_ = Buffer(Device::CUDA, static_cast<size_t>(ints) * sizeof(int32_t));
     cap_ints_ = ints;
@@ -415,7 +419,7 @@ void CudaBackend::project_swiglu(const float* x, int64_t n, const Projection& p,
 NormState CudaBackend::project_add_norm(const float* in, int64_t n, const Projection& producer, const Residual& r,
                                         const float* w, const Projection* consumer) {
   if (producer.runs.size() != 1 || producer.runs[0].view.rows != r.dim ||
-      !cuda::linear_split_norm_supported(in, n, producer.runs[0].view) || !split_supported(r.h, n, consumer))
+      !cuda::linear_split_norm_supported(in, n, producer.runs[0].view) || !split_supported(r.h, n, consumer, r.dim))
     return Backend::project_add_norm(in, n, producer, r, w, consumer);
   cuda::SplitNorm* s = next_split(r, w);
   cuda::linear_add_norm(in, n, producer.runs[0].view, *s, st());
@@ -424,7 +428,7 @@ NormState CudaBackend::project_add_norm(const float* in, int64_t n, const Projec
 
 NormState CudaBackend::embed_norm(const WeightView& table, const int32_t* ids, int64_t n, const Residual& r,
                                   const float* w, const Projection* consumer) {
-  if (!split_supported(r.x, n, consumer)) return Backend::embed_norm(table, ids, n, r, w, consumer);
+  if (!split_supported(r.x, n, consumer, r.dim)) return Backend::embed_norm(table, ids, n, r, w, consumer);
   cuda::SplitNorm* s = next_split(r, w);
   cuda::embedding_norm(table, ids, n, *s, st());
   return {s};
