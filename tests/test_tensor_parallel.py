@@ -49,6 +49,10 @@ def test_tp_gives_the_same_greedy_tokens_and_logits_as_tp1(name, tp):
             la, lb = one.prompt_logits(p), many.prompt_logits(p)
             rel = np.abs(la - lb).max() / np.abs(la).max()
             assert rel < 1e-4, f"logits differ by {rel:.2e} (relative to the largest)"
+        if one.config.mtp_num_hidden_layers:  # the MTP head's drafts, through every rank
+            ma, mb = one.mtp_logits(ps[0]), many.mtp_logits(ps[0])
+            rel = np.abs(ma - mb).max() / np.abs(ma).max()
+            assert rel < 1e-4, f"MTP logits differ by {rel:.2e} (relative to the largest)"
 
 
 def test_a_group_of_one_runs_the_tp_path_and_equals_no_group(monkeypatch):

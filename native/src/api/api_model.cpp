@@ -210,15 +210,20 @@ int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, f
     if (!out_logits) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: null output");
     if (n < 2) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_mtp_logits: needs at least 2 tokens, got ", n);
     if (model && !model->model->has_mtp()) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
-    if (model && model->shard && model->shard->size > 1) fail(PE_ERR_UNSUPPORTED, "pe_model_mtp_logits: not at tensor_parallel_size > 1 yet");
     pe::ForwardResult res;
     run_fresh_sequence(model, tokens, n, pe::DType::F32, pe::LogitsMode::None, res);
-    pe::ModelConfig mtp_cfg = model->model->config();  // the MTP layer's own KV: one attention layer
-    mtp_cfg.n_layers = 1;
-    mtp_cfg.is_full_attention = {true};
-    pe::KvPool mtp_kv(mtp_cfg, (n + 63) / 64, 64, pe::DType::F32, model->model->device());
+    pe::TpPoolShape shape;  // the MTP layer's own KV
+    shape.kv_pages = (n + 63) / 64;
+    shape.kv_page_size = 64;
+    shape.kv_dtype = static_cast<int32_t>(pe::DType::F32);
+    pe::KvPool mtp_kv(model->model->config().mtp_kv_config(), shape.kv_pages, shape.kv_page_size, pe::DType::F32,
+                      model->model->device());
     std::vector<float> logits;
-    model->model->mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
+    if (model->tp_leader)
+      model->tp_leader->mtp_forward(*model->model, std::vector<int32_t>(tokens, tokens + n), res.hidden, shape, mtp_kv,
+                                    logits);
+    else
+      model->model->mtp_forward(tokens, n, res.hidden.data(), mtp_kv, logits);
     std::memcpy(out_logits, logits.data(), sizeof(float) * logits.size());
   });
 }

@@ -69,7 +69,7 @@ std::unique_ptr<GdnPool> make_gdn(const Model& m, const TpPoolShape& s) {
 }  // namespace
 
 std::vector<uint8_t> tp_encode_step(TpMessage kind, const TpPoolShape& shape, const std::vector<GdnPoolOp>& ops,
-                                    const Batch& b, int64_t page_size) {
+                                    const Batch& b, int64_t page_size, const std::vector<float>& hidden) {
   Writer w;
   w.put(kind);
   put_shape(w, shape);
@@ -93,6 +93,7 @@ std::vector<uint8_t> tp_encode_step(TpMessage kind, const TpPoolShape& shape, co
       w.put(slot);
     }
   }
+  w.put_all(hidden.data(), static_cast<int64_t>(hidden.size()));
   return std::move(w.bytes);
 }
 
@@ -124,6 +125,7 @@ void tp_decode(const std::vector<uint8_t>& msg, TpDecoded& out) {
       s.snapshots.emplace_back(offset, r.get<int32_t>());
     }
   }
+  out.hidden = r.get_all<float>();
   if (r.at != msg.size()) fail(PE_ERR_INTERNAL, "tensor-parallel message: ", msg.size() - r.at, " bytes left over");
 }
 
@@ -173,6 +175,15 @@ void TpLeader::forward_scratch(Model& model, const Batch& b, const TpPoolShape& 
   model.forward(b, kv, gdn, out);
 }
 
+void TpLeader::mtp_forward(Model& model, const std::vector<int32_t>& tokens, const std::vector<float>& hidden,
+                           const TpPoolShape& shape, KvPool& mtp_kv, std::vector<float>& logits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Batch b;
+  b.tokens = tokens;
+  send(tp_encode_step(TpMessage::MtpScratch, shape, {}, b, 0, hidden));
+  model.mtp_forward(tokens.data(), static_cast<int64_t>(tokens.size()), hidden.data(), mtp_kv, logits);
+}
+
 void tp_worker_run(Model& model, Communicator& comm, const std::function<void(KvPool&, GdnPool&)>& at_stop) {
   std::unique_ptr<KvPool> kv;
   std::unique_ptr<GdnPool> gdn;
@@ -201,6 +212,16 @@ void tp_worker_run(Model& model, Communicator& comm, const std::function<void(Kv
           auto skv = make_kv(model, m.shape);
           auto sgdn = make_gdn(model, m.shape);
           model.forward(m.batch, *skv, *sgdn, result);
+          break;
+        }
+        case TpMessage::MtpScratch: {
+          const int64_t n = static_cast<int64_t>(m.batch.tokens.size());
+          if (static_cast<int64_t>(m.hidden.size()) != n * model.config().hidden)
+            fail(PE_ERR_INTERNAL, "tensor-parallel MTP message: ", m.hidden.size(), " hidden floats for ", n, " tokens");
+          KvPool mtp_kv(model.config().mtp_kv_config(), m.shape.kv_pages, m.shape.kv_page_size,
+                        static_cast<DType>(m.shape.kv_dtype), model.device());
+          std::vector<float> logits;
+          model.mtp_forward(m.batch.tokens.data(), n, m.hidden.data(), mtp_kv, logits);
           break;
         }
         default:

@@ -51,6 +51,10 @@ class TpLeader {
   // for this forward only.
   void forward_scratch(Model& model, const Batch& b, const TpPoolShape& shape, KvPool& kv, GdnPool& gdn,
                        ForwardResult& out);
+  // The MTP head over one sequence (Model::mtp_forward): every rank runs it on the same tokens and
+  // final hidden states [n, hidden], each on a scratch MTP KV pool of `shape` (kv_pages, page size).
+  void mtp_forward(Model& model, const std::vector<int32_t>& tokens, const std::vector<float>& hidden,
+                   const TpPoolShape& shape, KvPool& mtp_kv, std::vector<float>& logits);
 
  private:
   void send(const std::vector<uint8_t>& msg);
@@ -67,15 +71,17 @@ void tp_worker_run(Model& model, Communicator& comm,
                    const std::function<void(KvPool&, GdnPool&)>& at_stop = {});
 
 // The wire format of one message (exposed for tests).
-enum class TpMessage : int32_t { Setup = 1, Step = 2, ScratchStep = 3, Stop = 4 };
+enum class TpMessage : int32_t { Setup = 1, Step = 2, ScratchStep = 3, Stop = 4, MtpScratch = 5 };
+// hidden: the final hidden states an MTP message carries (empty for the others).
 std::vector<uint8_t> tp_encode_step(TpMessage kind, const TpPoolShape& shape, const std::vector<GdnPoolOp>& ops,
-                                    const Batch& b, int64_t page_size);
+                                    const Batch& b, int64_t page_size, const std::vector<float>& hidden = {});
 struct TpDecoded {
   TpMessage kind = TpMessage::Stop;
   TpPoolShape shape;
   std::vector<GdnPoolOp> ops;
   Batch batch;
   std::vector<std::vector<int32_t>> page_tables;  // batch.seqs[i].page_table points into these
+  std::vector<float> hidden;
 };
 void tp_decode(const std::vector<uint8_t>& msg, TpDecoded& out);
 

@@ -21,6 +21,13 @@ struct ModelConfig {
   // vocab_rows 0: the whole vocabulary (TP = 1).
   int64_t vocab_begin = 0, vocab_rows = 0, vocab_padded = 0;
   int64_t lm_head_rows() const { return vocab_rows > 0 ? vocab_rows : vocab; }
+  // The shape of the MTP layer's own KV cache: this model's attention, one layer.
+  ModelConfig mtp_kv_config() const {
+    ModelConfig c = *this;
+    c.n_layers = 1;
+    c.is_full_attention = {true};
+    return c;
+  }
 
   // Derived sizes.
   int64_t conv_dim() const { return 2 * gdn_k_heads * gdn_k_dim + gdn_v_heads * gdn_v_dim; }
