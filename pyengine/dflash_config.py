@@ -47,7 +47,7 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> lis
     if num_draft_layers == 1:
         return [num_target_layers // 2]
     span = num_target_layers - 4
-    return [int(round(1 + i * span / (num_draft_layers - 1))) for i in range(num_draft_layers)]
+    return [round(1 + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
 
 
 class _Parser:

@@ -31,7 +31,7 @@ DRAFT = os.path.join(DATA, "dflash_text_bf16")
 CONTEXTS = (1, 7, 40)
 sys.path.insert(0, os.path.join(HERE, "..", "tools", "default_model"))
 
-import dflash_reference  # noqa: E402
+import dflash_reference
 
 ATOL_DRAFT = 5e-5  # draft alone, the reference's features
 ATOL_END_TO_END = 3e-4  # the engine's target features too
@@ -247,7 +247,7 @@ def test_bad_config_is_named(tmp_path, target, changes, message):
 def test_not_a_draft_directory(tmp_path, target):
     with pytest.raises(CheckpointError, match="config.json: file not found"):
         DFlashDraft(tmp_path, target)
-    (tmp_path / "config.json").write_text(json.dumps(json.loads(open(os.path.join(DRAFT, "config.json")).read())))
+    shutil.copy(os.path.join(DRAFT, "config.json"), tmp_path / "config.json")
     with pytest.raises(CheckpointError, match="model.safetensors"):
         DFlashDraft(tmp_path, target)
 
