@@ -98,7 +98,7 @@ MUTANTS: list[Mutant] = [
       "for (int64_t d = 0; d < D; ++d) av[d] *= corr;", "for (int64_t d = 0; d < D; ++d) av[d] *= 1.0f;",
       ["ctest:test_ops_attention:attention"]),
     m("attention_inputs: q head norm without the +1 offset", "native/src/kernels/cpu/attention_inputs.cpp",
-      "rms_norm(a.q, a.q_norm, T * a.Hq, D, a.eps, true, a.q);", "rms_norm(a.q, a.q_norm, T * a.Hq, D, a.eps, false, a.q);",
+      "rms_norm(a.q, a.q_norm, T * a.Hq, D, a.eps, a.norm_offset, a.q);", "rms_norm(a.q, a.q_norm, T * a.Hq, D, a.eps, false, a.q);",
       ["ctest:test_ops_norm:attention_inputs"]),
     m("rms_norm_gated drops eps", NORM, "static_cast<float>(dim) + eps);\n          for (int64_t j = 0; j < dim; ++j) yr[j] =",
       "static_cast<float>(dim));\n          for (int64_t j = 0; j < dim; ++j) yr[j] =", ["ctest:test_ops_norm:near_eps"]),
@@ -136,6 +136,17 @@ MUTANTS: list[Mutant] = [
     m("GDN q scale left out (model)", "native/src/model/qwen35_forward.cpp",
       "1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)));", "1e-6f, 1.0f);",
       ["tests/test_model_goldens.py::test_prompt_logits_match_transformers[ckpt_text_bf16]"]),
+    # --- the DFlash draft ---
+    m("draft block attention causal", "native/src/model/backend.cpp",
+      "attention_paged(qp, 1, start + n_q - 1, n_q * n_heads,", "attention_paged(qp, 1, start, n_q * n_heads,",
+      ["ctest:test_backend_ops:attention_block", "tests/test_dflash_engine.py::test_draft_matches_the_reference_from_its_features"]),
+    m("draft context positions from 0 every step", "native/src/model/dflash_forward.cpp",
+      "const int64_t p0 = block ? s.n_context + s.n_new : s.n_context, len = block ? bs : s.n_new;\n      for (int64_t t = p0; t < p0 + len; ++t) h.push_back(static_cast<int32_t>(t));",
+      "const int64_t p0 = block ? s.n_context + s.n_new : 0, len = block ? bs : s.n_new;\n      for (int64_t t = p0; t < p0 + len; ++t) h.push_back(static_cast<int32_t>(t));",
+      ["tests/test_dflash_engine.py::test_context_in_pieces_equals_one_call"]),
+    m("target features one layer early (hidden_states[l] for hidden_states[l + 1])", "native/src/model/qwen35_forward.cpp",
+      "capture_features(b, static_cast<int64_t>(li));", "capture_features(b, static_cast<int64_t>(li) + 1);",
+      ["tests/test_dflash_engine.py::test_target_features_match_transformers"]),
 ]
 
 

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* cffi-begin */
-#define PE_API_VERSION 5
+#define PE_API_VERSION 6
 
 /* Status codes. */
 #define PE_OK 0
@@ -145,6 +145,71 @@ int32_t pe_model_prompt_logits_kv(pe_model* model, const int32_t* tokens, int64_
  * logits for position p + 2, from the model's final-normed hidden state at p and the token at
  * p + 1. out_logits [n - 1, vocab_size]. Errors: UNSUPPORTED when the checkpoint has no mtp.*. */
 int32_t pe_model_mtp_logits(pe_model* model, const int32_t* tokens, int64_t n, float* out_logits);
+
+/* The residual stream after the target's decoder layers layer_ids[0 .. n_layer_ids) (0-based,
+ * before the final norm: a DFlash draft's context features) for tokens[0..n) run as one fresh
+ * sequence: out_features [n, n_layer_ids * hidden_size] fp32 (caller-owned), layer j's at columns
+ * j * hidden_size. Errors: INVALID_ARGUMENT for a layer id outside the model. */
+int32_t pe_model_layer_features(pe_model* model, const int32_t* tokens, int64_t n, const int32_t* layer_ids,
+                                int32_t n_layer_ids, float* out_features);
+
+/* ---- DFlash draft: a block-diffusion drafter conditioned on a target model ------------------- */
+
+/* The fields of a DFlash draft's config.json (Python reads the file and resolves the defaults of
+ * the public format). target_layer_ids points to n_target_layers ids; copied by pe_draft_create. */
+typedef struct pe_draft_config {
+  int32_t hidden_size;          /* must equal the target's (the draft uses its embedding) */
+  int32_t num_hidden_layers;
+  int32_t num_attention_heads;
+  int32_t num_key_value_heads;
+  int32_t head_dim;
+  int32_t intermediate_size;
+  int32_t vocab_size;           /* must equal the target's (its lm_head) */
+  float rms_norm_eps;
+  float rope_theta;
+  int32_t block_size;           /* 2 .. 64: the draft proposes block_size - 1 tokens */
+  int32_t mask_token_id;
+  int32_t n_target_layers;
+  const int32_t* target_layer_ids;
+} pe_draft_config;
+
+typedef struct pe_draft pe_draft;
+
+/* Creates an empty DFlash draft for the finalized `target`, on the target's device. The target
+ * must outlive the draft. Errors: INVALID_ARGUMENT naming the config field (sizes that differ from
+ * the target's, layer ids out of range); STATE when the target is not finalized; UNSUPPORTED for a
+ * tensor-parallel target. */
+int32_t pe_draft_create(pe_model* target, const pe_draft_config* cfg, pe_draft** out_draft);
+
+/* One checkpoint tensor of the draft ("fc.weight", "layers.0.self_attn.q_proj.weight", ...),
+ * copied. Errors as pe_model_set_tensor (the message names the tensor). */
+int32_t pe_draft_set_tensor(pe_draft* draft, const char* name, int32_t dtype, int32_t ndim, const int64_t* shape,
+                            const void* data);
+
+/* On-load quantization of the draft's matrices (draft_quant): PE_DTYPE_I8, FP8_E4M3, NVFP4;
+ * PE_DTYPE_F32 turns it off. Before pe_draft_finalize. */
+int32_t pe_draft_set_weight_quant(pe_draft* draft, int32_t dtype);
+
+/* Checks that every tensor is present (the message names the first missing one) and places them. */
+int32_t pe_draft_finalize(pe_draft* draft);
+
+int32_t pe_draft_weight_bytes(pe_draft* draft, int64_t* out_bytes);
+
+/* Frees the draft (before its target). NULL is allowed. */
+void pe_draft_free(pe_draft* draft);
+
+/* Drafts blocks over tokens[0..n) as one fresh sequence, the context given in pieces as an engine
+ * gives it: for b = 0 .. n_blocks-1 the draft appends the context rows of positions
+ * context_ends[b-1] .. context_ends[b] - 1 (context_ends[-1] = 0) to its KV cache (of
+ * kv_cache_dtype, a PE_DTYPE_*), then drafts the block at position context_ends[b], whose first
+ * token is tokens[context_ends[b]]. context_ends must be non-decreasing and < n. features
+ * [context_ends[n_blocks-1], n_target_layers * hidden_size] fp32: the target's layer outputs at
+ * those positions; NULL: the target computes them from the tokens. out_logits [n_blocks,
+ * block_size - 1, vocab_size] (caller-owned): row j of block b proposes the token at
+ * context_ends[b] + 1 + j. */
+int32_t pe_draft_block_logits(pe_draft* draft, const int32_t* tokens, int64_t n, const float* features,
+                              const int64_t* context_ends, int32_t n_blocks, int32_t kv_cache_dtype,
+                              float* out_logits);
 
 /* ---- Tensor parallel: one process per rank ---------------------------------------------------- */
 

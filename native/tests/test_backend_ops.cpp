@@ -521,4 +521,9 @@ void projection_cases() {
 
 }  // namespace
 
+namespace {
+void dflash_cases();  // test_backend_ops_dflash.inc (it uses the mixers' helpers)
+}  // namespace
+
 #include "test_backend_ops_mixers.inc"
+#include "test_backend_ops_dflash.inc"

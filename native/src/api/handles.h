@@ -7,6 +7,7 @@
 #include "comm/communicator.h"
 #include "engine/engine.h"
 #include "engine/tp_group.h"
+#include "model/dflash.h"
 #include "model/model.h"
 #include "model/tp_shard.h"
 #include "model/weights.h"
@@ -30,4 +31,10 @@ struct pe_comm {
 
 struct pe_engine {
   std::unique_ptr<pe::Engine> engine;
+};
+
+struct pe_draft {
+  std::unique_ptr<pe::DFlashDraft> draft;
+  pe_model* target = nullptr;  // not owned; outlives the draft
+  bool finalized = false;
 };

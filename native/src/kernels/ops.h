@@ -79,6 +79,9 @@ void rope_neox(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads
 // contiguous), outputs dense [n_tokens, heads, D]. Same bits as those copies, rms_norm and rope_neox
 // in that order. k and v may be updated in place (k == k_in with k_stride == Hkv * D; same for v);
 // q and gate must not alias qg.
+// Ungated attention (the DFlash draft's Qwen3 layers): gated = false, qg holds D query values per
+// head (head h at qg + h * D) and gate is not written; norm_offset = false applies the head norms
+// as w instead of 1 + w. Hq = 0: keys and values only (context rows that ask no query).
 struct AttnInputArgs {
   const float* qg; int64_t qg_stride;
   const float* k_in; int64_t k_stride;
@@ -88,6 +91,8 @@ struct AttnInputArgs {
   int64_t n_tokens, Hq, Hkv, D, rot_dim;
   float eps, theta;
   float* q; float* gate; float* k; float* v;
+  bool gated = true;
+  bool norm_offset = true;
 };
 void attention_inputs(const AttnInputArgs& a);
 

@@ -14,6 +14,63 @@ const float* Backend::place_dummy_vector(const WeightStore&, const std::string&,
   fail(PE_ERR_INTERNAL, "this backend generates dummy weights on the host");
 }
 
+namespace {
+
+// An FP8 part joins a run at a block row of the run's scale grid: after rows that end inside a
+// block row come zero rows up to the boundary (they take the last block row's scale and give
+// zeros no part reads). So in_proj_b joins qkv | z | a (in_proj_a: Hv rows): one GEMV per GDN
+// layer instead of two.
+int64_t join_pad_rows(DType dtype, int64_t run_rows) {
+  return dtype == DType::FP8_E4M3 && run_rows % 128 != 0 ? 128 - run_rows % 128 : 0;
+}
+
+}  // namespace
+
+// Consecutive parts join a run (where the backend joins runs) while dtype, columns and the NVFP4
+// global scale match. Tensor parallel shards each part before (rows of a rank's heads), so runs
+// are formed of the shards.
+Projection make_projection(const Backend& be, const WeightStore& w, const std::vector<std::string>& names,
+                           const std::function<Matrix(const std::vector<RunPart>&)>& run) {
+  auto tensor = [&](const std::string& n) -> const Tensor& { return w.tensors().at(n); };
+  Projection p;
+  std::vector<std::vector<RunPart>> runs;
+  int64_t run_rows = 0;
+  for (const std::string& n : names) {
+    const Tensor& t = tensor(n);
+    const Tensor* head = runs.empty() ? nullptr : &tensor(runs.back().front().name);
+    const bool joins = head && be.joins_runs() && t.dtype == head->dtype && t.shape[1] == head->shape[1] &&
+                       (t.dtype != DType::NVFP4 || t.global_scale == head->global_scale);
+    if (!joins) {
+      runs.emplace_back();
+      run_rows = 0;
+    }
+    const int64_t pad = join_pad_rows(t.dtype, run_rows);
+    run_rows += pad;
+    p.part_run.push_back(static_cast<int32_t>(runs.size() - 1));
+    p.part_col.push_back(run_rows);
+    runs.back().push_back({n, pad});
+    run_rows += t.shape[0];
+  }
+  for (const auto& r : runs) {
+    p.run_offset.push_back(p.width);
+    p.runs.push_back(run(r));
+    p.width += p.runs.back().view.rows;
+  }
+  return p;
+}
+
+void Backend::attention_block(const float* q, int64_t n_q, int64_t start, int64_t n_heads, const cpu::PagedKV& kv,
+                              const int32_t* page_table, float scale, float* out, float* scratch) {
+  const int64_t D = kv.head_dim, Hkv = kv.n_kv_heads, group = n_heads / Hkv, g_floats = n_q * group * D;
+  float* qp = scratch;
+  float* op = scratch + aligned_floats(n_q * n_heads * D);
+  for (int64_t g = 0; g < Hkv; ++g)
+    copy_rows(qp + g * g_floats, group * D, q + g * group * D, n_heads * D, group * D, n_q);
+  attention_paged(qp, 1, start + n_q - 1, n_q * n_heads, kv, page_table, scale, nullptr, op);
+  for (int64_t g = 0; g < Hkv; ++g)
+    copy_rows(out + g * group * D, n_heads * D, op + g * g_floats, group * D, group * D, n_q);
+}
+
 void Backend::project(const float* x, int64_t n, const Projection& p, float* out, NormState norm) {
   for (size_t r = 0; r < p.runs.size(); ++r) linear(x, n, p.runs[r].view, out + n * p.run_offset[r], norm);
 }

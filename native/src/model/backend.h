@@ -180,10 +180,28 @@ class Backend {
   // r.x = table[ids]; h = rms_norm(r.x; w) for `consumer`.
   virtual NormState embed_norm(const WeightView& table, const int32_t* ids, int64_t n, const Residual& r,
                                const float* w, const Projection* consumer);
+  // Non-causal attention of a block: n_q queries q [n_q, n_heads, D] at positions start ..
+  // start + n_q - 1 over the cached keys 0 .. start + n_q - 1 (the block's own keys written there),
+  // every query seeing every key (the DFlash draft's block). out [n_q, n_heads, D]. No gate.
+  // Default: the block becomes one query of n_q * n_heads heads at the block's last position
+  // (attention_paged, which then masks nothing), heads ordered (KV head, query, head of its group)
+  // so that head / (n_q * group) is still the KV head; the backend's attention scratch must hold
+  // attention_paged's for that shape (one query of n_q * n_heads heads at start + n_q - 1).
+  // scratch: attention_block_scratch floats.
+  virtual void attention_block(const float* q, int64_t n_q, int64_t start, int64_t n_heads, const cpu::PagedKV& kv,
+                               const int32_t* page_table, float scale, float* out, float* scratch);
+  static int64_t attention_block_scratch(int64_t n_q, int64_t n_heads, int64_t D) {
+    return 2 * aligned_floats(n_q * n_heads * D);
+  }
   // The gated delta rule over a.n tokens, chunked for n > 1; states_out (optional, [n, Hv, dk, dv])
   // receives the state after each token (speculative verify rolls back to one of them).
   void gdn_rule(const cpu::GdnArgs& a, float* states_out = nullptr);
 };
+
+// A projection over the checkpoint matrices `names` (which read the same input) of w, in runs as
+// the backend joins them; run places one run (the backend's place, or its dummy twin).
+Projection make_projection(const Backend& be, const WeightStore& w, const std::vector<std::string>& names,
+                           const std::function<Matrix(const std::vector<RunPart>&)>& run);
 
 std::unique_ptr<Backend> make_cpu_backend();
 // Fails (PE_ERR_UNSUPPORTED) in a build without the CUDA backend.

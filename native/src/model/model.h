@@ -61,12 +61,21 @@ struct Batch {
   // token_from_sample[i] of the latest sample_launch (-1: tokens[i] as given; empty: every row as
   // given). The engine's overlapped steps (engine.h) feed one step's tokens to the next this way.
   std::vector<int32_t> token_from_sample;
+  // Target-layer features (the DFlash draft's input, model/dflash.h): the residual stream after
+  // each decoder layer listed here (0-based, before the final norm), for every token row, into
+  // ForwardResult::features. Empty: none.
+  std::vector<int32_t> feature_layers;
 };
 
 struct ForwardResult {
   std::vector<float> logits;            // [n_logit_rows, vocab], chunks in batch order (host_outputs)
   std::vector<int64_t> logit_row_begin; // per chunk: first row in logits (its rows are consecutive)
   std::vector<float> hidden;            // [n_tokens, hidden]: final-normed hidden states (host_outputs)
+  // Batch::feature_layers' outputs, [n_tokens, n_feature_layers * hidden] (layer j's at columns
+  // j * hidden): in host_features when host_outputs, else in the model's device memory (host
+  // memory for a CPU model), valid until the model's next forward. Null when none was asked.
+  const float* features = nullptr;
+  std::vector<float> host_features;
 };
 
 // One token to sample from logits row `row` of the last forward.

@@ -12,48 +12,8 @@ Qwen35Model::Qwen35Model(const ModelConfig& cfg, Device device)
     : Model(cfg), be_(device == Device::CUDA ? make_cuda_backend() : make_cpu_backend()) {}
 Qwen35Model::~Qwen35Model() = default;
 
-namespace {
-
-// An FP8 part joins a run at a block row of the run's scale grid: after rows that end inside a
-// block row come zero rows up to the boundary (they take the last block row's scale and give
-// zeros no part reads). So in_proj_b joins qkv | z | a (in_proj_a: Hv rows): one GEMV per GDN
-// layer instead of two.
-int64_t join_pad_rows(DType dtype, int64_t run_rows) {
-  return dtype == DType::FP8_E4M3 && run_rows % 128 != 0 ? 128 - run_rows % 128 : 0;
-}
-
-}  // namespace
-
-// Consecutive parts join a run (where the backend joins runs) while dtype, columns and the NVFP4
-// global scale match. Tensor parallel shards each part here (rows of a rank's heads), before runs
-// are formed.
 Projection Qwen35Model::projection(const std::vector<std::string>& names, const RunSource& run) const {
-  auto tensor = [&](const std::string& n) -> const Tensor& { return weights_.tensors().at(n); };
-  Projection p;
-  std::vector<std::vector<RunPart>> runs;
-  int64_t run_rows = 0;
-  for (const std::string& n : names) {
-    const Tensor& t = tensor(n);
-    const Tensor* head = runs.empty() ? nullptr : &tensor(runs.back().front().name);
-    const bool joins = head && be_->joins_runs() && t.dtype == head->dtype && t.shape[1] == head->shape[1] &&
-                       (t.dtype != DType::NVFP4 || t.global_scale == head->global_scale);
-    if (!joins) {
-      runs.emplace_back();
-      run_rows = 0;
-    }
-    const int64_t pad = join_pad_rows(t.dtype, run_rows);
-    run_rows += pad;
-    p.part_run.push_back(static_cast<int32_t>(runs.size() - 1));
-    p.part_col.push_back(run_rows);
-    runs.back().push_back({n, pad});
-    run_rows += t.shape[0];
-  }
-  for (const auto& r : runs) {
-    p.run_offset.push_back(p.width);
-    p.runs.push_back(run(r));
-    p.width += p.runs.back().view.rows;
-  }
-  return p;
+  return make_projection(*be_, weights_, names, run);
 }
 
 Qwen35Model::Layer Qwen35Model::layer(const std::string& p, bool full, const RunSource& run,

@@ -38,6 +38,10 @@ class Qwen35Model : public Model {
   // The collectives are in the forward on every backend; the data communicator must be on the
   // model's device (pe_model_set_tp checks).
   bool supports_tp() const override;
+  // The token embedding and the lm_head as placed on the model's device (a DFlash draft uses
+  // them: it has neither). Valid while the model lives.
+  const WeightView& embedding_table() const { return embed_.view; }
+  const WeightView& lm_head() const { return cfg_.tied_embeddings ? embed_.view : lm_head_.view; }
 
  private:
   struct Layer {
@@ -95,7 +99,7 @@ class Qwen35Model : public Model {
   const float* mixer_attention(const Layer& L, int64_t ai, const Batch& b, KvPool& kv, NormState s);
   void project_logits(const float* rows, int64_t n, float* logits);
   void ensure_tp_logits(int64_t n);
-  const WeightView& lm_head() const { return cfg_.tied_embeddings ? embed_.view : lm_head_.view; }
+  void capture_features(const Batch& b, int64_t layer);
 
   std::unique_ptr<Backend> be_;
   std::vector<Layer> layers_;
@@ -104,6 +108,8 @@ class Qwen35Model : public Model {
   const float* final_norm_ = nullptr;
   bool ready_ = false;
   Buffer tp_logits_;  // tensor parallel: the lm_head parts and their gather
+  Buffer features_;   // Batch::feature_layers' outputs [T, n * hidden] of the engine's steps
+  float* feature_rows_ = nullptr;  // where this forward captures them
   Buffer act_;  // activations: x, h, mix [cap_tokens_, H] each, then the mixer / MLP workspace
   int64_t cap_tokens_ = 0;
   std::vector<int32_t> host_ints_;

@@ -33,7 +33,7 @@ void WeightStore::expect(const std::string& name, TensorKind kind, std::vector<i
 }
 
 void WeightStore::expect_layer(const std::string& p, bool full, bool required) {
-  const ModelConfig& c = cfg_;
+  const ModelConfig& c = *cfg_;
   const int64_t H = c.hidden;
   expect(p + "input_layernorm.weight", TensorKind::Vector, {H}, required);
   expect(p + "post_attention_layernorm.weight", TensorKind::Vector, {H}, required);
@@ -63,7 +63,7 @@ void WeightStore::expect_layer(const std::string& p, bool full, bool required) {
   }
 }
 
-WeightStore::WeightStore(const ModelConfig& c) : cfg_(c) {
+WeightStore::WeightStore(const ModelConfig& c) : cfg_(&c) {
   expect("embed_tokens.weight", TensorKind::Matrix, {c.vocab, c.hidden});
   expect("norm.weight", TensorKind::Vector, {c.hidden});
   // A tied checkpoint may still carry lm_head; it is then accepted and ignored.
@@ -119,7 +119,7 @@ void WeightStore::set(const std::string& name, DType dtype, const std::vector<in
 }
 
 void WeightStore::finalize() {
-  bool any_mtp = false, all_mtp = cfg_.mtp_layers > 0;
+  bool any_mtp = false, all_mtp = cfg_ && cfg_->mtp_layers > 0;
   std::string first_missing_mtp;
   for (auto& [name, t] : tensors_) {
     bool mtp = name.rfind("mtp.", 0) == 0;

@@ -36,7 +36,12 @@ struct Tensor {
 
 class WeightStore {
  public:
+  // The table of a Qwen3.5 config (embedding, layers, lm_head, the optional MTP head).
   explicit WeightStore(const ModelConfig& cfg);
+  // An empty table another architecture fills with expect (the DFlash draft, model/dflash.h).
+  WeightStore() = default;
+  // Declares a tensor of the table (replacing one of that name).
+  void expect(const std::string& name, TensorKind kind, std::vector<int64_t> shape, bool required = true);
 
   // Copies one tensor; throws pe::Error (NOT_FOUND / INVALID_ARGUMENT) naming it.
   void set(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data);
@@ -61,11 +66,10 @@ class WeightStore {
   int64_t bytes_total() const;
 
  private:
-  void expect(const std::string& name, TensorKind kind, std::vector<int64_t> shape, bool required = true);
   void expect_layer(const std::string& prefix, bool full, bool required);
   std::map<std::string, Tensor> tensors_;
   bool has_mtp_ = false;
-  const ModelConfig& cfg_;
+  const ModelConfig* cfg_ = nullptr;
 };
 
 }  // namespace pe

@@ -20,17 +20,18 @@ void dense(float* dst, const float* src, int64_t src_stride, int64_t width, int6
 
 void attention_inputs(const AttnInputArgs& a) {
   const int64_t T = a.n_tokens, D = a.D;
+  const int64_t head_floats = a.gated ? 2 * D : D;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < a.Hq; ++h) {
-      const float* row = a.qg + t * a.qg_stride + h * 2 * D;
+      const float* row = a.qg + t * a.qg_stride + h * head_floats;
       std::memcpy(a.q + (t * a.Hq + h) * D, row, sizeof(float) * D);
-      std::memcpy(a.gate + (t * a.Hq + h) * D, row + D, sizeof(float) * D);
+      if (a.gated) std::memcpy(a.gate + (t * a.Hq + h) * D, row + D, sizeof(float) * D);
     }
   dense(a.k, a.k_in, a.k_stride, a.Hkv * D, T);
   dense(a.v, a.v_in, a.v_stride, a.Hkv * D, T);
-  rms_norm(a.q, a.q_norm, T * a.Hq, D, a.eps, true, a.q);
-  rms_norm(a.k, a.k_norm, T * a.Hkv, D, a.eps, true, a.k);
-  rope_neox(a.q, T, a.Hq * D, a.Hq, D, a.rot_dim, a.pos, a.theta);
+  if (a.Hq > 0) rms_norm(a.q, a.q_norm, T * a.Hq, D, a.eps, a.norm_offset, a.q);
+  rms_norm(a.k, a.k_norm, T * a.Hkv, D, a.eps, a.norm_offset, a.k);
+  if (a.Hq > 0) rope_neox(a.q, T, a.Hq * D, a.Hq, D, a.rot_dim, a.pos, a.theta);
   rope_neox(a.k, T, a.Hkv * D, a.Hkv, D, a.rot_dim, a.pos, a.theta);
 }
 

@@ -70,7 +70,10 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
   float wv[kInputRegs], cs[kRotRegs], sn[kRotRegs];
   if (!is_v) {
 #pragma unroll
-    for (int i = 0; i < kInputRegs; ++i) wv[i] = lane + 32 * i < D ? w[lane + 32 * i] : 0.0f;
+    for (int i = 0; i < kInputRegs; ++i) {  // the norm's factor: 1 + w (Qwen3.5) or w (Qwen3)
+      const float wi = lane + 32 * i < D ? w[lane + 32 * i] : 0.0f;
+      wv[i] = a.norm_offset ? 1.0f + wi : wi;
+    }
     const float p = static_cast<float>(a.pos[t]);
 #pragma unroll
     for (int i = 0; i < kRotRegs; ++i) {
@@ -101,7 +104,7 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
     return;
   }
   const int64_t hh = is_q ? h : h - a.Hq;
-  const float* src = is_q ? a.qg + t * a.qg_stride + hh * 2 * D : a.k_in + t * a.k_stride + hh * D;
+  const float* src = is_q ? a.qg + t * a.qg_stride + hh * (a.gated ? 2 : 1) * D : a.k_in + t * a.k_stride + hh * D;
   float* row = rows[warp];
   float x[kInputRegs], c2[kInputRegs];
 #pragma unroll
@@ -109,7 +112,7 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
     const int d = lane + 32 * i;
     const bool in = d < D;
     x[i] = in ? src[d] : 0.0f;
-    c2[i] = is_q && in ? src[D + d] : 0.0f;  // the gate row follows the query row
+    c2[i] = is_q && a.gated && in ? src[D + d] : 0.0f;  // the gate row follows the query row
   }
   float ss = 0.0f;
 #pragma unroll
@@ -119,7 +122,7 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
 #pragma unroll
   for (int i = 0; i < kInputRegs; ++i) {
     const int d = lane + 32 * i;
-    if (d < D) row[d] = x[i] * inv_rms * (1.0f + wv[i]);
+    if (d < D) row[d] = x[i] * inv_rms * wv[i];
   }
   __syncwarp();
 #pragma unroll
@@ -139,13 +142,14 @@ __global__ void attention_inputs_kernel(cpu::AttnInputArgs a, HalfInvFreq inv, i
     }
   }
   float* dst = is_q ? a.q + (t * a.Hq + hh) * D : a.k + (t * a.Hkv + hh) * D;
-  float* gate = a.gate + (t * a.Hq + hh) * D;
+  const bool write_gate = is_q && a.gated;
+  float* gate = write_gate ? a.gate + (t * a.Hq + hh) * D : nullptr;
 #pragma unroll
   for (int i = 0; i < kInputRegs; ++i) {
     const int d = lane + 32 * i;
     if (d < D) {
       dst[d] = row[d];
-      if (is_q) gate[d] = c2[i];
+      if (write_gate) gate[d] = c2[i];
     }
   }
 }

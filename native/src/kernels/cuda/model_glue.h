@@ -30,7 +30,7 @@ void gather_heads(const float* src, int64_t n_tokens, int64_t token_stride, int6
 void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t dim, float eps,
                    float scale, cudaStream_t stream);
 
-// The inputs of gated attention in one launch: q and gate out of the q_proj rows, q/k head norms
+// The inputs of (gated or ungated) attention in one launch: q and gate out of the q_proj rows, q/k head norms
 // and partial RoPE, k and v made dense (cpu::attention_inputs in ops.h: same math, aliasing rules
 // and layouts; pos is a device array). One warp per (token, q head), (token, k head) and (token,
 // v head); D <= 512, rot_dim even, <= D and <= 256. Tolerance vs the CPU twin: normalized error 1e-5 (rms_norm, rope).

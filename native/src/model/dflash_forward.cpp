@@ -1,0 +1,222 @@
+// The DFlash draft's forward, once for every backend (dflash.h has the math): the step's indices,
+// the new context rows into the draft's KV cache, then the blocks through the draft layers and the
+// target's lm_head. Activations live in one workspace, bump-allocated per step (256-byte aligned).
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/dflash.h"
+
+namespace pe {
+namespace {
+
+int64_t n_new_total(const std::vector<DraftSeq>& seqs) {
+  int64_t n = 0;
+  for (const DraftSeq& s : seqs) n += s.n_new;
+  return n;
+}
+
+// The sequence whose features are the step's whole context (none: they are gathered), or -1.
+int64_t sole_context(const std::vector<DraftSeq>& seqs) {
+  int64_t sole = -1;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i].n_new > 0) {
+      if (sole >= 0) return -1;
+      sole = static_cast<int64_t>(i);
+    }
+  return sole;
+}
+
+}  // namespace
+
+float* DFlashDraft::take(int64_t floats) {
+  const int64_t n = aligned_floats(floats);
+  if ((work_used_ + n) * static_cast<int64_t>(sizeof(float)) > static_cast<int64_t>(work_.size()))
+    fail(PE_ERR_INTERNAL, "draft workspace: ", work_used_ + n, " floats taken of ", work_.size() / sizeof(float));
+  float* p = work_.as<float>() + work_used_;
+  work_used_ += n;
+  return p;
+}
+
+// Validates the sequences, sizes the workspace and uploads the step's ints in one copy: block
+// tokens | context positions | block positions | context cache rows | block cache rows | page tables.
+void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& kv, int64_t logit_rows) {
+  const int64_t bs = cfg_.block_size, ps = kv.page_size(), n = static_cast<int64_t>(seqs.size());
+  const int64_t T_ctx = n_new_total(seqs), T_blk = n * bs;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DraftSeq& s = seqs[i];
+    if (s.n_context < 0 || s.n_new < 0 || !s.page_table || (s.n_new > 0 && !s.features))
+      fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": negative length, no page table or no features");
+    if (s.last_token < 0 || s.last_token >= cfg_.vocab)
+      fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": token id ", s.last_token, " outside the vocabulary");
+    const int64_t pages = (s.n_context + s.n_new + bs + ps - 1) / ps;
+    for (int64_t p = 0; p < pages; ++p)
+      if (s.page_table[p] < 0 || s.page_table[p] >= kv.n_pages())
+        fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": page ", s.page_table[p], " outside the pool of ",
+             kv.n_pages());
+  }
+  std::vector<int32_t>& h = host_ints_;
+  h.clear();
+  for (const DraftSeq& s : seqs) {
+    h.push_back(s.last_token);
+    h.insert(h.end(), bs - 1, cfg_.mask_token);
+  }
+  auto positions = [&](bool block) {
+    for (const DraftSeq& s : seqs) {
+      const int64_t p0 = block ? s.n_context + s.n_new : s.n_context, len = block ? bs : s.n_new;
+      for (int64_t t = p0; t < p0 + len; ++t) h.push_back(static_cast<int32_t>(t));
+    }
+  };
+  auto cache_rows = [&](bool block) {
+    for (const DraftSeq& s : seqs) {
+      const int64_t p0 = block ? s.n_context + s.n_new : s.n_context, len = block ? bs : s.n_new;
+      for (int64_t t = p0; t < p0 + len; ++t)
+        h.push_back(static_cast<int32_t>(static_cast<int64_t>(s.page_table[t / ps]) * ps + t % ps));
+    }
+  };
+  positions(false);
+  positions(true);
+  cache_rows(false);
+  cache_rows(true);
+  step_.page_off.clear();
+  size_t attn_scratch = 0;
+  for (const DraftSeq& s : seqs) {
+    const int64_t end = s.n_context + s.n_new + bs;
+    step_.page_off.push_back(static_cast<int64_t>(h.size()) - (T_blk + 2 * T_ctx + 2 * T_blk));
+    h.insert(h.end(), s.page_table, s.page_table + (end + ps - 1) / ps);
+    attn_scratch = std::max(attn_scratch, be_->attention_scratch_bytes(1, end - 1, shape_cfg_));
+  }
+  // The workspace: every take of context_rows and block_rows.
+  const int64_t H = cfg_.hidden, qd = cfg_.n_heads * cfg_.head_dim, kvd = cfg_.n_kv_heads * cfg_.head_dim;
+  const int64_t kvw = layers_.front().kv.width;
+  const int64_t context_floats = (sole_context(seqs) < 0 ? aligned_floats(T_ctx * cfg_.n_features() * H) : 0) +
+                                 aligned_floats(T_ctx * H) + aligned_floats(T_ctx * kvw) + 2 * aligned_floats(T_ctx * kvd);
+  const int64_t block_floats = 3 * aligned_floats(T_blk * H) + 3 * aligned_floats(T_blk * qd) +
+                               aligned_floats(T_blk * kvw) + 2 * aligned_floats(T_blk * kvd) +
+                               Backend::attention_block_scratch(bs, cfg_.n_heads, cfg_.head_dim) +
+                               aligned_floats(T_blk * cfg_.intermediate) +
+                               Backend::project_swiglu_scratch(T_blk, layers_.front().gate_up, cfg_.intermediate) +
+                               aligned_floats(logit_rows * H);
+  const int64_t floats = context_floats + block_floats;
+  if (work_.size() < static_cast<size_t>(floats) * sizeof(float)) work_ = Buffer(device(), sizeof(float) * floats);
+  work_used_ = 0;
+  be_->reserve(shape_cfg_, T_ctx + T_blk, std::max<int64_t>(logit_rows, 1), static_cast<int64_t>(h.size()), attn_scratch);
+  const int32_t* d = be_->upload_ints(h);
+  step_.T_ctx = T_ctx;
+  step_.T_blk = T_blk;
+  step_.ids = d;
+  step_.pos_ctx = d + T_blk;
+  step_.pos_blk = step_.pos_ctx + T_ctx;
+  step_.rows_ctx = step_.pos_blk + T_blk;
+  step_.rows_blk = step_.rows_ctx + T_ctx;
+  step_.pages = step_.rows_blk + T_blk;
+}
+
+void DFlashDraft::forward(const std::vector<DraftSeq>& seqs, KvPool& kv, bool host_outputs, ForwardResult& res) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ready_) fail(PE_ERR_STATE, "the draft is not finalized");
+  if (kv.device() != device())
+    fail(PE_ERR_INVALID_ARGUMENT, "the draft's KV pool must live on its device (", device() == Device::CPU ? "cpu" : "cuda", ")");
+  const cpu::PagedKV probe = kv.layer(0);
+  if (kv.n_layers() != cfg_.n_layers || probe.n_kv_heads != cfg_.n_kv_heads || probe.head_dim != cfg_.head_dim)
+    fail(PE_ERR_INVALID_ARGUMENT, "draft KV pool of ", kv.n_layers(), " layers x ", probe.n_kv_heads, " heads of ",
+         probe.head_dim, ", the draft needs ", cfg_.n_layers, " x ", cfg_.n_kv_heads, " of ", cfg_.head_dim);
+  const int64_t bs = cfg_.block_size, n = static_cast<int64_t>(seqs.size()), rows = n * (bs - 1);
+  res.logit_row_begin.clear();
+  for (int64_t i = 0; i < n; ++i) res.logit_row_begin.push_back(i * (bs - 1));
+  res.features = nullptr;
+  if (n == 0) {
+    res.logits.clear();
+    res.hidden.clear();
+    return;
+  }
+  prepare_step(seqs, kv, rows);
+  float* logits = be_->logits_buffer(rows, cfg_.vocab, host_outputs, res);
+  const float* hidden = nullptr;
+  be_->run_step(-1, [&] {
+    context_rows(seqs, kv);
+    hidden = block_rows(seqs, kv, logits, rows);
+  });
+  be_->finish_step(logits, rows, cfg_.vocab, hidden, rows, cfg_.hidden, host_outputs, res);
+}
+
+// C = hidden_norm(fc(features)) of the new context rows, then per layer their keys (k_norm, RoPE)
+// and values into the draft's cache rows.
+void DFlashDraft::context_rows(const std::vector<DraftSeq>& seqs, KvPool& kv) {
+  const int64_t T = step_.T_ctx;
+  if (T == 0) return;
+  const int64_t H = cfg_.hidden, FW = cfg_.n_features() * H, D = cfg_.head_dim, Hkv = cfg_.n_kv_heads;
+  const int64_t sole = sole_context(seqs);
+  const float* feat = sole >= 0 ? seqs[sole].features : nullptr;
+  if (sole < 0) {
+    float* gathered = take(T * FW);
+    int64_t r0 = 0;
+    for (const DraftSeq& s : seqs) {
+      if (s.n_new > 0) be_->copy_rows(gathered + r0 * FW, FW, s.features, FW, FW, s.n_new);
+      r0 += s.n_new;
+    }
+    feat = gathered;
+  }
+  float* ctx = take(T * H);
+  be_->project(feat, T, fc_, ctx, {});
+  be_->rms_norm(ctx, hidden_norm_, T, H, cfg_.eps, false, ctx);
+  float* kvp = take(T * layers_.front().kv.width);
+  float* kb = take(T * Hkv * D);
+  float* vb = take(T * Hkv * D);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    be_->project(ctx, T, L.kv, kvp, {});
+    const Projection::Part k = L.kv.part(0, kvp, T), v = L.kv.part(1, kvp, T);
+    cpu::AttnInputArgs a{nullptr, 0, k.ptr, k.stride, v.ptr, v.stride, L.q_norm, L.k_norm, step_.pos_ctx, T, 0, Hkv, D,
+                         D, cfg_.eps, cfg_.rope_theta, nullptr, nullptr, kb, vb};
+    a.gated = false;
+    a.norm_offset = false;
+    be_->attention_inputs(a, kv.layer(static_cast<int64_t>(l)), step_.rows_ctx);
+  }
+}
+
+// The blocks through the draft layers; logits of rows 1 .. bs - 1 of every block. Returns those
+// rows' final-normed hidden states (in the workspace).
+const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& kv, float* logits, int64_t n_rows) {
+  const int64_t T = step_.T_blk, bs = cfg_.block_size, H = cfg_.hidden, Hq = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
+  const int64_t D = cfg_.head_dim, I = cfg_.intermediate, qd = Hq * D;
+  const Residual r{take(T * H), take(T * H), take(T * H), H, cfg_.eps, false};
+  float* qraw = take(T * qd);
+  float* q = take(T * qd);
+  float* o = take(T * qd);
+  float* kvp = take(T * layers_.front().kv.width);
+  float* kb = take(T * Hkv * D);
+  float* vb = take(T * Hkv * D);
+  float* attn = take(Backend::attention_block_scratch(bs, Hq, D));
+  float* act = take(T * I);
+  float* swiglu = take(Backend::project_swiglu_scratch(T, layers_.front().gate_up, I));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  be_->embed_norm(target_.embedding_table(), step_.ids, T, r, layers_.front().input_norm, nullptr);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const cpu::PagedKV layer = kv.layer(static_cast<int64_t>(l));
+    be_->project(r.h, T, L.q, qraw, {});
+    be_->project(r.h, T, L.kv, kvp, {});
+    const Projection::Part k = L.kv.part(0, kvp, T), v = L.kv.part(1, kvp, T);
+    cpu::AttnInputArgs a{qraw, qd, k.ptr, k.stride, v.ptr, v.stride, L.q_norm, L.k_norm, step_.pos_blk, T, Hq, Hkv, D,
+                         D, cfg_.eps, cfg_.rope_theta, q, nullptr, kb, vb};
+    a.gated = false;
+    a.norm_offset = false;
+    be_->attention_inputs(a, layer, step_.rows_blk);
+    for (size_t i = 0; i < seqs.size(); ++i)
+      be_->attention_block(q + i * bs * qd, bs, seqs[i].n_context + seqs[i].n_new, Hq, layer,
+                           step_.pages + step_.page_off[i], scale, o + i * bs * qd, attn);
+    be_->project_add_norm(o, T, L.o, r, L.post_norm, nullptr);
+    be_->project_swiglu(r.h, T, L.gate_up, I, act, {}, swiglu);
+    const bool last = l + 1 == layers_.size();
+    be_->project_add_norm(act, T, L.down, r, last ? final_norm_ : layers_[l + 1].input_norm, nullptr);
+  }
+  // Row 0 of a block is the committed token: only rows 1 .. bs - 1 propose.
+  float* rows = take(n_rows * H);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    be_->copy_rows(rows + i * (bs - 1) * H, H, r.h + (i * bs + 1) * H, H, H, bs - 1);
+  be_->linear(rows, n_rows, target_.lm_head(), logits, {});
+  return rows;
+}
+
+}  // namespace pe
