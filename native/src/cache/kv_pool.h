@@ -24,6 +24,7 @@ class KvPool {
   Device device() const { return device_; }
   int64_t n_pages() const { return n_pages_; }
   int64_t page_size() const { return page_size_; }
+  int64_t n_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t n_free() const { return static_cast<int64_t>(free_.size()); }
 
   int32_t alloc();  // a page with count 1, or -1 when none is free
