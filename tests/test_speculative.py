@@ -197,3 +197,27 @@ def test_sampling_is_lossless_where_most_drafts_are_accepted():
 @pytest.mark.parametrize("temperature,top_p,k", [(1.0, 1.0, 1), (1.0, 1.0, 3), (0.7, 0.9, 2)])
 def test_sampling_is_lossless_20000_samples(model, temperature, top_p, k):
     check_lossless(model, 20000, temperature, top_p, k)
+
+
+def test_server_reports_acceptance_in_usage_and_metrics():
+    from webapp import create_app
+
+    llm = LLM(max_model_len=1024, speculative_algorithm="mtp")
+    try:
+        client = create_app(llm, served_model_name="m").test_client()
+        body = {"model": "m", "messages": [{"role": "user", "content": "Write a Python function that adds two numbers."}],
+                "max_tokens": 40, "temperature": 0, "ignore_eos": True,
+                "chat_template_kwargs": {"enable_thinking": False}}  # fmt: skip
+        on = client.post("/v1/chat/completions", json=body).json
+        off = client.post("/v1/chat/completions", json={**body, "speculative": False}).json
+        assert on["choices"][0]["message"]["content"] == off["choices"][0]["message"]["content"]
+        u = on["usage"]
+        assert u["completion_tokens"] == 40 and u["spec_drafted_per_position"][0] > 0
+        assert len(u["spec_accept_per_position"]) == 3 and u["spec_mean_accepted_length"] > 1.0
+        assert "spec_drafted_per_position" not in off["usage"]
+        metrics = client.get("/metrics").get_data(as_text=True)
+        assert 'pyengine_spec_draft_tokens_total{position="1"}' in metrics
+        assert 'pyengine_spec_accepted_tokens_total{position="3"}' in metrics
+        assert "pyengine_spec_verifies_total" in metrics
+    finally:
+        llm.close()
