@@ -59,6 +59,20 @@ def test_default_model_spec_equals_plain_at_temperature_0(default_plain, k):
         assert st["gdn_slots_free"] == st["gdn_slots_total"] and st["running"] == 0
 
 
+def test_prefix_cache_snapshots_taken_in_verify_steps_are_exact():
+    """The next turn resumes from GDN snapshots taken inside verify chunks (block boundaries of the
+    generated text, some of them past a rejected draft): its tokens equal a cold plain engine's."""
+    with LLM(max_model_len=2048, speculative_algorithm="mtp", speculative_num_draft_tokens=5) as llm:
+        first = chat_prompts(llm, 3)
+        outs = run(llm, first, 90)
+        follow = [p + o + llm.tokenizer.encode(" Now explain it.") for p, o in zip(first, outs)]
+        hits = llm.stats()["prefix_cache_hit_tokens"]
+        got = run(llm, follow, 40)
+        assert llm.stats()["prefix_cache_hit_tokens"] - hits > sum(len(p) for p in first)  # into the answers
+    with LLM(max_model_len=2048, prefix_cache=False) as llm:
+        assert run(llm, follow, 40) == got
+
+
 def test_test_checkpoint_spec_equals_plain_at_temperature_0():
     rng = np.random.default_rng(0)
     prompts = [rng.integers(0, 512, size=n).tolist() for n in (3, 17, 40, 90)]

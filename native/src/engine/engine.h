@@ -122,8 +122,8 @@ class Engine {
   void check_speculative() const;
   // Drafts r may take next: its adapted length, cut to its remaining tokens, context and pages.
   int32_t drafts_wanted(Request& r);
-  // Verifies s's verify chunks from the host logits: accepts (rolls back) and returns per chunk
-  // the tokens to emit (empty for other chunks).
+  // Verifies s's verify chunks from the host logits: per chunk the tokens to emit (accepted drafts
+  // and the next token; empty for other chunks). collect emits them, then rolls back (accept).
   std::vector<std::vector<SampleOut>> verify_chunks(LaunchedStep& s);
   // After a step: the proposer's state over every committed token, drafts for the next.
   void propose_after(const LaunchedStep& s, const std::vector<int64_t>& starts, const std::vector<Request*>& finished);

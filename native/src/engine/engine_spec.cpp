@@ -56,9 +56,6 @@ std::vector<std::vector<SampleOut>> Engine::verify_chunks(LaunchedStep& s) {
     r.accepted_ema = 0.75f * r.accepted_ema + 0.25f * static_cast<float>(a);
     r.draft_len = static_cast<int32_t>(
         std::clamp<long>(std::lround(r.accepted_ema) + 1, 1, params_.speculative_num_draft_tokens));
-    sched_->accept(c, a + 1);
-    r.drafts.clear();
-    r.draft_probs.clear();
   }
   return emit;
 }

@@ -194,22 +194,32 @@ void Engine::collect(LaunchedStep& s) {
   }
   std::vector<int64_t> starts;  // per chunk: where it began (the proposer's rows)
   for (const ScheduledChunk& c : s.chunks) starts.push_back(c.req->n_computed);
-  sched_->commit(s.chunks);
   const int64_t step = steps_++;
-  for (const Request* r : prefilled) emit_progress(*r, step);
   std::vector<std::pair<Request*, int32_t>> finished;
-  for (size_t i = 0; i < s.chunks.size(); ++i) {
-    Request& r = *s.chunks[i].req;
-    if (i < verified.size() && !verified[i].empty()) {
-      for (const SampleOut& o : verified[i]) {
-        const int32_t reason = emit_token(r, o, step);
-        if (reason == PE_FINISH_NONE) continue;
-        finished.emplace_back(&r, reason);
-        break;  // tokens after a stop are dropped
-      }
-      continue;
+  // Verify chunks first: their accepted drafts join r.tokens before the commit hashes the blocks
+  // they complete; the chunk keeps the tokens up to the last one emitted (a stop ends it early).
+  for (size_t i = 0; i < verified.size(); ++i) {
+    if (verified[i].empty()) continue;
+    ScheduledChunk& c = s.chunks[i];
+    Request& r = *c.req;
+    int64_t emitted = 0;
+    for (const SampleOut& o : verified[i]) {
+      const int32_t reason = emit_token(r, o, step);
+      ++emitted;
+      if (reason == PE_FINISH_NONE) continue;
+      finished.emplace_back(&r, reason);
+      break;  // tokens after a stop are dropped
     }
+    sched_->accept(c, std::min<int64_t>(emitted, static_cast<int64_t>(verified[i].size())));
+    r.drafts.clear();
+    r.draft_probs.clear();
+  }
+  sched_->commit(s.chunks);
+  for (const Request* r : prefilled) emit_progress(*r, step);
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    if (i < verified.size() && !verified[i].empty()) continue;
     if (s.job_of[i] < 0) continue;
+    Request& r = *s.chunks[i].req;
     int32_t reason = emit_token(r, samples_.at(static_cast<size_t>(s.job_of[i])), step);
     if (r.mask_timed_out) reason = PE_FINISH_ERROR;
     if (reason != PE_FINISH_NONE) finished.emplace_back(&r, reason);
