@@ -235,3 +235,20 @@ def test_server_reports_acceptance_in_usage_and_metrics():
         assert "pyengine_spec_verifies_total" in metrics
     finally:
         llm.close()
+
+
+def test_stops_inside_accepted_drafts_end_the_output_where_plain_decoding_does():
+    outs = {}
+    for algo in ("none", "mtp"):
+        with LLM(max_model_len=2048, speculative_algorithm=algo, speculative_num_draft_tokens=5) as llm:
+            prompts = chat_prompts(llm, 4)
+            stop_id = llm.tokenizer.encode(" the")[0]
+            sps = [SamplingParams(max_tokens=300, temperature=0.0), SamplingParams(max_tokens=37, temperature=0.0),
+                   SamplingParams(max_tokens=300, temperature=0.0, stop_token_ids=[stop_id]),
+                   SamplingParams(max_tokens=300, temperature=0.0, logprobs=2)]  # fmt: skip
+            res = llm.generate(prompt_token_ids=prompts, sampling_params=sps)
+            outs[algo] = [(o.token_ids, o.finish_reason, [round(e["logprob"], 4) for e in o.logprobs or []])
+                          for o in res]  # fmt: skip
+            assert llm.stats()["running"] == 0 and llm.stats()["kv_pages_free"] == llm.stats()["kv_pages_total"]
+    assert outs["mtp"] == outs["none"]
+    assert outs["none"][2][1] == "stop" and outs["none"][3][2]  # a stop id ended one; logprobs came
