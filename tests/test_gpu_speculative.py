@@ -32,7 +32,7 @@ def run(llm, prompts, n_tokens):
 
 @pytest.mark.parametrize("model", [None, os.path.join(DATA, "ckpt_wrapper_bf16")])
 def test_cuda_spec_equals_plain_at_temperature_0(model):
-    kw = dict(device="cuda", max_model_len=2048, max_batch=16, chunked_prefill_size=128)
+    kw = {"device": "cuda", "max_model_len": 2048, "max_batch": 16, "chunked_prefill_size": 128}
     with LLM(model, **kw) as llm:
         if model is None:
             prompts = chat_prompts(llm, 16)

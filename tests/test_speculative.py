@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 import pytest
-
 from chi_square import goodness_of_fit, homogeneity
+
 from pyengine import LLM, SamplingParams
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-from bench_gpu import CONFIG_27B  # noqa: E402
+from bench_gpu import CONFIG_27B
 
 
 def write_config(layers: int) -> str:
@@ -44,7 +44,8 @@ def write_config(layers: int) -> str:
 def measure(model_dir: str, k: int, batch: int, tokens: int) -> dict:
     from pyengine import LLM, SamplingParams
 
-    kw = dict(device="cuda", load_format="dummy", max_model_len=4096, max_batch=batch, prefix_cache=False)
+    kw = {"device": "cuda", "load_format": "dummy", "max_model_len": 4096, "max_batch": batch,
+          "prefix_cache": False}
     if k:
         kw.update(speculative_algorithm="mtp", speculative_num_draft_tokens=k)
     with LLM(model_dir, **kw) as llm:
