@@ -252,3 +252,21 @@ def test_stops_inside_accepted_drafts_end_the_output_where_plain_decoding_does()
             assert llm.stats()["running"] == 0 and llm.stats()["kv_pages_free"] == llm.stats()["kv_pages_total"]
     assert outs["mtp"] == outs["none"]
     assert outs["none"][2][1] == "stop" and outs["none"][3][2]  # a stop id ended one; logprobs came
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_default_model_50_prompts_spec_equals_plain(k):
+    """50 chat prompts (the bench set, cycled, each with its index so no two are equal), alone and
+    8 at a time beside a long prefill, prefix cache on."""
+    kw = {"max_model_len": 2048, "max_batch": 16, "chunked_prefill_size": 128}
+    with LLM(**kw) as llm:
+        base = chat_prompts(llm, 50)
+        prompts = [p[:-4] + llm.tokenizer.encode(f" ({i})") + p[-4:] for i, p in enumerate(base)]
+        long_prompt = llm.tokenizer.encode("The history of the printing press. " * 120)[:1200]
+        solo = [run(llm, [p], 64)[0] for p in prompts]
+        groups = [prompts[i : i + 8] + [long_prompt] for i in range(0, 50, 8)]
+        batched = [run(llm, g, 48) for g in groups]
+    with LLM(speculative_algorithm="mtp", speculative_num_draft_tokens=k, **kw) as llm:
+        assert [run(llm, [p], 64)[0] for p in prompts] == solo
+        assert [run(llm, g, 48) for g in groups] == batched
