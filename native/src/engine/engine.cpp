@@ -184,7 +184,7 @@ std::unique_ptr<Request> Engine::make_request(const int32_t* tokens, int64_t n, 
   // Grammar masks come one token at a time, after the token before: such requests decode plainly.
   r->speculative = proposer_ && sp.speculative && !r->token_mask;
   r->draft_len = params_.speculative_num_draft_tokens;
-  r->accepted_ema = static_cast<float>(r->draft_len);
+  for (float& rate : r->accept_rate) rate = 1.0f;  // optimistic: start at the most drafts
   return r;
 }
 

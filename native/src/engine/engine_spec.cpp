@@ -1,10 +1,14 @@
 // Speculative decoding in the engine (engine.h): the option checks, the verify of a step's verify
 // chunks with its rollback, the adaptive draft length, and the proposer's turn after each step.
 //
-// Design decision (adaptive draft length): each request keeps a running mean of the drafts its
-// verifies accepted (exponential, weight 1/4 on the newest) and drafts round(mean) + 1 next time,
-// within [1, speculative_num_draft_tokens]: a request whose drafts keep failing spends one draft
-// per step, one whose drafts are all accepted grows back to the maximum one token per step.
+// Design decision (adaptive draft length): each request keeps a running acceptance rate per draft
+// position (exponential, weight 1/5 on the newest verify that drafted it) and drafts the leading
+// positions whose rate is at least kMinAcceptRate next time, at least one, at most
+// speculative_num_draft_tokens. A draft costs a head step and a verify row whether it is accepted
+// or not, about a quarter of a decode step on the CPU, so a position accepted less than ~30 % of
+// the time costs more than it brings (measured: the default model on code accepts position 3 at
+// 0.2, and drafting it made the whole run 20 % slower than stopping at 2). A position past the
+// drafted ones moves up when a verify accepts every draft, so the length grows back.
 #include <algorithm>
 #include <cmath>
 
@@ -12,6 +16,9 @@
 #include "engine/engine.h"
 
 namespace pe {
+
+static constexpr float kMinAcceptRate = 0.3f;
+static constexpr float kRateWeight = 0.2f;
 
 void Engine::check_speculative() const {
   const int32_t algo = params_.speculative_algorithm;
@@ -53,9 +60,13 @@ std::vector<std::vector<SampleOut>> Engine::verify_chunks(LaunchedStep& s) {
         ++r.spec_accepted[j];
       }
     }
-    r.accepted_ema = 0.75f * r.accepted_ema + 0.25f * static_cast<float>(a);
-    r.draft_len = static_cast<int32_t>(
-        std::clamp<long>(std::lround(r.accepted_ema) + 1, 1, params_.speculative_num_draft_tokens));
+    const int64_t k_max = params_.speculative_num_draft_tokens;
+    for (int64_t j = 0; j < c.n_drafts; ++j)
+      r.accept_rate[j] += kRateWeight * ((j < a ? 1.0f : 0.0f) - r.accept_rate[j]);
+    if (a == c.n_drafts && a < k_max) r.accept_rate[a] += kRateWeight * (1.0f - r.accept_rate[a]);
+    int32_t len = 1;
+    while (len < k_max && r.accept_rate[len] >= kMinAcceptRate) ++len;
+    r.draft_len = len;
   }
   return emit;
 }

@@ -30,7 +30,7 @@ struct Request : Sequence {
   std::vector<int32_t> drafts;
   std::vector<float> draft_probs;
   int32_t draft_len = 0;               // drafts to propose next (adapted to its acceptance)
-  float accepted_ema = 0.0f;           // running mean of accepted drafts per verify
+  float accept_rate[PE_SPEC_MAX_DRAFT] = {};  // running acceptance per draft position (engine_spec.cpp)
   int32_t spec_drafted[PE_SPEC_MAX_DRAFT] = {};   // per draft position
   int32_t spec_accepted[PE_SPEC_MAX_DRAFT] = {};
 };
