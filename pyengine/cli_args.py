@@ -61,6 +61,18 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def int_in(low: int, high: int):
+    """An int type for argparse accepting low <= x <= high."""
+
+    def parse(text: str) -> int:
+        value = _int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}]: {text!r}")
+        return value
+
+    return parse
+
+
 def port_number(text: str) -> int:
     value = _int(text)
     if not 0 <= value <= 65535:
@@ -163,6 +175,16 @@ def add_engine_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
                         "of its full-chunk speed; < 0: off)")
     p.add_argument("--tp", "--tensor_parallel_size", dest="tensor_parallel_size", type=positive_int, default=1,
                    help="ranks the model is split over, one process each (one GPU each on cuda; default: 1)")
+    p.add_argument("--speculative_algorithm", default="none", choices=["none", "mtp", "dflash"],
+                   help="speculative decoding: mtp drafts with the checkpoint's MTP head, verified in the "
+                        "normal step, lossless at every temperature (default: none)")
+    p.add_argument("--speculative_draft_model_path", default=None,
+                   help="the DFlash draft model's directory (speculative_algorithm dflash)")
+    p.add_argument("--speculative_num_draft_tokens", type=int_in(1, 8), default=3,
+                   help="the most drafts a request verifies per step, 1-8; each request adapts its own "
+                        "number to its acceptance within it (default: 3)")
+    p.add_argument("--draft_quant", default=None, choices=["none", "fp8", "int8", "nvfp4"],
+                   help="quantize the DFlash draft's weights at load (default: none)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
@@ -183,4 +205,8 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         overlap_schedule=None if args.overlap_schedule == "auto" else args.overlap_schedule == "on",
         max_step_ms=args.max_step_ms,
         tensor_parallel_size=args.tensor_parallel_size,
+        speculative_algorithm=args.speculative_algorithm,
+        speculative_draft_model_path=args.speculative_draft_model_path,
+        speculative_num_draft_tokens=args.speculative_num_draft_tokens,
+        draft_quant=args.draft_quant,
     )

@@ -42,6 +42,30 @@ class EngineArgs:
     # that keeps a long prefill at 80 % of its full-chunk rate); < 0: off.
     max_step_ms: float = 0.0
     tensor_parallel_size: int = 1  # ranks (processes, one GPU each on CUDA) the model is split over
+    # Speculative decoding: none, mtp (the checkpoint's MTP head drafts) or dflash (a DFlash draft
+    # model at speculative_draft_model_path; its weights quantized on load as draft_quant).
+    speculative_algorithm: str = "none"
+    speculative_draft_model_path: str | None = None
+    speculative_num_draft_tokens: int = 3  # the most drafts per verify step (1 .. 8)
+    draft_quant: str | None = None  # none, fp8, int8, nvfp4
+
+
+SPECULATIVE_ALGORITHMS = {"none": 0, "mtp": 1, "dflash": 2}  # PE_SPEC_*
+DRAFT_QUANTS = ("none", "fp8", "int8", "nvfp4")
+
+
+def check_speculative(args: EngineArgs) -> None:
+    """ValueError naming the speculative option that is wrong."""
+    if args.speculative_algorithm not in SPECULATIVE_ALGORITHMS:
+        raise ValueError(f"speculative_algorithm must be one of {', '.join(SPECULATIVE_ALGORITHMS)}; "
+                         f"got {args.speculative_algorithm!r}")  # fmt: skip
+    k = args.speculative_num_draft_tokens
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 8:
+        raise ValueError(f"speculative_num_draft_tokens must be an int in [1, 8], got {k!r}")
+    if args.draft_quant is not None and args.draft_quant not in DRAFT_QUANTS:
+        raise ValueError(f"draft_quant must be one of {', '.join(DRAFT_QUANTS)}; got {args.draft_quant!r}")
+    if args.speculative_algorithm == "dflash" and not args.speculative_draft_model_path:
+        raise ValueError("speculative_algorithm dflash needs speculative_draft_model_path (the draft's directory)")
 
 
 # kv_cache_dtype names -> PE_DTYPE_* codes.
@@ -71,6 +95,9 @@ class RawEvent:
     cached_tokens: int = 0
     error: str | None = None
     prompt_computed: int | None = None  # a progress event: prompt tokens in place so far
+    # A finished event: the request's drafts and accepted drafts per draft position (speculative).
+    spec_drafted: list[int] | None = None
+    spec_accepted: list[int] | None = None
 
 
 @dataclass
@@ -102,6 +129,9 @@ class NativeEngine:
         p.cuda_graphs = int(bool(args.cuda_graphs))
         p.overlap_schedule = -1 if args.overlap_schedule is None else int(bool(args.overlap_schedule))
         p.max_step_ms = float(args.max_step_ms)
+        check_speculative(args)
+        p.speculative_algorithm = SPECULATIVE_ALGORITHMS[args.speculative_algorithm]
+        p.speculative_num_draft_tokens = int(args.speculative_num_draft_tokens)
         for i in range(8):
             p.eos_token_ids[i] = eos_token_ids[i] if i < len(eos_token_ids) else -1
         out = n.ffi.new("pe_engine**")
@@ -190,6 +220,7 @@ class NativeEngine:
         c.stop_token_ids = stop_ids
         c.n_stop_token_ids = len(sp.stop_token_ids or [])
         c.logprobs = -1 if sp.logprobs is None else sp.logprobs
+        c.speculative = int(bool(sp.speculative))
         return stop_ids
 
     def cancel(self, request_id: int) -> None:
@@ -203,7 +234,14 @@ class NativeEngine:
         out = {}
         for name in dir(s):
             value = getattr(s, name)
-            out[name] = value if isinstance(value, (int, float)) else self._histogram(value)
+            if isinstance(value, (int, float)):
+                out[name] = value
+            elif n.ffi.typeof(value).kind == "array":
+                out[name] = list(value)
+            else:
+                out[name] = self._histogram(value)
+        out.update(speculative_summary(out.pop("spec_drafted"), out.pop("spec_accepted"),
+                                       out["spec_verifies"], out["spec_emitted_tokens"]))  # fmt: skip
         out["plan"] = self.plan()
         return out
 
@@ -255,6 +293,7 @@ class NativeEngine:
                 finished=True, step=ev.step, time=ev.time, prompt_tokens=ev.prompt_tokens,
                 cached_tokens=ev.cached_tokens,
                 error=n.ffi.string(ev.error_message).decode("utf-8", "replace") or None,
+                spec_drafted=list(ev.spec_drafted), spec_accepted=list(ev.spec_accepted),
             )  # fmt: skip
         else:
             if extras is not None and extras.constraint is not None:
@@ -288,6 +327,25 @@ class NativeEngine:
         for q in queues.values():
             q.put(RawEvent(None, None, None, "cancelled", True, -1, 0.0))
         self.handle = n.ffi.NULL
+
+
+def speculative_summary(drafted: list[int], accepted: list[int], verifies: int | None = None,
+                        emitted: int | None = None) -> dict:  # fmt: skip
+    """Acceptance per draft position (positions that were drafted), as counts and rates, with the
+    names the bench tools read (pyengine/tools/metrics.py); the mean accepted length (tokens per
+    verify: accepted drafts + 1); per request the counts give the verifies (each drafts position 1)."""
+    if verifies is None:
+        verifies = drafted[0] if drafted else 0
+        emitted = sum(accepted) + verifies
+    k = max((i + 1 for i, d in enumerate(drafted) if d), default=0)
+    out = {
+        "spec_drafted_per_position": list(drafted[:k]),
+        "spec_accepted_per_position": list(accepted[:k]),
+        "spec_accept_per_position": [a / d if d else 0.0 for a, d in zip(accepted[:k], drafted[:k])],
+    }
+    out["spec_verifies"] = verifies
+    out["spec_mean_accepted_length"] = emitted / verifies if verifies else 0.0
+    return out
 
 
 def default_seed() -> int:

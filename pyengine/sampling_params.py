@@ -41,6 +41,8 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     # A grammar the output must follow (structured_outputs.StructuredOutputsParams).
     structured_outputs: object | None = None
+    # False: this request decodes one token per step even when the engine speculates.
+    speculative: bool = True
 
     def __post_init__(self) -> None:
         self.max_tokens = _int_in("max_tokens", self.max_tokens, 1, _INT32_MAX)
@@ -75,7 +77,7 @@ class SamplingParams:
 
             if not isinstance(self.structured_outputs, StructuredOutputsParams):
                 raise ValueError("structured_outputs must be a StructuredOutputsParams")
-        for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output"):
+        for name in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output", "speculative"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 

@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .engine import RawEvent
+from .engine import RawEvent, speculative_summary
 from .sampling_params import SamplingParams
 from .stop_strings import StopStringMatcher
 from .tokenizer import Tokenizer
@@ -31,6 +31,8 @@ class StreamEvent:
     # While the prompt prefills (return_progress): llama.cpp's {total, cache, processed, time_ms},
     # processed counting cached tokens, time_ms since the request was submitted.
     prompt_progress: dict | None = None
+    # The finished event: speculative acceptance of this request (engine.speculative_summary).
+    speculative: dict | None = None
 
 
 @dataclass
@@ -48,6 +50,7 @@ class RequestOutput:
     reasoning: str | None = None
     content: str | None = None
     tool_calls: list[dict] | None = None
+    speculative: dict | None = None  # acceptance per draft position, mean accepted length
 
 
 class RequestStream:
@@ -122,6 +125,8 @@ class RequestStream:
             token_steps=[r.step for r in raws if r.token is not None][: len(tokens)],
             token_times=[r.time for r in raws if r.token is not None][: len(tokens)],
             prompt_progress=None if progress is None else self._progress(progress),
+            speculative=speculative_summary(last.spec_drafted, last.spec_accepted)
+            if finished and last.spec_drafted is not None else None,
         )  # fmt: skip
 
     def _progress(self, r: RawEvent) -> dict:
@@ -151,5 +156,6 @@ class RequestStream:
                 out.finish_reason = ev.finish_reason
                 out.cached_tokens = ev.cached_tokens
                 out.error = ev.error
+                out.speculative = ev.speculative
         out.logprobs = logprobs if self.sampling_params.logprobs is not None else None
         return out

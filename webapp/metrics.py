@@ -50,6 +50,13 @@ _COUNTERS = {
                                "Tokens overlapped steps computed for requests that had ended"),
     "paced_steps": ("engine_paced_steps", "Steps whose prefill was sized to a time limit (max_step_ms)"),
     "cost_model_steps": ("engine_cost_model_steps", "Steps the step-cost model learned from"),
+    "spec_verifies": ("spec_verifies", "Speculative verify steps (one per sequence and step)"),
+    "spec_emitted_tokens": ("spec_emitted_tokens", "Tokens speculative verify steps emitted (accepted drafts + 1)"),
+}
+# Per draft position (label position="1".."k"): speculative drafts proposed and accepted.
+_POSITION_COUNTERS = {
+    "spec_drafted_per_position": ("spec_draft_tokens", "Speculative drafts proposed, per draft position"),
+    "spec_accepted_per_position": ("spec_accepted_tokens", "Speculative drafts accepted, per draft position"),
 }
 # Histograms the engine fills (pe_histogram: per-bucket counts, the last above the last bound).
 _HISTOGRAMS = {
@@ -103,6 +110,12 @@ class _EngineCollector:
         for key, value in stats.items():
             if key in _HISTOGRAMS and isinstance(value, dict):
                 yield _histogram(*_HISTOGRAMS[key], value)
+            if key in _POSITION_COUNTERS and isinstance(value, list):
+                name, doc = _POSITION_COUNTERS[key]
+                family = CounterMetricFamily(f"pyengine_{name}", doc, labels=["position"])
+                for i, count in enumerate(value):
+                    family.add_metric([str(i + 1)], float(count))
+                yield family
             if not _is_number(value):
                 continue
             if key in _GAUGES:

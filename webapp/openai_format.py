@@ -58,10 +58,26 @@ def completion_logprobs(entries, top_n: int, text_offset: int,
              "text_offset": offsets}, text_offset)
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+          speculative: list[dict | None] | None = None) -> dict:
+    """OpenAI's usage; with speculative decoding also the choices' drafts and accepted drafts per
+    draft position, their rates and the mean accepted length (spec_* fields, as vLLM-style bench
+    tools read them)."""
+    out = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+           "total_tokens": prompt_tokens + completion_tokens,
+           "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+    spec = [s for s in speculative or () if s and s.get("spec_drafted_per_position")]
+    if spec:
+        k = max(len(s["spec_drafted_per_position"]) for s in spec)
+        drafted = [sum(s["spec_drafted_per_position"][i] for s in spec if i < len(s["spec_drafted_per_position"]))
+                   for i in range(k)]
+        accepted = [sum(s["spec_accepted_per_position"][i] for s in spec if i < len(s["spec_accepted_per_position"]))
+                    for i in range(k)]
+        out["spec_drafted_per_position"] = drafted
+        out["spec_accepted_per_position"] = accepted
+        out["spec_accept_per_position"] = [a / d if d else 0.0 for a, d in zip(accepted, drafted)]
+        out["spec_mean_accepted_length"] = (sum(accepted) + drafted[0]) / drafted[0]
+    return out
 
 
 def error_chunk(message: str, type_: str = "server_error", code: str | None = None) -> dict:
@@ -84,6 +100,7 @@ class ChoiceState:
         self.logprobs: list = []
         self.completion_tokens = 0
         self.cached_tokens = 0
+        self.speculative = None  # the finished event's acceptance counts (speculative decoding)
         self.finish_reason = None
         self.error = None
         self.text_offset = 0
@@ -112,6 +129,7 @@ class ChoiceState:
             self.error = ev.error if ev.finish_reason == "error" else None
             self.completion_tokens = ev.completion_tokens or self.completion_tokens
             self.cached_tokens = ev.cached_tokens or 0
+            self.speculative = getattr(ev, "speculative", None)
         return reasoning, content
 
     def _split_tool_calls(self, content: str, finished: bool) -> str:

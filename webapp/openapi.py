@@ -77,6 +77,7 @@ _SAMPLING = {
     "stream_options": _nullable({"type": "object", "description": "only with stream: true",
                                  "properties": {"include_usage": _BOOL}}),
     "ignore_eos": _BOOL,
+    "speculative": _BOOL,
     "skip_special_tokens": _BOOL,
     "include_stop_str_in_output": _BOOL,
     "return_tokens_as_token_ids": _BOOL,
@@ -189,7 +190,11 @@ _USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "
           "properties": {"prompt_tokens": _INT, "completion_tokens": _INT,
                          "total_tokens": _INT,
                          "prompt_tokens_details": {"type": "object", "properties": {
-                             "cached_tokens": _INT}}}}
+                             "cached_tokens": _INT}},
+                         "spec_drafted_per_position": {"type": "array", "items": _INT},
+                         "spec_accepted_per_position": {"type": "array", "items": _INT},
+                         "spec_accept_per_position": {"type": "array", "items": {"type": "number"}},
+                         "spec_mean_accepted_length": {"type": "number"}}}
 _FINISH = _nullable({"enum": ["stop", "length"]})
 _HEAD = {"id": _STR, "created": _INT, "model": _STR}
 _CHAT_RESPONSE = {

@@ -215,6 +215,7 @@ def parse_sampling(body: dict, chat: bool) -> SamplingRequest:
         "skip_special_tokens": get_bool(body, "skip_special_tokens", True),
         "include_stop_str_in_output": get_bool(body, "include_stop_str_in_output", False),
         "logprobs": logprobs,
+        "speculative": get_bool(body, "speculative", True),
     }
     kwargs["top_k"] = max(kwargs["top_k"], 0)
     seed = get_int(body, "seed", None)

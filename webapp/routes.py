@@ -293,4 +293,4 @@ def _collect(gen: Generation, choices) -> None:
 
 def _usage(choices, prompt_lens) -> dict:
     return usage(sum(prompt_lens), sum(c.completion_tokens for c in choices),
-                 max((c.cached_tokens for c in choices), default=0))
+                 max((c.cached_tokens for c in choices), default=0), [c.speculative for c in choices])

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* cffi-begin */
-#define PE_API_VERSION 6
+#define PE_API_VERSION 7
 
 /* Status codes. */
 #define PE_OK 0
@@ -56,6 +56,13 @@ extern "C" {
 #define PE_FINISH_ERROR 4     /* error_message in the event says why */
 
 #define PE_MAX_TOP_LOGPROBS 20
+
+/* Speculative decoding: proposers of pe_engine_params.speculative_algorithm, and the most draft
+ * tokens a verify step takes per sequence (also the length of the per-position counters). */
+#define PE_SPEC_NONE 0
+#define PE_SPEC_MTP 1    /* the checkpoint's MTP head drafts k tokens in a chain */
+#define PE_SPEC_DFLASH 2 /* a DFlash draft model proposes a block (not in this build's engine yet) */
+#define PE_SPEC_MAX_DRAFT 8
 #define PE_ERROR_MESSAGE_SIZE 256
 
 /* Library version and build. */
@@ -271,11 +278,15 @@ typedef struct pe_engine_params {
                                     at 80 % of its full-chunk rate (where none can: prefill taking
                                     80 % of the step); < 0: off, prefill always in full chunks.
                                     Finite values only. */
+  int32_t speculative_algorithm; /* PE_SPEC_*: NONE (default) or MTP (needs mtp.* tensors) */
+  int32_t speculative_num_draft_tokens; /* k, the most drafts per verify step: 1 .. PE_SPEC_MAX_DRAFT
+                                    (each request adapts its own k within it to its acceptance) */
 } pe_engine_params;
 
 /* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,
  * prefix_cache 1, kv_page_size 16, snapshot_interval_pages 16, gpu_mem_ratio 0.9, no eos,
- * kv_cache_dtype F32, cuda_graphs 0, overlap_schedule -1, max_step_ms 0. */
+ * kv_cache_dtype F32, cuda_graphs 0, overlap_schedule -1, max_step_ms 0, speculative_algorithm
+ * NONE, speculative_num_draft_tokens 3. */
 pe_engine_params pe_engine_default_params(void);
 
 typedef struct pe_memory_plan {
@@ -289,6 +300,11 @@ typedef struct pe_memory_plan {
   int64_t sessions_at_full_context;   /* sessions that fit with max_model_len each */
   int64_t budget_bytes;               /* the budget the plan was made from */
   int64_t used_bytes;                 /* pages + slots + snapshots */
+  int64_t spec_state_slots;           /* GDN slots holding the state after each draft position
+                                         during a verify (max_batch x k; counted in gdn_slots' bytes
+                                         of used_bytes) */
+  int64_t kv_layers;                  /* attention layers a KV page holds: the model's, + 1 for
+                                         the MTP head's own KV when it drafts */
 } pe_memory_plan;
 
 typedef struct pe_engine pe_engine;
@@ -316,6 +332,9 @@ typedef struct pe_sampling_params {
   int32_t n_stop_token_ids;
   int32_t logprobs;         /* -1: none; n >= 0: token logprob and top-n (n <= 20) */
   int32_t token_mask;       /* 1: each token waits for its pe_engine_set_token_mask (grammars) */
+  int32_t speculative;      /* 1: drafted and verified when the engine speculates (a request with
+                               token_mask runs without: its masks come one token at a time);
+                               0: plain decode */
 } pe_sampling_params;
 
 /* Queues a request and returns at once with its id (ids start at 1). Thread-safe.
@@ -369,6 +388,10 @@ typedef struct pe_event {
   int64_t cached_tokens;        /* FINISHED, PROGRESS: prompt tokens served from the prefix cache */
   int64_t prompt_computed;      /* PROGRESS: prompt tokens in place (cached ones included) */
   char error_message[256];      /* PE_FINISH_ERROR */
+  /* FINISHED: the request's speculative drafts per draft position (1-based position i at [i - 1])
+   * and how many of them were accepted; zeros without speculation. */
+  int32_t spec_drafted[8];
+  int32_t spec_accepted[8];
 } pe_event;
 
 /* Moves up to max_events pending events into `out`, waiting up to timeout_ms for the first
@@ -433,6 +456,13 @@ typedef struct pe_engine_stats {
   pe_histogram step_seconds;      /* measured step times */
   pe_histogram decode_itl_seconds;/* time between a request's consecutive tokens, in the engine */
   pe_histogram prefill_tokens_per_step;
+  /* Speculative decoding, over all requests: verify steps (one per sequence and step), drafts
+   * proposed and accepted per draft position (position i at [i - 1]), tokens emitted by verify
+   * steps (accepted drafts + one each); mean accepted length = spec_emitted_tokens / spec_verifies. */
+  int64_t spec_verifies;
+  int64_t spec_emitted_tokens;
+  int64_t spec_drafted[8];
+  int64_t spec_accepted[8];
 } pe_engine_stats;
 
 int32_t pe_engine_get_stats(pe_engine* engine, pe_engine_stats* out);

@@ -27,6 +27,8 @@ pe_engine_params pe_engine_default_params(void) {
   for (int32_t& id : p.eos_token_ids) id = -1;
   p.overlap_schedule = -1;
   p.max_step_ms = 0.0f;
+  p.speculative_algorithm = PE_SPEC_NONE;
+  p.speculative_num_draft_tokens = 3;
   return p;
 }
 

@@ -38,12 +38,12 @@ float* GdnPool::conv_state(int32_t slot, int64_t l) {
 
 float* GdnPool::recurrent_state(int32_t slot, int64_t l) { return conv_state(slot, l) + conv_floats_; }
 
-int32_t GdnPool::alloc_running() {
+int32_t GdnPool::alloc_running(bool zeroed) {
   if (free_running_.empty()) return -1;
   int32_t s = free_running_.back();
   free_running_.pop_back();
   in_use_[s] = true;
-  zero(s);
+  if (zeroed) zero(s);
   return s;
 }
 

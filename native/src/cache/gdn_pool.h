@@ -30,7 +30,9 @@ class GdnPool {
   float* conv_state(int32_t slot, int64_t gdn_layer);
   float* recurrent_state(int32_t slot, int64_t gdn_layer);
 
-  int32_t alloc_running();   // zeroed slot, or -1
+  // A running slot, zeroed (a new sequence's) or not (one a forward fills: speculative decoding's
+  // per-position states), or -1.
+  int32_t alloc_running(bool zeroed = true);
   int32_t alloc_snapshot();  // slot (contents undefined), or -1
   void release(int32_t slot);
   void zero(int32_t slot);

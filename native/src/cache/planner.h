@@ -1,5 +1,6 @@
 // Memory planner: splits one byte budget between GDN state slots (one per running sequence, plus
-// prefix-cache snapshots) and KV pages, and says what that buys. It never lowers max_batch: when
+// speculative decoding's per-position states and prefix-cache snapshots) and KV pages (of every
+// attention layer of the shape: a drafter's own KV layer included), and says what that buys. It never lowers max_batch: when
 // the asked configuration cannot fit, plan_memory throws with the numbers.
 #pragma once
 #include <cstdint>
@@ -18,6 +19,9 @@ struct PlanRequest {
   int64_t page_size = 16;
   bool prefix_cache = true;
   DType kv_dtype = DType::F32;
+  // Speculative decoding: GDN slots per running sequence for the states after each draft
+  // position of a verify (the rollback states).
+  int64_t spec_slots_per_seq = 0;
 };
 
 pe_memory_plan plan_memory(const CacheShape& shape, const PlanRequest& req);

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "engine/mtp_proposer.h"
 
 namespace pe {
 
@@ -28,6 +29,13 @@ static void check_params(const pe_engine_params& p) {
          "max_step_ms must be a finite number (> 0: a limit in ms, 0: derived, < 0: off), got ", p.max_step_ms);
   if (!(p.gpu_mem_ratio > 0.0f && p.gpu_mem_ratio <= 1.0f))
     fail(PE_ERR_INVALID_ARGUMENT, "gpu_mem_ratio must be in (0, 1], got ", p.gpu_mem_ratio);
+  if (p.speculative_algorithm < PE_SPEC_NONE || p.speculative_algorithm > PE_SPEC_DFLASH)
+    fail(PE_ERR_INVALID_ARGUMENT, "speculative_algorithm must be 0 (none), 1 (mtp) or 2 (dflash), got ",
+         p.speculative_algorithm);
+  if (p.speculative_algorithm != PE_SPEC_NONE &&
+      (p.speculative_num_draft_tokens < 1 || p.speculative_num_draft_tokens > PE_SPEC_MAX_DRAFT))
+    fail(PE_ERR_INVALID_ARGUMENT, "speculative_num_draft_tokens must be in [1, ", PE_SPEC_MAX_DRAFT, "], got ",
+         p.speculative_num_draft_tokens);
 }
 
 Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : model_(model), params_(params), tp_(tp) {
@@ -40,7 +48,14 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
   if (params_.max_model_len > cfg.max_positions && cfg.max_positions > 0)
     fail(PE_ERR_INVALID_ARGUMENT, "max_model_len ", params_.max_model_len, " exceeds the model's max_position_embeddings ",
          cfg.max_positions);
+  check_speculative();
+  const bool spec = params_.speculative_algorithm != PE_SPEC_NONE;
+  const int64_t k = spec ? params_.speculative_num_draft_tokens : 0;
+  // The MTP head's KV is one more attention layer of the pages.
+  CacheShape shape = cfg;
+  if (spec) shape.n_attn_layers += 1;
   PlanRequest pr;
+  pr.spec_slots_per_seq = k;
   pr.max_batch = params_.max_batch;
   pr.max_model_len = params_.max_model_len;
   pr.page_size = params_.kv_page_size;
@@ -51,17 +66,18 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
   sp.chunked_prefill_size = params_.chunked_prefill_size;
   sp.max_num_batched_tokens = params_.max_num_batched_tokens
                                   ? params_.max_num_batched_tokens
-                                  : params_.chunked_prefill_size + params_.max_batch;
+                                  : params_.chunked_prefill_size + params_.max_batch * (1 + k);
   sp.cooperative_prefill = params_.cooperative_prefill != 0;
   // Workspace first, so the memory measured for the pools is what the steps leave free.
-  model_.reserve(sp.max_num_batched_tokens, params_.max_batch, params_.max_model_len);
+  model_.reserve(sp.max_num_batched_tokens, params_.max_batch * (1 + k), params_.max_model_len);
   pr.budget_bytes = memory_budget(pr);
-  plan_ = plan_memory(cfg, pr);
+  plan_ = plan_memory(shape, pr);
   std::fprintf(stderr, "pyengine: %s\n", describe_plan(plan_).c_str());
 
   const Device dev = model_.device();
-  kv_ = std::make_unique<KvPool>(cfg, plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype, dev);
-  gdn_ = std::make_unique<GdnPool>(cfg, plan_.gdn_slots, plan_.snapshot_slots, dev);
+  kv_ = std::make_unique<KvPool>(shape, plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype, dev);
+  gdn_ = std::make_unique<GdnPool>(shape, plan_.gdn_slots + plan_.spec_state_slots, plan_.snapshot_slots, dev);
+  if (params_.speculative_algorithm == PE_SPEC_MTP) proposer_ = std::make_unique<MtpProposer>(model_, *kv_);
   if (params_.prefix_cache && plan_.snapshot_slots > 0)
     cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
   if (params_.max_step_ms >= 0.0f)
@@ -83,7 +99,10 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
     shape.reserve_context = params_.max_model_len;
     tp_->setup(shape, *gdn_);
   }
-  overlap_ = !tp_ && (params_.overlap_schedule == 1 || (params_.overlap_schedule < 0 && dev == Device::CUDA));
+  if (spec && params_.overlap_schedule == 1)
+    fail(PE_ERR_INVALID_ARGUMENT, "overlap_schedule on and speculative decoding exclude each other (a verify step's "
+                                  "tokens are read before the next step is planned)");
+  overlap_ = !tp_ && !spec && (params_.overlap_schedule == 1 || (params_.overlap_schedule < 0 && dev == Device::CUDA));
   for (int32_t id : params_.eos_token_ids)
     if (id >= 0) eos_.push_back(id);
   device_bytes_baseline_ = device_bytes_in_use(dev);
@@ -160,6 +179,12 @@ std::unique_ptr<Request> Engine::make_request(const int32_t* tokens, int64_t n, 
   r->stop_ids.assign(sp.stop_token_ids, sp.stop_token_ids + sp.n_stop_token_ids);
   r->logprobs = sp.logprobs;
   r->token_mask = sp.token_mask != 0;
+  if (sp.speculative != 0 && sp.speculative != 1)
+    fail(PE_ERR_INVALID_ARGUMENT, "speculative must be 0 or 1, got ", sp.speculative);
+  // Grammar masks come one token at a time, after the token before: such requests decode plainly.
+  r->speculative = proposer_ && sp.speculative && !r->token_mask;
+  r->draft_len = params_.speculative_num_draft_tokens;
+  for (float& rate : r->accept_rate) rate = 1.0f;  // optimistic: start at the most drafts
   return r;
 }
 
@@ -247,6 +272,10 @@ void Engine::finish(Request* r, int32_t reason, const char* message) {
   ev.prompt_tokens = r->n_prompt;
   ev.cached_tokens = r->n_cached;
   if (message) std::snprintf(ev.error_message, sizeof(ev.error_message), "%s", message);
+  for (int i = 0; i < PE_SPEC_MAX_DRAFT; ++i) {
+    ev.spec_drafted[i] = r->spec_drafted[i];
+    ev.spec_accepted[i] = r->spec_accepted[i];
+  }
   if (r->token_mask) masks_->forget(r->id);
   // A prompt cancelled mid-prefill: what it computed stays cached, so a resend resumes there.
   if (reason == PE_FINISH_CANCELLED && cache_ && r->is_running() && r->n_generated() == 0)
@@ -278,8 +307,9 @@ void Engine::publish_stats() {
   s.kv_pages_total = kv_->n_pages();
   s.kv_pages_cached = cache_ ? cache_->n_pages_held() : 0;
   s.kv_pages_free = kv_->n_free() + s.kv_pages_cached;
-  s.gdn_slots_total = gdn_->n_running();
-  s.gdn_slots_free = gdn_->n_running_free();
+  // Per-position state slots are all free between steps: they count as neither.
+  s.gdn_slots_total = plan_.gdn_slots;
+  s.gdn_slots_free = gdn_->n_running_free() - plan_.spec_state_slots;
   s.snapshot_slots_total = gdn_->n_snapshot();
   s.snapshot_slots_used = gdn_->n_snapshot() - gdn_->n_snapshot_free();
   s.prefix_cache_hit_tokens = cache_ ? cache_->hit_tokens() : 0;
@@ -310,6 +340,12 @@ void Engine::publish_stats() {
   s.step_seconds = step_seconds_.get();
   s.decode_itl_seconds = decode_itl_seconds_.get();
   s.prefill_tokens_per_step = prefill_tokens_per_step_.get();
+  s.spec_verifies = spec_verifies_;
+  s.spec_emitted_tokens = spec_emitted_;
+  for (int i = 0; i < PE_SPEC_MAX_DRAFT; ++i) {
+    s.spec_drafted[i] = spec_drafted_[i];
+    s.spec_accepted[i] = spec_accepted_[i];
+  }
   std::lock_guard<std::mutex> g(stats_mu_);
   stats_ = s;
 }

@@ -11,6 +11,15 @@
 // which is dropped; their pages and slot go back at once, since any later use of them is queued
 // behind that step. Steps that admit, prefill or preempt run one at a time as before
 // (engine_step.cpp).
+//
+// Speculative decoding (engine option speculative_algorithm; engine_spec.cpp): after each step a
+// proposer (engine/proposer.h) drafts up to k tokens per speculating request from the target's
+// kept hidden states; the next step verifies them as one chunk of 1 + k tokens beside the other
+// requests' prefill chunks and decodes, keeping each GDN layer's state after every draft position
+// in spare running slots. After the verify the state after the last accepted token becomes the
+// live slot, the KV rows of rejected drafts fall behind n_computed (pages wholly past it go back)
+// and prefix-cache snapshots taken after a rejected token are released: no replay. Verify steps
+// sample on the host and run one at a time (no overlapped steps while the engine speculates).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -28,11 +37,14 @@
 #include "cache/planner.h"
 #include "cache/prefix_cache.h"
 #include "engine/histogram.h"
+#include "engine/proposer.h"
 #include "engine/scheduler.h"
+#include "engine/spec_verify.h"
 #include "engine/step_cost.h"
 #include "engine/step_pacer.h"
 #include "engine/tp_group.h"
 #include "engine/token_masks.h"
+#include "model/host_sampling.h"
 #include "model/model.h"
 #include "pyengine.h"
 
@@ -81,6 +93,8 @@ class Engine {
     StepPlan plan;                // as schedule() planned it (a follow-up step: its decode rows)
     double begin_time = 0.0;      // when its planning began
     bool overlapped = false;      // queued before the step before it was read
+    std::vector<int32_t> first_row;  // per chunk: its first token row in the batch
+    bool host_sampled = false;       // its jobs were sampled on the host at launch (verify steps)
   };
   void run_step();
   // Queues a step's forward and sampling. in_flight non-empty: an overlapped step, chunk i's
@@ -104,6 +118,15 @@ class Engine {
   // Emits r's sampled token; returns the finish reason it causes (PE_FINISH_NONE: none).
   int32_t emit_token(Request& r, const SampleOut& s, int64_t step);
   int64_t memory_budget(const PlanRequest& pr);
+  // Speculative decoding (engine_spec.cpp).
+  void check_speculative() const;
+  // Drafts r may take next: its adapted length, cut to its remaining tokens, context and pages.
+  int32_t drafts_wanted(Request& r);
+  // Verifies s's verify chunks from the host logits: per chunk the tokens to emit (accepted drafts
+  // and the next token; empty for other chunks). collect emits them, then rolls back (accept).
+  std::vector<std::vector<SampleOut>> verify_chunks(LaunchedStep& s);
+  // After a step: the proposer's state over every committed token, drafts for the next.
+  void propose_after(const LaunchedStep& s, const std::vector<int64_t>& starts, const std::vector<Request*>& finished);
   void finish(Request* r, int32_t reason, const char* message = nullptr);
   void push_event(const pe_event& ev);
   void flush_events();
@@ -122,6 +145,11 @@ class Engine {
   std::unique_ptr<TokenMasks> masks_;
   std::vector<std::vector<uint32_t>> job_masks_;  // per sample job of the launch: its mask words
   std::vector<int32_t> eos_;
+  std::unique_ptr<Proposer> proposer_;  // null: no speculative decoding
+  SpecVerifier verifier_;
+  HostSampler host_sampler_;
+  int64_t spec_verifies_ = 0, spec_emitted_ = 0;
+  int64_t spec_drafted_[PE_SPEC_MAX_DRAFT] = {}, spec_accepted_[PE_SPEC_MAX_DRAFT] = {};
 
   std::mutex in_mu_;
   std::condition_variable in_cv_;

@@ -13,10 +13,14 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
                     const std::vector<int32_t>& from, LaunchedStep& out, std::string& error) {
   const bool fed = !in_flight.empty();
   Batch batch;
-  batch.host_outputs = model_.device() == Device::CPU;
+  bool verify = false;  // a verify step: its logits come to the host on every device
+  for (const ScheduledChunk& c : chunks) verify = verify || c.n_drafts > 0;
+  batch.host_outputs = model_.device() == Device::CPU || verify;
   batch.cuda_graph = params_.cuda_graphs != 0;
+  if (proposer_) batch.keep_hidden = proposer_->hidden_layers();
   out.chunks = std::move(chunks);
   out.job_of.assign(out.chunks.size(), -1);
+  out.first_row.clear();
   jobs_.clear();
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     const ScheduledChunk& c = out.chunks[i];
@@ -28,6 +32,21 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
     out.shape.add(s.n_past, c.n_tokens, c.is_decode);
     s.gdn_slot = r.gdn_slot;
     s.page_table = r.pages.data();
+    out.first_row.push_back(static_cast<int32_t>(batch.tokens.size()));
+    if (c.n_drafts > 0) {
+      // Verify: the next token and the drafts, logits for all; the GDN state after each of the
+      // first n_drafts tokens to its position slot, in offset order with the chunk's snapshots.
+      batch.tokens.push_back(r.tokens[static_cast<size_t>(r.n_computed)]);
+      batch.tokens.insert(batch.tokens.end(), r.drafts.begin(), r.drafts.begin() + c.n_drafts);
+      s.logits = LogitsMode::All;
+      for (const SnapshotPoint& p : c.snapshots) s.snapshots.emplace_back(p.offset, p.slot);
+      for (size_t d = 0; d < c.position_slots.size(); ++d)
+        s.snapshots.emplace_back(static_cast<int64_t>(d) + 1, c.position_slots[d]);
+      std::stable_sort(s.snapshots.begin(), s.snapshots.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      batch.seqs.push_back(std::move(s));
+      continue;
+    }
     const bool last = fed || r.n_computed + c.n_tokens == static_cast<int64_t>(r.tokens.size());
     s.logits = last ? LogitsMode::Last : LogitsMode::None;
     for (const SnapshotPoint& p : c.snapshots) s.snapshots.emplace_back(p.offset, p.slot);
@@ -60,7 +79,12 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
     for (size_t i = 0, k = 0; i < out.chunks.size(); ++i)
       if (out.job_of[i] >= 0) jobs_[k++].row = result_.logit_row_begin[i];
     wait_token_masks(out);
-    model_.sample_launch(result_, jobs_);
+    // A verify step's logits are on the host: its other jobs are sampled there too.
+    out.host_sampled = verify && model_.device() != Device::CPU;
+    if (out.host_sampled)
+      host_sampler_.sample_all(result_, jobs_, model_.config().vocab, samples_);
+    else
+      model_.sample_launch(result_, jobs_);
   } catch (const std::exception& e) {
     sched_->abandon(out.chunks);
     error = e.what();
@@ -152,8 +176,10 @@ void Engine::leave_launched(Request* r) {
 }
 
 void Engine::collect(LaunchedStep& s) {
+  std::vector<std::vector<SampleOut>> verified;  // per chunk: a verify's tokens to emit
   try {
-    model_.sample_collect(samples_);
+    if (!s.host_sampled) model_.sample_collect(samples_);
+    if (proposer_) verified = verify_chunks(s);
   } catch (const std::exception& e) {
     sched_->abandon(s.chunks);
     for (const ScheduledChunk& c : s.chunks) finish(c.req, PE_FINISH_ERROR, e.what());
@@ -166,16 +192,42 @@ void Engine::collect(LaunchedStep& s) {
     prompt_tokens_ += std::max<int64_t>(0, n);
     if (n > 0 && c.req->n_generated() == 0) prefilled.push_back(c.req);
   }
-  sched_->commit(s.chunks);
+  std::vector<int64_t> starts;  // per chunk: where it began (the proposer's rows)
+  for (const ScheduledChunk& c : s.chunks) starts.push_back(c.req->n_computed);
   const int64_t step = steps_++;
-  for (const Request* r : prefilled) emit_progress(*r, step);
   std::vector<std::pair<Request*, int32_t>> finished;
+  // Verify chunks first: their accepted drafts join r.tokens before the commit hashes the blocks
+  // they complete; the chunk keeps the tokens up to the last one emitted (a stop ends it early).
+  for (size_t i = 0; i < verified.size(); ++i) {
+    if (verified[i].empty()) continue;
+    ScheduledChunk& c = s.chunks[i];
+    Request& r = *c.req;
+    int64_t emitted = 0;
+    for (const SampleOut& o : verified[i]) {
+      const int32_t reason = emit_token(r, o, step);
+      ++emitted;
+      if (reason == PE_FINISH_NONE) continue;
+      finished.emplace_back(&r, reason);
+      break;  // tokens after a stop are dropped
+    }
+    sched_->accept(c, std::min<int64_t>(emitted, static_cast<int64_t>(verified[i].size())));
+    r.drafts.clear();
+    r.draft_probs.clear();
+  }
+  sched_->commit(s.chunks);
+  for (const Request* r : prefilled) emit_progress(*r, step);
   for (size_t i = 0; i < s.chunks.size(); ++i) {
+    if (i < verified.size() && !verified[i].empty()) continue;
     if (s.job_of[i] < 0) continue;
     Request& r = *s.chunks[i].req;
     int32_t reason = emit_token(r, samples_.at(static_cast<size_t>(s.job_of[i])), step);
     if (r.mask_timed_out) reason = PE_FINISH_ERROR;
     if (reason != PE_FINISH_NONE) finished.emplace_back(&r, reason);
+  }
+  if (proposer_) {
+    std::vector<Request*> done;
+    for (auto& f : finished) done.push_back(f.first);
+    propose_after(s, starts, done);
   }
   for (auto& [r, reason] : finished)
     finish(r, reason, r->mask_timed_out ? "no grammar token mask arrived within 60 s" : nullptr);

@@ -6,6 +6,7 @@
 
 #include "cache/sequence.h"
 #include "kernels/sampling.h"
+#include "pyengine.h"
 
 namespace pe {
 
@@ -21,6 +22,17 @@ struct Request : Sequence {
   int64_t admitted_order = 0;   // admission counter: the newest is preempted first
   bool cancel_requested = false;
   double last_token_time = 0.0;  // when its last token was emitted (0: none yet)
+
+  // Speculative decoding (engine/speculative.h). drafts: tokens proposed after the last token,
+  // verified by the next step; draft_probs [drafts, vocab]: the proposer's distribution of each
+  // (empty: argmax drafts, a one-hot q).
+  bool speculative = false;
+  std::vector<int32_t> drafts;
+  std::vector<float> draft_probs;
+  int32_t draft_len = 0;               // drafts to propose next (adapted to its acceptance)
+  float accept_rate[PE_SPEC_MAX_DRAFT] = {};  // running acceptance per draft position (engine_spec.cpp)
+  int32_t spec_drafted[PE_SPEC_MAX_DRAFT] = {};   // per draft position
+  int32_t spec_accepted[PE_SPEC_MAX_DRAFT] = {};
 };
 
 }  // namespace pe

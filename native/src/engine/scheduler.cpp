@@ -66,6 +66,8 @@ void Scheduler::preempt(Request* victim) {
   release(*r);
   r->n_blocks_offered = 0;
   r->n_computed = 0;  // recomputed from its tokens (prompt + generated) when admitted again
+  r->drafts.clear();  // proposed from state it no longer has
+  r->draft_probs.clear();
   waiting_.push_front(std::move(r));
   ++preemptions_;
 }
@@ -101,7 +103,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     for (auto& r : running_)
       if (r->n_remaining() > 1 && r->n_computed > 0) {
         int64_t n = std::min({r->n_remaining(), p_.chunked_prefill_size, budget});
-        if (ensure_pages(*r, n)) out.push_back({r.get(), n, {}});
+        if (ensure_pages(*r, n)) out.push_back({r.get(), n, {}, false, 0, {}});
         if (cache_ && !out.empty()) out[0].snapshots = cache_->plan_snapshots(*r, r->n_computed, n);
         if (!out.empty()) plan_.shape.add(r->n_computed, n, false);
         return out;
@@ -130,8 +132,9 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       else ++i;
       continue;
     }
-    out.push_back({r, 1, {}, true});
+    out.push_back({r, 1, {}, true, 0, {}});
     --budget;
+    add_drafts(out.back(), budget);
     ++i;
   }
 
@@ -183,7 +186,7 @@ void Scheduler::add_prefill_chunks(int64_t budget, std::vector<ScheduledChunk>& 
       n = std::min(n, fits);
       if (n <= 0) continue;
     }
-    out.push_back({r, n, {}});
+    out.push_back({r, n, {}, false, 0, {}});
     shape.add(r->n_computed, n, false);
     budget -= n;
   }
@@ -201,8 +204,56 @@ bool Scheduler::schedule_follow(Request& r, int64_t in_flight, ScheduledChunk& o
 }
 
 void Scheduler::abandon(const std::vector<ScheduledChunk>& chunks) {
-  for (const ScheduledChunk& c : chunks)
+  for (const ScheduledChunk& c : chunks) {
     for (const SnapshotPoint& s : c.snapshots) cache_->release_snapshot(s.slot);
+    for (int32_t slot : c.position_slots) gdn_.release(slot);
+  }
+}
+
+// A decode chunk of a request with drafts becomes a verify chunk of as many as the token budget,
+// its pages and free running slots (one per draft: the state after it) allow.
+void Scheduler::add_drafts(ScheduledChunk& c, int64_t& budget) {
+  Request& r = *c.req;
+  int64_t n = std::min<int64_t>(static_cast<int64_t>(r.drafts.size()), budget);
+  while (n > 0 && !ensure_pages(r, 1 + n)) --n;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t slot = gdn_.alloc_running(false);
+    if (slot < 0) break;
+    c.position_slots.push_back(slot);
+  }
+  c.n_drafts = static_cast<int64_t>(c.position_slots.size());
+  c.n_tokens = 1 + c.n_drafts;
+  budget -= c.n_drafts;
+}
+
+void Scheduler::accept(ScheduledChunk& c, int64_t n_keep) {
+  Request& r = *c.req;
+  if (n_keep < 1 || n_keep > c.n_tokens) fail(PE_ERR_INTERNAL, "accept: ", n_keep, " of ", c.n_tokens, " tokens");
+  if (n_keep < c.n_tokens) {
+    gdn_.release(r.gdn_slot);
+    r.gdn_slot = c.position_slots[static_cast<size_t>(n_keep - 1)];
+  }
+  for (int32_t slot : c.position_slots)
+    if (slot != r.gdn_slot) gdn_.release(slot);
+  c.position_slots.clear();
+  std::vector<SnapshotPoint> kept;
+  for (const SnapshotPoint& s : c.snapshots) {
+    if (s.offset <= n_keep)
+      kept.push_back(s);
+    else
+      gdn_.release(s.slot);  // of a state with rejected tokens in it
+  }
+  c.snapshots = std::move(kept);
+  c.n_tokens = n_keep;
+  c.n_drafts = n_keep - 1;
+}
+
+void Scheduler::trim_pages(Request& r) {
+  const size_t keep = static_cast<size_t>((r.n_computed + 1 + kv_.page_size() - 1) / kv_.page_size());
+  while (r.pages.size() > keep) {
+    kv_.unref(r.pages.back());
+    r.pages.pop_back();
+  }
 }
 
 void Scheduler::commit(const std::vector<ScheduledChunk>& chunks) {

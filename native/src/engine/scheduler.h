@@ -36,6 +36,11 @@ struct ScheduledChunk {
   // The request's next token (its prompt is done), not prefill: decode rows to the pacer. A
   // speculative verify chunk (1 + k tokens) is one too.
   bool is_decode = false;
+  // A verify chunk: the request's next token and its first n_drafts drafts (n_tokens = 1 +
+  // n_drafts); position_slots[i] receives the GDN state after token i + 1 of the chunk (running
+  // slots, the rollback states).
+  int64_t n_drafts = 0;
+  std::vector<int32_t> position_slots;
 };
 
 // What schedule() planned for its step.
@@ -61,8 +66,17 @@ class Scheduler {
   // but not committed yet (their step runs). Allocates its pages and plans its snapshots; false
   // when a page is not free (nothing is preempted for it).
   bool schedule_follow(Request& r, int64_t in_flight, ScheduledChunk& out);
-  // Returns the snapshot slots of chunks that will not run (the step failed).
+  // Returns the snapshot and position slots of chunks that will not run (the step failed).
   void abandon(const std::vector<ScheduledChunk>& chunks);
+  // Speculative decoding: pages for r's next n_tokens (evicting cached pages, never preempting);
+  // false when they are not all there.
+  bool reserve_pages(Request& r, int64_t n_tokens) { return ensure_pages(r, n_tokens); }
+  // After a verify that kept n_keep of its chunk's tokens: its GDN state becomes the one after
+  // them (a position slot or the live one), the other slots and the snapshots taken after them
+  // are released, and the chunk shrinks to n_keep tokens (commit follows).
+  void accept(ScheduledChunk& c, int64_t n_keep);
+  // Pages past the one holding position n_computed go back (wholly rejected drafts).
+  void trim_pages(Request& r);
   // Removes a request (finished or cancelled), releases its slot and pages.
   std::unique_ptr<Request> remove(Request* r);
   Request* find(uint64_t id);
@@ -82,6 +96,7 @@ class Scheduler {
   Request* newest_after(const Request* r);
   void release(Request& r);
   void add_prefill_chunks(int64_t budget, std::vector<ScheduledChunk>& out);
+  void add_drafts(ScheduledChunk& c, int64_t& budget);
 
   SchedulerParams p_;
   KvPool& kv_;

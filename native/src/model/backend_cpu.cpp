@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "model/backend.h"
+#include "model/host_sampling.h"
 
 namespace pe {
 namespace {
@@ -104,8 +105,7 @@ class CpuBackend final : public Backend {
 
  private:
   std::vector<int32_t> ints_;
-  std::vector<float> sample_work_;
-  std::vector<int32_t> sample_idx_;
+  HostSampler sampler_;
   std::deque<std::vector<SampleOut>> pending_;  // launches not yet collected
   std::vector<int32_t> last_tokens_;            // the latest launch's tokens
 };
@@ -113,23 +113,8 @@ class CpuBackend final : public Backend {
 void CpuBackend::sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs, int64_t V) {
   if (static_cast<int>(pending_.size()) >= Model::kMaxPendingSamples)
     fail(PE_ERR_INTERNAL, "sample_launch: ", Model::kMaxPendingSamples, " launches are already waiting to be collected");
-  sample_work_.resize(static_cast<size_t>(2 * V));
-  sample_idx_.resize(static_cast<size_t>(V));
-  std::vector<SampleOut> outs(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const SampleJob& j = jobs[i];
-    if (j.row < 0 || (j.row + 1) * V > static_cast<int64_t>(res.logits.size()))
-      fail(PE_ERR_INTERNAL, "sample_launch: job ", i, " reads logits row ", j.row, " of ",
-           static_cast<int64_t>(res.logits.size()) / V);
-    const float* logits = res.logits.data() + j.row * V;
-    float* work = sample_work_.data();
-    std::memcpy(work, logits, sizeof(float) * V);
-    cpu::apply_penalties(work, V, j.cfg, j.prompt, j.n_prompt, j.out, j.n_out);
-    if (j.allowed) cpu::apply_token_mask(work, V, j.allowed);
-    outs[i].token = cpu::sample(work, V, j.cfg, j.u, sample_work_.data() + V, sample_idx_.data());
-    if (j.n_logprobs >= 0)
-      cpu::logprobs(logits, V, outs[i].token, j.n_logprobs, &outs[i].logprob, outs[i].top_ids, outs[i].top_logprobs);
-  }
+  std::vector<SampleOut> outs;
+  sampler_.sample_all(res, jobs, V, outs);
   last_tokens_.resize(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) last_tokens_[i] = outs[i].token;
   pending_.push_back(std::move(outs));

@@ -69,4 +69,8 @@ void Model::mtp_forward(const int32_t*, int64_t, const float*, KvPool&, std::vec
   fail(PE_ERR_UNSUPPORTED, "this model has no MTP head");
 }
 
+void Model::mtp_step(const Batch&, const std::vector<int32_t>&, KvPool&, int64_t, ForwardResult&) {
+  fail(PE_ERR_UNSUPPORTED, "this model has no MTP head");
+}
+
 }  // namespace pe

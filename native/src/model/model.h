@@ -65,6 +65,11 @@ struct Batch {
   // each decoder layer listed here (0-based, before the final norm), for every token row, into
   // ForwardResult::features. Empty: none.
   std::vector<int32_t> feature_layers;
+  // Hidden states a drafter reads after the forward (speculative decoding), kept by the model
+  // until the next forward that keeps any (Model::kept_hidden): -1 = the final-normed rows (the
+  // MTP head's input), i >= 0 = the output of decoder layer i before any norm (a DFlash draft's
+  // target_layer_ids). Empty: none kept.
+  std::vector<int32_t> keep_hidden;
 };
 
 struct ForwardResult {
@@ -162,6 +167,19 @@ class Model {
   // attention layer on the model's device). logits [n-1, V] on the host.
   virtual void mtp_forward(const int32_t* tokens, int64_t n, const float* hidden, KvPool& mtp_kv,
                            std::vector<float>& logits);
+  // The MTP head over a batch of chunks (speculative decoding), with its KV in attention layer
+  // `kv_layer` of `kv` (a pool made with one attention layer more than the model has) at the
+  // chunks' positions and page tables: token row i (the token after its position) reads its
+  // hidden input from row hidden_rows[i] of the kept final-normed rows (Model::kept_hidden, layer
+  // -1): the target's, from the last forward that kept them, or this head's own outputs from the
+  // last mtp_step (a draft chain). Logits per chunk as SeqChunk::logits, on the host in
+  // res.logits; the head's output rows (its final norm, the next chain step's hidden input)
+  // become the kept rows, one per token row.
+  virtual void mtp_step(const Batch& b, const std::vector<int32_t>& hidden_rows, KvPool& kv, int64_t kv_layer,
+                        ForwardResult& res);
+  // The rows the last keeping forward (Batch::keep_hidden) or mtp_step kept for `layer`:
+  // [*n_rows, hidden] in the model's device memory, valid until the next one; null when not kept.
+  virtual const float* kept_hidden(int32_t layer, int64_t* n_rows) const { return nullptr; }
   // Bytes of device memory the weights take (CUDA), or of host memory (CPU).
   virtual int64_t weight_bytes() const { return weights_.bytes_total(); }
 

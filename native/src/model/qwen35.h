@@ -34,6 +34,9 @@ class Qwen35Model : public Model {
   bool has_mtp() const override { return mtp_ != nullptr; }
   void mtp_forward(const int32_t* tokens, int64_t n, const float* hidden, KvPool& mtp_kv,
                    std::vector<float>& logits) override;
+  void mtp_step(const Batch& b, const std::vector<int32_t>& hidden_rows, KvPool& kv, int64_t kv_layer,
+                ForwardResult& res) override;
+  const float* kept_hidden(int32_t layer, int64_t* n_rows) const override;
   int64_t weight_bytes() const override { return be_->weight_bytes(weights_); }
   // The collectives are in the forward on every backend; the data communicator must be on the
   // model's device (pe_model_set_tp checks).
@@ -98,6 +101,11 @@ class Qwen35Model : public Model {
                   const float* a, const float* bb, int64_t ab_stride, float* y, float* g, float* beta, float* o);
   const float* mixer_attention(const Layer& L, int64_t ai, const Batch& b, KvPool& kv, NormState s);
   void project_logits(const float* rows, int64_t n, float* logits);
+  const float* logit_rows(const Batch& b, const float* h, float* gather) const;
+  // Speculative decoding (qwen35_mtp.cpp): the hidden rows a forward keeps for a drafter.
+  void ensure_kept(int64_t n_layers, int64_t rows);
+  void keep_rows(const std::vector<int32_t>& layers, int32_t layer, const float* rows);
+  void mtp_head(int64_t T, float* out_logits, int64_t n_rows, const Batch& b, KvPool& kv, int64_t kv_layer);
   void ensure_tp_logits(int64_t n);
   void capture_features(const Batch& b, int64_t layer);
 
@@ -114,6 +122,9 @@ class Qwen35Model : public Model {
   int64_t cap_tokens_ = 0;
   std::vector<int32_t> host_ints_;
   Step step_;
+  Buffer kept_;                      // kept hidden rows: [kept_layers_.size(), kept_rows_, hidden]
+  std::vector<int32_t> kept_layers_;
+  int64_t kept_rows_ = 0;
   std::mutex mu_;  // one workspace: forwards (an engine thread, prompt_logits on another) in turn
 };
 

@@ -115,10 +115,15 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
   }
   float* logits = be_->logits_buffer(n_rows, cfg_.vocab, b.host_outputs, res);
   if (tp_data_) ensure_tp_logits(n_rows);
+  if (!b.keep_hidden.empty()) ensure_kept(static_cast<int64_t>(b.keep_hidden.size()), T);
   // A decode-only step may replay a graph of its shape (tokens, logit rows).
-  bool decode_only = b.cuda_graph && !b.host_outputs && T > 0 && !tp_data_;
+  bool decode_only = b.cuda_graph && !b.host_outputs && T > 0 && !tp_data_ && b.keep_hidden.empty();
   for (const SeqChunk& s : b.seqs) decode_only = decode_only && s.n_new == 1 && !s.snapshot_inside();
   be_->run_step(decode_only ? (T << 32) | n_rows : -1, [&] { step_launches(b, kv, gdn, n_rows, logits); });
+  if (!b.keep_hidden.empty()) {
+    kept_layers_ = b.keep_hidden;
+    kept_rows_ = T;
+  }
   // Snapshots at a chunk's end are of the state it ends with: one whole-slot copy each.
   for (const SeqChunk& s : b.seqs)
     for (const auto& [offset, slot] : s.snapshots)
@@ -136,7 +141,7 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
 
 // The step's device work after the upload: launches only (no allocation, sync or host copy).
 void Qwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_t n_rows, float* logits) {
-  const int64_t T = step_.T, H = cfg_.hidden;
+  const int64_t T = step_.T;
   const Residual r = residual();
   NormState s = be_->embed_norm(embed_.view, step_.tokens, T, r, layers_[0].input_norm, &layers_[0].in);
   int64_t gi = 0, ai = 0;
@@ -146,10 +151,16 @@ void Qwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_
     s = decoder_layer(L, L.full ? ai++ : gi++, b, kv, &gdn, s, last ? final_norm_ : layers_[li + 1].input_norm,
                       last ? nullptr : &layers_[li + 1].in);
     capture_features(b, static_cast<int64_t>(li));
+    keep_rows(b.keep_hidden, static_cast<int32_t>(li), r.x);
   }
-  // h: the final hidden states. The rows that need logits are read from h in place when they are
-  // its leading rows in order (every decode step), else gathered into mix; then one lm_head.
-  const float* rows = r.h;
+  keep_rows(b.keep_hidden, -1, r.h);
+  if (n_rows > 0) project_logits(logit_rows(b, r.h, r.mix), n_rows, logits);
+}
+
+// The rows of h [T, H] that need logits, in chunk order: h itself when they are its leading rows
+// in order (every decode step), else gathered into `gather`.
+const float* Qwen35Model::logit_rows(const Batch& b, const float* h, float* gather) const {
+  const int64_t H = cfg_.hidden;
   int64_t row = 0, r0 = 0;
   bool in_place = true;
   for (const SeqChunk& sc : b.seqs) {
@@ -158,17 +169,15 @@ void Qwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_
     row += sc.n_new - first;
     r0 += sc.n_new;
   }
-  if (!in_place) {
-    row = r0 = 0;
-    for (const SeqChunk& sc : b.seqs) {
-      const int64_t first = sc.first_logit_row(), n = sc.n_new - first;
-      if (n > 0) mem_copy(device(), r.mix + row * H, r.h + (r0 + first) * H, sizeof(float) * n * H);
-      row += n;
-      r0 += sc.n_new;
-    }
-    rows = r.mix;
+  if (in_place) return h;
+  row = r0 = 0;
+  for (const SeqChunk& sc : b.seqs) {
+    const int64_t first = sc.first_logit_row(), n = sc.n_new - first;
+    if (n > 0) mem_copy(device(), gather + row * H, h + (r0 + first) * H, sizeof(float) * n * H);
+    row += n;
+    r0 += sc.n_new;
   }
-  if (n_rows > 0) project_logits(rows, n_rows, logits);
+  return gather;
 }
 
 // The residual stream x after decoder layer `layer` (complete there on every backend: a split norm
@@ -357,49 +366,6 @@ const float* Qwen35Model::mixer_attention(const Layer& L, int64_t ai, const Batc
     r0 += sc.n_new;
   }
   return o;
-}
-
-// MODEL_SPEC §3: e = norm(embed(x_{p+1}); pre_fc_norm_embedding), c = norm(h_p; pre_fc_norm_hidden),
-// u = [e | c] W_fc^T, u through one gated-attention decoder layer (own KV cache, position p),
-// logits = lm_head(norm(u; mtp.norm)). All norms are the offset form (1 + w).
-void Qwen35Model::mtp_forward(const int32_t* tokens, int64_t n, const float* hidden, KvPool& mtp_kv,
-                              std::vector<float>& logits) {
-  if (!mtp_) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
-  if (n < 2) fail(PE_ERR_INVALID_ARGUMENT, "the MTP head needs at least 2 tokens, got ", n);
-  std::lock_guard<std::mutex> lock(mu_);
-  check_pools(mtp_kv, nullptr);
-  const int64_t T = n - 1, H = cfg_.hidden;
-  Batch b;  // one sequence of T rows at positions 0 .. T-1 (the positions of h_p)
-  b.tokens.assign(tokens + 1, tokens + n);
-  std::vector<int32_t> table;
-  for (int64_t i = 0; i * mtp_kv.page_size() < T; ++i) table.push_back(mtp_kv.alloc());
-  if (table.back() < 0) fail(PE_ERR_OUT_OF_MEMORY, "MTP KV pool too small for ", T, " tokens");
-  SeqChunk s;
-  s.n_new = T;
-  s.page_table = table.data();
-  s.logits = LogitsMode::All;
-  b.seqs.push_back(s);
-  prepare_step(b, mtp_kv.page_size(), 1);
-  const Residual r = residual();
-  mem_upload(device(), r.x, hidden, sizeof(float) * T * H);
-  ForwardResult res;
-  float* out = be_->logits_buffer(T, cfg_.vocab, true, res);
-  if (tp_data_) ensure_tp_logits(T);
-  be_->run_step(-1, [&] {
-    float* cat = scratch();
-    be_->rms_norm(r.x, mtp_->norm_hidden, T, H, cfg_.eps, true, r.h);
-    be_->copy_rows(cat + H, 2 * H, r.h, H, H, T);
-    be_->embedding(embed_.view, step_.tokens, T, r.mix);
-    be_->rms_norm(r.mix, mtp_->norm_embedding, T, H, cfg_.eps, true, r.h);
-    be_->copy_rows(cat, 2 * H, r.h, H, H, T);
-    be_->project(cat, T, mtp_->fc, r.x, {});
-    be_->rms_norm(r.x, mtp_->layer.input_norm, T, H, cfg_.eps, true, r.h);
-    decoder_layer(mtp_->layer, 0, b, mtp_kv, nullptr, {}, mtp_->norm, nullptr);
-    project_logits(r.h, T, out);
-  });
-  be_->finish_step(out, T, cfg_.vocab, r.h, 0, H, true, res);
-  logits = std::move(res.logits);
-  for (int32_t page : table) mtp_kv.unref(page);
 }
 
 }  // namespace pe

@@ -1,0 +1,113 @@
+#include "engine/mtp_proposer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/sampling.h"
+
+namespace pe {
+
+uint64_t draft_seed(uint64_t seed) { return seed ^ 0xd1b54a32d192ed03ull; }
+uint64_t accept_seed(uint64_t seed) { return seed ^ 0x8cb92ba72f3d8dd7ull; }
+
+MtpProposer::MtpProposer(Model& model, KvPool& kv)
+    : model_(model), kv_(kv), kv_layer_(model.config().n_full_layers()) {
+  if (!model.has_mtp()) fail(PE_ERR_INVALID_ARGUMENT, "speculative_algorithm mtp needs a checkpoint with an MTP head (mtp.* tensors)");
+  if (kv.n_layers() != kv_layer_ + 1)
+    fail(PE_ERR_INTERNAL, "the MTP proposer needs a KV pool of ", kv_layer_ + 1, " layers, got ", kv.n_layers());
+}
+
+void MtpProposer::pick(Request& r, const float* logits, int64_t j) {
+  const int64_t V = model_.config().vocab;
+  int32_t token = 0;
+  if (r.sampling.temperature == 0.0f) {
+    token = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);  // lowest id on ties
+  } else {
+    SamplingConfig cfg = r.sampling;  // the request's transform without its history's penalties
+    cfg.presence_penalty = cfg.frequency_penalty = 0.0f;
+    cfg.repetition_penalty = 1.0f;
+    r.draft_probs.resize(static_cast<size_t>((j + 1) * V));
+    float* q = r.draft_probs.data() + j * V;
+    idx_.resize(static_cast<size_t>(V));
+    cpu::sample_probs(logits, V, cfg, q, idx_.data());
+    // Inverse CDF over q itself, so the draft always has q > 0.
+    const float u = uniform_at(draft_seed(r.sampling.seed), static_cast<uint64_t>(r.n_generated() + j));
+    double total = 0.0;
+    for (int64_t t = 0; t < V; ++t) total += q[t];
+    double acc = 0.0, target = u * total;
+    token = -1;
+    for (int64_t t = 0; t < V; ++t) {
+      if (q[t] <= 0.0f) continue;
+      token = static_cast<int32_t>(t);
+      acc += q[t];
+      if (acc > target) break;
+    }
+    if (token < 0) fail(PE_ERR_INTERNAL, "MTP draft distribution is empty");
+  }
+  r.drafts.push_back(token);
+}
+
+void MtpProposer::propose(const std::vector<ProposeInput>& in) {
+  const int64_t V = model_.config().vocab;
+  // Catch-up: every committed token of every sequence, last rows of drafting ones with logits.
+  Batch b;
+  std::vector<int32_t> rows;
+  std::vector<Request*> chain;      // drafting sequences, in batch order
+  std::vector<int32_t> chain_row;   // each one's row of the last head step's output
+  std::vector<int32_t> want;
+  for (const ProposeInput& p : in) {
+    Request& r = *p.req;
+    r.drafts.clear();
+    r.draft_probs.clear();
+    if (p.n_rows <= 0) continue;
+    if (p.pos0 + p.n_rows >= static_cast<int64_t>(r.tokens.size()))
+      fail(PE_ERR_INTERNAL, "MTP catch-up of request ", r.id, " past its known tokens");
+    SeqChunk s;
+    s.n_past = p.pos0;
+    s.n_new = p.n_rows;
+    s.page_table = r.pages.data();
+    s.logits = p.n_drafts > 0 ? LogitsMode::Last : LogitsMode::None;
+    b.seqs.push_back(s);
+    b.tokens.insert(b.tokens.end(), r.tokens.begin() + p.pos0 + 1, r.tokens.begin() + p.pos0 + 1 + p.n_rows);
+    for (int64_t i = 0; i < p.n_rows; ++i) rows.push_back(p.hidden_row0 + static_cast<int32_t>(i));
+    if (p.n_drafts > 0) {
+      chain.push_back(&r);
+      chain_row.push_back(static_cast<int32_t>(rows.size()) - 1);
+      want.push_back(p.n_drafts);
+    }
+  }
+  if (b.seqs.empty()) return;
+  model_.mtp_step(b, rows, kv_, kv_layer_, res_);
+  for (size_t i = 0; i < chain.size(); ++i) pick(*chain[i], res_.logits.data() + static_cast<int64_t>(i) * V, 0);
+  // The chain: draft j from the head's output for draft j - 1, one row per sequence.
+  for (int32_t j = 1;; ++j) {
+    Batch cb;
+    std::vector<int32_t> crows;
+    std::vector<Request*> next;
+    std::vector<int32_t> next_want;
+    for (size_t i = 0; i < chain.size(); ++i) {
+      if (want[i] <= j) continue;
+      Request& r = *chain[i];
+      SeqChunk s;
+      s.n_past = r.n_computed + j - 1;  // the position of the token it reads (draft j - 1)
+      s.n_new = 1;
+      s.page_table = r.pages.data();
+      s.logits = LogitsMode::Last;
+      cb.seqs.push_back(s);
+      cb.tokens.push_back(r.drafts.back());
+      crows.push_back(chain_row[i]);
+      next.push_back(&r);
+      next_want.push_back(want[i]);
+    }
+    if (next.empty()) break;
+    model_.mtp_step(cb, crows, kv_, kv_layer_, res_);
+    for (size_t i = 0; i < next.size(); ++i) pick(*next[i], res_.logits.data() + static_cast<int64_t>(i) * V, j);
+    chain = std::move(next);
+    want = std::move(next_want);
+    chain_row.resize(chain.size());
+    for (size_t i = 0; i < chain.size(); ++i) chain_row[i] = static_cast<int32_t>(i);
+  }
+}
+
+}  // namespace pe

@@ -1,0 +1,47 @@
+// The MTP head as a proposer (MODEL_SPEC §3): its KV is one more attention layer of the engine's
+// pages, at the target's positions. Row p of the head reads the target's final-normed hidden
+// state at p and the token at p + 1, so after each step it runs over every token the step
+// committed (prompt chunks included), which fills its KV exactly as LLM.mtp_logits computes it
+// over the same tokens; the last row of a drafting sequence (its pending token) gives draft 1.
+// Draft j > 1 then comes from one more head step at the next position, reading the head's own
+// output for draft j - 1 and that draft (a chain of single-row steps, all sequences batched).
+// Those chain rows sit in KV rows the next step's catch-up overwrites with the target's states.
+//
+// Drafts at temperature 0 are the head's argmax (a one-hot q); otherwise sampled from the head's
+// distribution under the request's temperature, top-k, top-p and min-p (draft_probs holds it as
+// q for the lossless verify), with their own seeded stream.
+#pragma once
+#include <vector>
+
+#include "cache/kv_pool.h"
+#include "engine/proposer.h"
+#include "model/model.h"
+
+namespace pe {
+
+class MtpProposer : public Proposer {
+ public:
+  // kv: the engine's pool, with one attention layer after the model's for the head.
+  MtpProposer(Model& model, KvPool& kv);
+  std::vector<int32_t> hidden_layers() const override { return {-1}; }
+  int64_t kv_layers() const override { return 1; }
+  void propose(const std::vector<ProposeInput>& in) override;
+
+ private:
+  // Draft j (0-based) of r from the head's logits row.
+  void pick(Request& r, const float* logits, int64_t j);
+
+  Model& model_;
+  KvPool& kv_;
+  int64_t kv_layer_;
+  ForwardResult res_;
+  std::vector<float> work_;
+  std::vector<int32_t> idx_;
+};
+
+// The seeds of a request's draft samples and its verify's acceptance tests: streams of their own,
+// so a seeded request draws the same numbers whatever the batch.
+uint64_t draft_seed(uint64_t seed);
+uint64_t accept_seed(uint64_t seed);
+
+}  // namespace pe

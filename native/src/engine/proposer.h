@@ -1,0 +1,41 @@
+// Speculative decoding's drafters behind one interface, so the engine's loop (draft, verify in the
+// normal step, roll back) is the same for the MTP head and a DFlash draft model.
+//
+// After every step the engine hands the proposer each sequence the step computed: the rows of
+// the step's batch holding its newly committed tokens (their hidden states are kept by the target,
+// Batch::keep_hidden with the proposer's hidden_layers()) and how many drafts it wants after them.
+// A proposer that keeps its own per-token state (the MTP head's KV, a DFlash draft's context KV)
+// brings it up to date over those rows for every sequence, drafting or not, so its cache covers
+// every computed token (prefix-cache pages are shared by requests that draft and ones that don't).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace pe {
+
+struct ProposeInput {
+  Request* req;
+  int64_t pos0 = 0;         // position of the first token committed this step
+  int64_t n_rows = 0;       // tokens committed this step (positions pos0 .. pos0 + n_rows - 1)
+  int32_t hidden_row0 = 0;  // the step batch's row holding position pos0 (kept hidden rows)
+  int32_t n_drafts = 0;     // drafts wanted after the request's last token (0: bring state up only)
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  // The target's hidden states the proposer reads (Batch::keep_hidden): -1 the final-normed rows,
+  // i the output of decoder layer i.
+  virtual std::vector<int32_t> hidden_layers() const = 0;
+  // Attention layers it keeps in the engine's KV pages after the target's (the pool is made with
+  // this many more), so its cache is paged, shared, rolled back and freed with the target's.
+  virtual int64_t kv_layers() const = 0;
+  // Fills req->drafts (at most n_drafts; fewer when its pages end first) and req->draft_probs
+  // for the inputs that want drafts. The KV pages of every request cover n_computed + 1 +
+  // n_drafts tokens on entry.
+  virtual void propose(const std::vector<ProposeInput>& in) = 0;
+};
+
+}  // namespace pe
