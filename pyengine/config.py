@@ -101,9 +101,9 @@ class ModelConfig:
     def from_dir(cls, model_dir: str | os.PathLike) -> ModelConfig:
         """Reads model_dir/config.json and, for extra eos ids, generation_config.json."""
         config_path = os.path.join(os.fspath(model_dir), "config.json")
-        raw = _read_json_object(config_path)
+        raw = read_json_object(config_path)
         generation_path = os.path.join(os.fspath(model_dir), "generation_config.json")
-        generation = _read_json_object(generation_path) if os.path.exists(generation_path) else {}
+        generation = read_json_object(generation_path) if os.path.exists(generation_path) else {}
         return cls.from_dict(raw, generation, source=config_path)
 
     @classmethod
@@ -113,7 +113,7 @@ class ModelConfig:
         return _ConfigParser(raw, generation_config or {}, source).parse()
 
 
-def _read_json_object(path: str) -> dict:
+def read_json_object(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)

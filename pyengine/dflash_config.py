@@ -13,11 +13,11 @@ other than full_attention (sliding-window variants) are refused: their mask is n
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .config import read_json_object
 from .errors import CheckpointError
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -118,13 +118,6 @@ def parse_draft_config(raw: dict, path: str, target_num_layers: int,
 def read_draft_config(draft_dir: str | os.PathLike, target_num_layers: int,
                       mask_token_lookup: Callable[[str], int | None] | None = None) -> DraftConfig:
     path = os.path.join(os.fspath(draft_dir), "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file not found (not a DFlash draft directory)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: cannot read JSON: {e}") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: not a JSON object")
-    return parse_draft_config(raw, path, target_num_layers, mask_token_lookup)
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path}: file not found (not a DFlash draft directory)")
+    return parse_draft_config(read_json_object(path), path, target_num_layers, mask_token_lookup)

@@ -3,11 +3,11 @@ Token for token what plain decoding gives at T = 0 on the same device (k = 1, 3,
 and 8 at once beside a long prompt prefilling in chunks; prefix cache on), on the default model
 and the test checkpoint with an MTP head; and acceptance close to the CPU engine's."""
 
-import json
 import os
 
 import numpy as np
 import pytest
+from test_speculative import chat_prompts
 
 from pyengine import LLM, SamplingParams
 from pyengine._native import cuda_available
@@ -15,14 +15,6 @@ from pyengine._native import cuda_available
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_available(), reason="no CUDA device or no CUDA build")]
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
-PROMPTS = os.path.join(os.path.dirname(__file__), "..", "pyengine", "tools", "data", "prompts.jsonl")
-
-
-def chat_prompts(llm, n):
-    with open(PROMPTS) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return [llm.tokenizer.encode(llm.apply_chat_template(rows[i % len(rows)]["messages"], enable_thinking=False))
-            for i in range(n)]  # fmt: skip
 
 
 def run(llm, prompts, n_tokens):
