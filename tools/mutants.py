@@ -100,7 +100,7 @@ MUTANTS: list[Mutant] = [
     m("attention (tiled): running sum not rescaled", "native/src/kernels/cpu/attention_tiled.cpp",
       "l[v] *= corr[v];", "l[v] *= 1.0f;", ["ctest:test_ops_attention:attention"]),
     m("attention (tiled): a query sees the next key", "native/src/kernels/cpu/attention_tiled.cpp",
-      "(t0 + j - first_pos) * group);", "(t0 + j - first_pos - 1) * group);",
+      "(t0 + j - first_pos) * group);  // queries", "(t0 + j - first_pos - 1) * group);  // queries",
       ["ctest:test_ops_attention:attention"]),
     m("attention_inputs: q head norm without the +1 offset", "native/src/kernels/cpu/attention_inputs.cpp",
       "rms_norm(a.q, a.q_norm, T * a.Hq, D, a.eps, true, a.q);", "rms_norm(a.q, a.q_norm, T * a.Hq, D, a.eps, false, a.q);",

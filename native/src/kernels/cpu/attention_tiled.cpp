@@ -28,9 +28,10 @@ namespace {
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-// st[r * ld + c] = sum_d kp[r][d] * qt[d * ld + c] for r < NR keys, c < 8 * NC columns.
+// st[r * ld + c] = sum_d kp[r][d] * qt[d * ld + c] for r < NR keys, c < 8 * NC columns;
+// col_max[c] = max(col_max[c], st[r * ld + c] over r).
 template <int NR, int NC>
-void scores_tile(const float* const* kp, const float* qt, int64_t ld, int64_t D, float* st) {
+void scores_tile(const float* const* kp, const float* qt, int64_t ld, int64_t D, float* st, float* col_max) {
   v8f acc[NR][NC];
   for (int r = 0; r < NR; ++r)
     for (int c = 0; c < NC; ++c) acc[r][c] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
@@ -42,8 +43,14 @@ void scores_tile(const float* const* kp, const float* qt, int64_t ld, int64_t D,
       for (int c = 0; c < NC; ++c) acc[r][c] += a * b[c];
     }
   }
-  for (int r = 0; r < NR; ++r)
-    for (int c = 0; c < NC; ++c) store8(st + r * ld + 8 * c, acc[r][c]);
+  for (int c = 0; c < NC; ++c) {
+    v8f mx = load8(col_max + 8 * c);
+    for (int r = 0; r < NR; ++r) {
+      store8(st + r * ld + 8 * c, acc[r][c]);
+      mx = mx < acc[r][c] ? acc[r][c] : mx;
+    }
+    store8(col_max + 8 * c, mx);
+  }
 }
 
 // acc[r * ld + c] += sum_j vp[j][d0 + r] * st[j * ld + c] for r < NR dims, c < 8 * NC columns.
@@ -69,7 +76,7 @@ void values_tile(const float* const* vp, int64_t d0, const float* st, int64_t ld
 constexpr int kRows = 4;  // micro-tile rows (keys, or dims of v)
 constexpr int kVecs = 3;  // micro-tile columns in vectors of 8
 
-using ScoresFn = void (*)(const float* const*, const float*, int64_t, int64_t, float*);
+using ScoresFn = void (*)(const float* const*, const float*, int64_t, int64_t, float*, float*);
 using ValuesFn = void (*)(const float* const*, int64_t, const float*, int64_t, int64_t, float*);
 
 template <int NR>
@@ -79,13 +86,15 @@ constexpr ValuesFn kValuesRow[kVecs] = {values_tile<NR, 1>, values_tile<NR, 2>, 
 const ScoresFn* const kScores[kRows] = {kScoresRow<1>, kScoresRow<2>, kScoresRow<3>, kScoresRow<4>};
 const ValuesFn* const kValues[kRows] = {kValuesRow<1>, kValuesRow<2>, kValuesRow<3>, kValuesRow<4>};
 
-// st[j][0 .. nvp) for j < kt: scores of the tile's keys kp against qt.
-void tile_scores(const float* const* kp, int64_t kt, const float* qt, int64_t nvp, int64_t D, float* st) {
+// st[j][0 .. nvp) for j < kt: scores of the tile's keys kp against qt; col_max their max per column.
+void tile_scores(const float* const* kp, int64_t kt, const float* qt, int64_t nvp, int64_t D, float* st,
+                 float* col_max) {
+  std::fill(col_max, col_max + nvp, -INFINITY);
   for (int64_t c0 = 0; c0 < nvp; c0 += 8 * kVecs) {
     const int nc = static_cast<int>(std::min<int64_t>(kVecs, (nvp - c0) / 8));
     for (int64_t j0 = 0; j0 < kt; j0 += kRows) {
       const int nr = static_cast<int>(std::min<int64_t>(kRows, kt - j0));
-      kScores[nr - 1][nc - 1](kp + j0, qt + c0, nvp, D, st + j0 * nvp + c0);
+      kScores[nr - 1][nc - 1](kp + j0, qt + c0, nvp, D, st + j0 * nvp + c0, col_max + c0);
     }
   }
 }
@@ -101,16 +110,27 @@ void tile_values(const float* const* vp, int64_t kt, const float* st, int64_t nv
   }
 }
 
-// The online softmax step of one tile, down each column of st [kt, nvp]: m becomes the running
-// max including this tile, st the weights exp(s - m), l the running sum (old sum * corr + the
-// tile's). Returns whether any max moved; corr[v] = exp(m_old - m_new) is the factor of the old
-// terms. Every loop runs across columns, so it vectorizes; masked scores (-inf) weigh 0.
-bool softmax_tile(float* st, int64_t kt, int64_t nvp, float* m, float* l, float* corr, float* tile_max) {
-  std::fill(tile_max, tile_max + nvp, -INFINITY);
+// -inf for the keys of tile t0 .. t0 + kt that are in the future of some of the block's queries
+// (positions first_pos + v / group); col_max becomes the max of what is left.
+void mask_future(float* st, int64_t kt, int64_t nvp, int64_t nv, int64_t t0, int64_t first_pos, int64_t group,
+                 float* col_max) {
+  for (int64_t j = std::max<int64_t>(0, first_pos + 1 - t0); j < kt; ++j) {
+    const int64_t v_end = std::min(nv, (t0 + j - first_pos) * group);  // queries before key t0 + j
+    std::fill(st + j * nvp, st + j * nvp + v_end, -INFINITY);
+  }
+  std::fill(col_max, col_max + nvp, -INFINITY);
   for (int64_t j = 0; j < kt; ++j) {
     const float* s = st + j * nvp;
-    for (int64_t v = 0; v < nvp; ++v) tile_max[v] = tile_max[v] < s[v] ? s[v] : tile_max[v];
+    for (int64_t v = 0; v < nvp; ++v) col_max[v] = col_max[v] < s[v] ? s[v] : col_max[v];
   }
+}
+
+// The online softmax step of one tile, down each column of st [kt, nvp] whose max is tile_max:
+// m becomes the running max including this tile, st the weights exp(s - m), l the running sum
+// (old sum * corr + the tile's). Returns whether any max moved; corr[v] = exp(m_old - m_new) is
+// the factor of the old terms. Every loop runs across columns, so it vectorizes; masked scores
+// (-inf) weigh 0.
+bool softmax_tile(float* st, int64_t kt, int64_t nvp, float* m, float* l, float* corr, const float* tile_max) {
   bool moved = false;
   for (int64_t v = 0; v < nvp; ++v) {
     const float new_m = m[v] < tile_max[v] ? tile_max[v] : m[v];
@@ -164,12 +184,8 @@ void attention_tiled(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
       for (int64_t t0 = 0; t0 < n_keys; t0 += kKeyTile) {
         const int64_t kt = std::min(kKeyTile, n_keys - t0);
         tile_rows(kv, fmt, page_table, g, t0, kt, n_keys, kvbuf, kp, vp);
-        tile_scores(kp, kt, qt, nvp, D, st);
-        // Key t is in the future of the block's queries before position t: columns below v_end.
-        for (int64_t j = std::max<int64_t>(0, first_pos + 1 - t0); j < kt; ++j) {
-          const int64_t v_end = std::min(nv, (t0 + j - first_pos) * group);
-          std::fill(st + j * nvp, st + j * nvp + v_end, -INFINITY);
-        }
+        tile_scores(kp, kt, qt, nvp, D, st, tile_max);
+        if (t0 + kt - 1 > first_pos) mask_future(st, kt, nvp, nv, t0, first_pos, group, tile_max);
         if (softmax_tile(st, kt, nvp, m, l, corr, tile_max))
           for (int64_t d = 0; d < D; ++d)
             for (int64_t v = 0; v < nvp; ++v) acc[d * nvp + v] *= corr[v];
