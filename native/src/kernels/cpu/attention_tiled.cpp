@@ -13,8 +13,8 @@
 // acc += V^T st with the same micro-kernel shape (4 dims x 24 columns, per key three st loads and
 // four broadcasts of v_j[d]). Both products broadcast from the cache rows as they are stored, so
 // the key loop needs no horizontal sums and no transposes. Finally out = acc^T / l, times
-// sigmoid(gate) when given. For the default model (group 3, 32 queries: 96 columns, D 64) the
-// buffers take 3 x 24 KiB.
+// sigmoid(gate) when given. For the default model (group 3, 32 queries: 96 columns, D 64) qt and
+// acc take 24 KiB each and st 48 KiB: L2-resident, the micro-kernels' slices of them in L1.
 #include <algorithm>
 #include <cmath>
 
