@@ -7,12 +7,12 @@
 // attention_paged: for query i (position P = q_start_pos + i) and head h (kv head h / group):
 //   s_t = scale * q.k_t for t = 0 .. P; p = softmax(s) (fp32, max-subtracted);
 //   o = sum_t p_t v_t; o *= sigmoid(gate) when gate is given (fused output gate).
-// Flash-style: keys in tiles (kKeyTile) with an online (running max) softmax, so memory does not grow
-// with the context. A task holds a block of queries x the heads of one KV group: each K/V row is
-// loaded (and converted) once per task and reused by all its query vectors. Parallel over tasks;
-// blocks shrink for decode so every thread gets work. Two ways to compute a tile:
+// Flash-style: keys in tiles of kKeyTile with an online (running max) softmax, so memory does not
+// grow with the context. A task holds a block of queries x the heads of one KV group: each K/V row
+// is loaded (and converted) once per task and reused by all its query vectors. Parallel over
+// tasks; blocks shrink for decode so every thread gets work. Two ways to compute a tile:
 // - tiled (prefill, >= 8 query vectors per task): both products are small GEMMs whose vector
-//   operand runs across the task's query vectors (attention_tiles.h); the softmax is vectorized
+//   operand runs across the task's query vectors (attention_tiled.cpp); the softmax is vectorized
 //   across them too. No horizontal sums, and the cache rows are used as they are stored.
 // - dot (decode, fewer vectors): scores from a register-tiled 4 keys x 4 queries dot kernel.
 #include <algorithm>
