@@ -125,8 +125,8 @@ class LLM:
                 f"for at most {self.max_model_len - 1}", self.max_model_len - 1, len(ids)
             )
         vocab = self.config.vocab_size
-        bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab), None)
-        if bad is not None:
+        if min(ids) < 0 or max(ids) >= vocab:  # in C; the loop below only finds the culprit
+            bad = next(i for i, t in enumerate(ids) if not 0 <= t < vocab)
             raise ValueError(f"prompt token {bad} has id {ids[bad]} outside the vocabulary [0, {vocab})")
         return ids
 

@@ -6,6 +6,8 @@ are special (eos, bos, pad, added_tokens_decoder) and the chat template (chat_te
 Long texts are a server's risk: `encode_within` refuses a text over a token limit after work
 bounded by the limit, not by the text (a character bound first, then a count on pieces), and
 long texts are tokenized with the GIL released, one at a time, so other requests keep streaming.
+Long texts go by segments between added tokens, whose ids are kept (token_segments.py): a chat's
+next prompt tokenizes only its new messages.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Iterable, Sequence
 import tokenizers
 
 from .errors import CheckpointError, PromptTooLongError
+from .token_segments import SegmentCache
 
 TOKENIZER_FILE_NAME = "tokenizer.json"
 TOKENIZER_CONFIG_FILE_NAME = "tokenizer_config.json"
@@ -51,6 +54,9 @@ LONG_TEXT_CHARS = 16384
 # Longer ones go through encode_batch, which releases the GIL, one at a time: on a small machine
 # concurrent tokenizations would take the cores from the engine thread.
 _long_encodes = threading.BoundedSemaphore(1)
+# Texts over this many characters are tokenized by segments (token_segments.py); below it one
+# call costs about as much as splitting.
+SEGMENT_TEXT_CHARS = 4096
 # A text with more characters per allowed token than this is counted in pieces before it is
 # tokenized whole (prose has ~4 characters per token; CJK ~1).
 _PROBE_CHARS_PER_TOKEN = 4
@@ -128,6 +134,7 @@ class Tokenizer:
         self.pad_token_id = (
             None if self.pad_token is None else self._required_id(self.pad_token, "pad_token")
         )
+        self.segments = SegmentCache.for_tokenizer(self._tokenizer)  # None: not splittable
 
     def _special_tokens(self, path: str) -> dict[str, int]:
         """Special token text -> id: tokenizer.json's special added tokens, then
@@ -183,6 +190,11 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         # Chat templates already contain their special tokens, hence the default False.
         check_text(text)
+        if self.segments is not None and not add_special_tokens and len(text) > SEGMENT_TEXT_CHARS:
+            return self.segments.encode(text, self._encode_piece)
+        return self._encode_piece(text, add_special_tokens)
+
+    def _encode_piece(self, text: str, add_special_tokens: bool = False) -> list[int]:
         if len(text) <= LONG_TEXT_CHARS:
             return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
         with _long_encodes:

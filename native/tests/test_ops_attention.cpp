@@ -1,6 +1,6 @@
 // rope_neox (partial rotation) and kv_write + attention_paged (paged cache with a shuffled page
 // table, several page sizes, GQA 1/2/3, gate on/off, F32/F16/BF16 cache, queries continuing after
-// cached tokens) against naive double references.
+// cached tokens; both of its ways to compute a key tile) against naive double references.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "core/dtype.h"
+#include "core/threadpool.h"
 #include "kernels/ops.h"
 
 using namespace pe;
@@ -189,4 +190,24 @@ TEST(attention_half_caches) {
     check_attention({2, 2, 32, 4, 33, 5, true, t}, 200);
     check_attention({1, 3, 64, 16, 65, 1, false, t}, 201);
   }
+}
+
+TEST(attention_tiled_and_dot_paths) {
+  // attention_paged picks its path by the query vectors (queries x heads of a KV group) of a
+  // task: one thread keeps blocks of up to 96 vectors (the tiled path wherever n_q * group >= 8:
+  // column tails of 1 and 2 vectors, blocks cut short, masks inside a tile), 64 threads shrink
+  // them to one query (the dot path). Head dims off the 4-row micro-tiles, long contexts.
+  const int before = num_threads();
+  uint64_t seed = 300;
+  for (int threads : {1, 64}) {
+    set_num_threads(threads);
+    for (int64_t group : {1, 3, 5})
+      for (int64_t D : {8, 22, 64})
+        for (auto nn : {std::pair<int64_t, int64_t>{0, 9}, {40, 33}, {100, 97}, {150, 2}})
+          check_attention({2, group, D, 16, nn.first, nn.second, (seed & 1) != 0, DType::F32}, seed++);
+  }
+  set_num_threads(1);
+  check_attention({1, 3, 64, 16, 300, 200, true, DType::BF16}, 400);  // decoded rows in the tiled path
+  check_attention({1, 4, 64, 5, 0, 70, false, DType::F16}, 401);
+  set_num_threads(before);
 }

@@ -7,11 +7,14 @@
 // attention_paged: for query i (position P = q_start_pos + i) and head h (kv head h / group):
 //   s_t = scale * q.k_t for t = 0 .. P; p = softmax(s) (fp32, max-subtracted);
 //   o = sum_t p_t v_t; o *= sigmoid(gate) when gate is given (fused output gate).
-// Flash-style: keys in tiles of 64 with an online (running max) softmax, so memory does not grow
-// with the context. A task holds up to 16 queries x the heads of one KV group: each K/V row is
-// loaded (and converted) once per task and reused by all its query vectors; scores come from a
-// register-tiled 4 keys x 4 queries dot kernel. Parallel over (kv heads x query blocks x head
-// blocks); blocks shrink for decode so every thread gets work.
+// Flash-style: keys in tiles of kKeyTile with an online (running max) softmax, so memory does not
+// grow with the context. A task holds a block of queries x the heads of one KV group: each K/V row
+// is loaded (and converted) once per task and reused by all its query vectors. Parallel over
+// tasks; blocks shrink for decode so every thread gets work. Two ways to compute a tile:
+// - tiled (prefill, >= 8 query vectors per task): both products are small GEMMs whose vector
+//   operand runs across the task's query vectors (attention_tiled.cpp); the softmax is vectorized
+//   across them too. No horizontal sums, and the cache rows are used as they are stored.
+// - dot (decode, fewer vectors): scores from a register-tiled 4 keys x 4 queries dot kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,43 +22,12 @@
 #include <string>
 
 #include "core/threadpool.h"
+#include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/cpu_util.h"
-#include "kernels/cpu/kv_codec.h"
 #include "kernels/ops.h"
 
 namespace pe {
 namespace cpu {
-namespace {
-
-constexpr int64_t kKeyTile = 64;  // keys per tile of the online softmax
-
-// Row index of (position t, kv head) in the cache: value bytes at row * fmt.bytes, scales at
-// row * fmt.scales.
-inline int64_t kv_row_index(const PagedKV& kv, const int32_t* page_table, int64_t t, int64_t kvh) {
-  const int64_t page = page_table[t / kv.page_size];
-  return (page * kv.page_size + t % kv.page_size) * kv.n_kv_heads + kvh;
-}
-
-// fp32 view of one cached row: in place for F32, else decoded into buf.
-inline const float* kv_row(const PagedKV& kv, const KvRowFormat& fmt, const void* base, const float* scales,
-                           int64_t row, float* buf) {
-  const uint8_t* src = static_cast<const uint8_t*>(base) + row * fmt.bytes;
-  if (kv.dtype == DType::F32) return reinterpret_cast<const float*>(src);
-  kv_decode_row(kv.dtype, src, scales ? scales + row * fmt.scales : nullptr, kv.head_dim, buf);
-  return buf;
-}
-
-void prefetch_row(const PagedKV& kv, const KvRowFormat& fmt, const int32_t* page_table, int64_t t, int64_t kvh) {
-  const int64_t row = kv_row_index(kv, page_table, t, kvh);
-  const char* k = static_cast<const char*>(kv.k) + row * fmt.bytes;
-  const char* v = static_cast<const char*>(kv.v) + row * fmt.bytes;
-  for (int64_t b = 0; b < fmt.bytes; b += 64) {
-    __builtin_prefetch(k + b);
-    __builtin_prefetch(v + b);
-  }
-}
-
-}  // namespace
 
 void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, int64_t n,
               const float* k, const float* v) {
@@ -78,24 +50,17 @@ void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, i
       std::max<int64_t>(1, 16384 / std::max<int64_t>(H * D, 1)));
 }
 
-void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
-                     const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
-                     float* out) {
+namespace {
+
+constexpr int64_t kDotMaxVecs = 64;  // query vectors per task of the dot path (QB * HB)
+
+// The dot path: tasks of (kv head, block of QB queries, block of HB heads of its group).
+void attention_dot(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads, const PagedKV& kv,
+                   const int32_t* page_table, float scale, const float* gate, float* out, int64_t QB,
+                   int64_t HB) {
   const KvRowFormat fmt = kv_row_format(kv.dtype, kv.head_dim);
-  if (n_q <= 0) return;
-  if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
-    throw std::invalid_argument("attention_paged: n_heads must be a multiple of n_kv_heads");
   const int64_t D = kv.head_dim, Hkv = kv.n_kv_heads;
   const int64_t group = n_heads / Hkv;
-  // A task is (kv head, block of QB queries, block of HB heads of its group): its query vectors
-  // share every K/V row it loads. Blocks shrink until there are enough tasks for the threads.
-  const int64_t threads = num_threads();
-  constexpr int64_t kMaxVecs = 64;  // query vectors per task (QB * HB)
-  int64_t HB = std::min<int64_t>(group, 8);
-  int64_t QB = std::min<int64_t>(16, kMaxVecs / HB);
-  auto n_tasks = [&] { return Hkv * ((n_q + QB - 1) / QB) * ((group + HB - 1) / HB); };
-  while (QB > 1 && n_tasks() < 2 * threads) QB /= 2;
-  while (HB > 1 && n_tasks() < 2 * threads) HB = (HB + 1) / 2;
   const int64_t n_qb = (n_q + QB - 1) / QB, n_hb = (group + HB - 1) / HB;
   const int64_t max_vecs = QB * HB;
   const int64_t keys_max = q_start_pos + n_q;
@@ -108,8 +73,8 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
         float* s = scratch(1, static_cast<size_t>(max_vecs * kKeyTile));
         float* ml = scratch(2, static_cast<size_t>(2 * max_vecs));
         float* kvbuf = scratch(3, static_cast<size_t>(2 * kKeyTile * D));
-        const float* qv[kMaxVecs];
-        int64_t qpos[kMaxVecs];
+        const float* qv[kDotMaxVecs];
+        int64_t qpos[kDotMaxVecs];
         const float* kp[kKeyTile];
         const float* vp[kKeyTile];
         for (int64_t task = begin; task < end; ++task) {
@@ -130,15 +95,7 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
           const int64_t n_keys = q_start_pos + i1;
           for (int64_t t0 = 0; t0 < n_keys; t0 += kKeyTile) {
             const int64_t kt = std::min<int64_t>(kKeyTile, n_keys - t0);
-            for (int64_t j = 0; j < kt; ++j) {
-              const int64_t row = kv_row_index(kv, page_table, t0 + j, g);
-              kp[j] = kv_row(kv, fmt, kv.k, kv.k_scale, row, kvbuf + j * D);
-              vp[j] = kv_row(kv, fmt, kv.v, kv.v_scale, row, kvbuf + (kKeyTile + j) * D);
-            }
-            // Rows of one head are scattered (stride n_kv_heads * D, pages anywhere): prefetch the
-            // next tile while this one is computed.
-            for (int64_t j = t0 + kKeyTile; j < std::min(n_keys, t0 + 2 * kKeyTile); ++j)
-              prefetch_row(kv, fmt, page_table, j, g);
+            tile_rows(kv, fmt, page_table, g, t0, kt, n_keys, kvbuf, kp, vp);
             // Scores of this tile: s[v, j] = scale * q_v . k_j, -inf past the query's position.
             float res[16];
             for (int64_t j = 0; j < kt; j += 4) {
@@ -190,6 +147,32 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
         }
       },
       grain);
+}
+
+}  // namespace
+
+void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
+                     const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
+                     float* out) {
+  kv_row_format(kv.dtype, kv.head_dim);  // throws for a dtype the cache cannot hold
+  if (n_q <= 0) return;
+  if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0)
+    throw std::invalid_argument("attention_paged: n_heads must be a multiple of n_kv_heads");
+  const int64_t Hkv = kv.n_kv_heads, group = n_heads / Hkv;
+  // Query blocks shrink until there are two tasks per thread. Tiled: blocks of all the group's
+  // heads, ~96 query vectors (twelve vectors of 8: fewer passes over the cache than 48, buffers
+  // still in L2); it needs at least 8.
+  const int64_t threads = num_threads();
+  int64_t QB = std::clamp<int64_t>(96 / group, 1, n_q);
+  while (QB > 1 && Hkv * ((n_q + QB - 1) / QB) < 2 * threads) QB = (QB + 1) / 2;
+  if (QB * group >= 8) return attention_tiled(q, n_q, q_start_pos, n_heads, kv, page_table, scale, gate, out, QB);
+  // Dot: up to 16 queries x 8 heads, heads split too when there are still too few tasks.
+  int64_t HB = std::min<int64_t>(group, 8);
+  QB = std::min<int64_t>(16, kDotMaxVecs / HB);
+  auto n_tasks = [&] { return Hkv * ((n_q + QB - 1) / QB) * ((group + HB - 1) / HB); };
+  while (QB > 1 && n_tasks() < 2 * threads) QB /= 2;
+  while (HB > 1 && n_tasks() < 2 * threads) HB = (HB + 1) / 2;
+  attention_dot(q, n_q, q_start_pos, n_heads, kv, page_table, scale, gate, out, QB, HB);
 }
 
 }  // namespace cpu
