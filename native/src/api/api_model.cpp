@@ -85,8 +85,6 @@ int32_t pe_model_set_tp(pe_model* model, pe_comm* data, pe_comm* control) {
     auto shard = std::make_unique<pe::TpShard>(pe::make_tp_shard(model->full_config, d.rank(), d.size()));
     model->full_shapes = std::make_unique<pe::WeightStore>(model->full_config);
     model->model = make_model(shard->local, model->device);
-    if (!model->model->supports_tp())
-      fail(PE_ERR_UNSUPPORTED, "tensor parallel: the ", model->device, " model of this build has no TP forward yet");
     model->model->set_tp(&d, &c);
     model->shard = std::move(shard);
     if (c.rank() == 0) model->tp_leader = std::make_unique<pe::TpLeader>(c);

@@ -159,8 +159,6 @@ class Model {
   Communicator* tp_data() const { return tp_data_; }
   Communicator* tp_control() const { return tp_control_; }
   int tp_size() const { return tp_control_ ? tp_control_->size() : 1; }
-  // Whether this model's forward has the TP collectives (all-reduces, the logits gather).
-  virtual bool supports_tp() const { return false; }
   // The MTP head over one sequence (MODEL_SPEC §3): row p (0 .. n-2) drafts the token at p + 2
   // from the final-normed hidden state hidden[p] (host memory, [n, hidden]) and the token
   // tokens[p + 1], with the MTP layer's attention at positions 0 .. p in its own KV (`mtp_kv`: one

@@ -129,8 +129,6 @@ void Qwen35Model::ensure_tp_logits(int64_t n) {
   if (tp_logits_.size() < floats * sizeof(float)) tp_logits_ = Buffer(device(), floats * sizeof(float));
 }
 
-bool Qwen35Model::supports_tp() const { return true; }
-
 void Qwen35Model::reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) {
   if (device() == Device::CPU) return;  // host workspace grows with the steps
   std::lock_guard<std::mutex> lock(mu_);

@@ -38,9 +38,6 @@ class Qwen35Model : public Model {
                 ForwardResult& res) override;
   const float* kept_hidden(int32_t layer, int64_t* n_rows) const override;
   int64_t weight_bytes() const override { return be_->weight_bytes(weights_); }
-  // The collectives are in the forward on every backend; the data communicator must be on the
-  // model's device (pe_model_set_tp checks).
-  bool supports_tp() const override;
   // The token embedding and the lm_head as placed on the model's device (a DFlash draft uses
   // them: it has neither). Valid while the model lives.
   const WeightView& embedding_table() const { return embed_.view; }

@@ -114,7 +114,6 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
     feature_rows_ = dst.as<float>();
   }
   float* logits = be_->logits_buffer(n_rows, cfg_.vocab, b.host_outputs, res);
-  if (tp_data_) ensure_tp_logits(n_rows);
   if (!b.keep_hidden.empty()) ensure_kept(static_cast<int64_t>(b.keep_hidden.size()), T);
   // A decode-only step may replay a graph of its shape (tokens, logit rows).
   bool decode_only = b.cuda_graph && !b.host_outputs && T > 0 && !tp_data_ && b.keep_hidden.empty();
@@ -199,6 +198,7 @@ void Qwen35Model::project_logits(const float* rows, int64_t n, float* logits) {
     head.data = static_cast<const uint8_t*>(head.data) + cfg_.vocab_begin * dtype_bytes_for(head.dtype, head.cols);
     head.rows = mine;
   }
+  ensure_tp_logits(n);  // TP steps run eagerly (no graph), so the space may grow here
   float* part = tp_logits_.as<float>();  // [n, padded], then every rank's part
   float* all = part + n * padded;
   be_->linear(rows, n, head, all, {});  // [n, mine] first, in the gather's space

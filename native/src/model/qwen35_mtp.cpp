@@ -72,7 +72,6 @@ void Qwen35Model::mtp_forward(const int32_t* tokens, int64_t n, const float* hid
   mem_upload(device(), residual().x, hidden, sizeof(float) * T * H);
   ForwardResult res;
   float* out = be_->logits_buffer(T, cfg_.vocab, true, res);
-  if (tp_data_) ensure_tp_logits(T);
   be_->run_step(-1, [&] { mtp_head(T, out, T, b, mtp_kv, 0); });
   be_->finish_step(out, T, cfg_.vocab, residual().h, 0, H, true, res);
   logits = std::move(res.logits);
