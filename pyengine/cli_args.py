@@ -176,13 +176,15 @@ def add_engine_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
     p.add_argument("--tp", "--tensor_parallel_size", dest="tensor_parallel_size", type=positive_int, default=1,
                    help="ranks the model is split over, one process each (one GPU each on cuda; default: 1)")
     p.add_argument("--speculative_algorithm", default="none", choices=["none", "mtp", "dflash"],
-                   help="speculative decoding: mtp drafts with the checkpoint's MTP head, verified in the "
-                        "normal step, lossless at every temperature (default: none)")
+                   help="speculative decoding: mtp drafts with the checkpoint's MTP head, dflash with a DFlash "
+                        "draft model (--speculative_draft_model_path); verified in the normal step, lossless at "
+                        "every temperature (default: none)")
     p.add_argument("--speculative_draft_model_path", default=None,
                    help="the DFlash draft model's directory (speculative_algorithm dflash)")
-    p.add_argument("--speculative_num_draft_tokens", type=int_in(1, 8), default=3,
+    p.add_argument("--speculative_num_draft_tokens", type=int_in(1, 8), default=None,
                    help="the most drafts a request verifies per step, 1-8; each request adapts its own "
-                        "number to its acceptance within it (default: 3)")
+                        "number to its acceptance within it (default: 3 for mtp, the draft's block size - 1 "
+                        "for dflash)")
     p.add_argument("--draft_quant", default=None, choices=["none", "fp8", "int8", "nvfp4"],
                    help="quantize the DFlash draft's weights at load (default: none)")
 

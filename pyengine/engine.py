@@ -46,7 +46,9 @@ class EngineArgs:
     # model at speculative_draft_model_path; its weights quantized on load as draft_quant).
     speculative_algorithm: str = "none"
     speculative_draft_model_path: str | None = None
-    speculative_num_draft_tokens: int = 3  # the most drafts per verify step (1 .. 8)
+    # The most drafts per verify step (1 .. 8); None: 3 for mtp, the draft's block_size - 1 (at most
+    # 8) for dflash.
+    speculative_num_draft_tokens: int | None = None
     draft_quant: str | None = None  # none, fp8, int8, nvfp4
 
 
@@ -60,8 +62,8 @@ def check_speculative(args: EngineArgs) -> None:
         raise ValueError(f"speculative_algorithm must be one of {', '.join(SPECULATIVE_ALGORITHMS)}; "
                          f"got {args.speculative_algorithm!r}")  # fmt: skip
     k = args.speculative_num_draft_tokens
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 8:
-        raise ValueError(f"speculative_num_draft_tokens must be an int in [1, 8], got {k!r}")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 8):
+        raise ValueError(f"speculative_num_draft_tokens must be an int in [1, 8] or None, got {k!r}")
     if args.draft_quant is not None and args.draft_quant not in DRAFT_QUANTS:
         raise ValueError(f"draft_quant must be one of {', '.join(DRAFT_QUANTS)}; got {args.draft_quant!r}")
     if args.speculative_algorithm == "dflash" and not args.speculative_draft_model_path:
@@ -111,10 +113,12 @@ class RequestExtras:
 class NativeEngine:
     """Owns a pe_engine; one dispatcher thread polls it and feeds per-request queues."""
 
-    def __init__(self, model: NativeModel, args: EngineArgs, eos_token_ids: list[int]):
+    def __init__(self, model: NativeModel, args: EngineArgs, eos_token_ids: list[int], draft=None):
+        """draft: the DFlashDraft of speculative_algorithm dflash (it must outlive the engine)."""
         n = native()
         self._n = n
         self._model = model  # the engine must not outlive its model
+        self._draft = draft
         p = n.lib.pe_engine_default_params()
         for field in (
             "max_batch", "max_model_len", "chunked_prefill_size", "max_num_batched_tokens",
@@ -131,7 +135,14 @@ class NativeEngine:
         p.max_step_ms = float(args.max_step_ms)
         check_speculative(args)
         p.speculative_algorithm = SPECULATIVE_ALGORITHMS[args.speculative_algorithm]
-        p.speculative_num_draft_tokens = int(args.speculative_num_draft_tokens)
+        k = args.speculative_num_draft_tokens
+        if k is None:
+            k = min(8, draft.block_size - 1) if draft is not None else 3
+        p.speculative_num_draft_tokens = int(k)
+        if args.speculative_algorithm == "dflash":
+            if draft is None:
+                raise ValueError("speculative_algorithm dflash needs the draft model loaded (speculative_draft_model_path)")
+            p.speculative_draft = draft.handle
         for i in range(8):
             p.eos_token_ids[i] = eos_token_ids[i] if i < len(eos_token_ids) else -1
         out = n.ffi.new("pe_engine**")

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from .chat_template import ChatTemplate, ChatTemplateError
 from .config import ModelConfig
 from ._native import cuda_available
-from .engine import EngineArgs, NativeEngine, RequestExtras, default_seed, kv_dtype_code
+from .dflash import DFlashDraft
+from .engine import EngineArgs, NativeEngine, RequestExtras, check_speculative, default_seed, kv_dtype_code
 from .errors import PromptTooLongError
 from .model_loader import NativeModel
 from .reasoning import prompt_opens_reasoning, split_reasoning
@@ -70,7 +71,11 @@ class LLM:
             self._model = NativeModel(self.model_path, self.config, device, weight_quant=args.weight_quant,
                                       load_format=args.load_format,
                                       tp=(self._tp.data, self._tp.control) if self._tp else None)  # fmt: skip
-            self._engine = NativeEngine(self._model, args, list(self.tokenizer.eos_token_ids))
+            self._draft = None
+            if args.speculative_algorithm == "dflash":
+                check_speculative(args)
+                self._draft = DFlashDraft(args.speculative_draft_model_path, self, args.draft_quant)
+            self._engine = NativeEngine(self._model, args, list(self.tokenizer.eos_token_ids), self._draft)
             self.grammars = GrammarCompiler(
                 self.model_path, self.config.vocab_size, list(self.tokenizer.eos_token_ids),
                 lambda t: self.tokenizer.decode([t], skip_special_tokens=False),
@@ -234,6 +239,9 @@ class LLM:
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close()
+        draft = getattr(self, "_draft", None)
+        if draft is not None:
+            draft.close()  # after the engine that drafts with it, before the target it reads
         model = getattr(self, "_model", None)
         if model is not None:
             model.close()  # the engine is gone: the weights can go now, not at garbage collection

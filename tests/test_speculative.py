@@ -1,8 +1,9 @@
-"""Speculative decoding with the MTP proposer on the CPU: token for token what plain decoding
-gives at temperature 0 (k = 1, 3, 5; one request, and 8 at once beside a long prompt that
-prefills in chunks; prefix cache on), drafts equal to LLM.mtp_logits' argmax, lossless sampling
-at temperature 1 and at top_p 0.9 / temperature 0.7 (chi-square against spec off and against the
-exact distribution from prompt_logits), the per-request switch, stats and options."""
+"""Speculative decoding on the CPU, with the MTP proposer and with a DFlash draft model: token for
+token what plain decoding gives at temperature 0 (MTP k = 1, 3, 5, DFlash blocks; one request, and
+8 at once beside a long prompt that prefills in chunks; prefix cache on), drafts equal to
+LLM.mtp_logits' argmax, lossless sampling at temperature 1 and at top_p 0.9 / temperature 0.7
+(chi-square against spec off and against the exact distribution from prompt_logits), the
+per-request switch, stats and options."""
 
 import json
 import os
@@ -15,6 +16,8 @@ from pyengine import LLM, SamplingParams
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 WRAPPER = os.path.join(DATA, "ckpt_wrapper_bf16")  # the test checkpoint with an MTP head
+TEXT = os.path.join(DATA, "ckpt_text_bf16")  # the test checkpoint of the DFlash test draft
+TEXT_DRAFT = os.path.join(DATA, "dflash_text_bf16")  # random weights: its drafts are rejected
 PROMPTS = os.path.join(os.path.dirname(__file__), "..", "pyengine", "tools", "data", "prompts.jsonl")
 
 
@@ -83,6 +86,41 @@ def test_test_checkpoint_spec_equals_plain_at_temperature_0():
                  speculative_num_draft_tokens=k) as llm:  # fmt: skip
             assert run(llm, prompts, 48) == want, k
             assert [run(llm, [p], 48)[0] for p in prompts] == want, k
+
+
+def dflash(path=TEXT_DRAFT, **kw):
+    return {"speculative_algorithm": "dflash", "speculative_draft_model_path": path, **kw}
+
+
+def test_dflash_spec_equals_plain_at_temperature_0_on_the_test_checkpoint():
+    """Every block rejected: each verify step rolls back to the first position; the draft's cache
+    follows every committed token, prefix-cache hits included (the second batched run)."""
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 500, size=n).tolist() for n in (3, 17, 40, 90)]
+    long_prompt = rng.integers(0, 500, size=200).tolist()
+    kw = {"max_model_len": 256, "chunked_prefill_size": 32}
+    with LLM(TEXT, **kw) as llm:
+        want, want_batch = run(llm, prompts, 48), run(llm, prompts + [long_prompt], 40)
+    for k in (None, 3):
+        with LLM(TEXT, **kw, **dflash(speculative_num_draft_tokens=k)) as llm:
+            assert [run(llm, [p], 48)[0] for p in prompts] == want, k
+            for _ in range(2):
+                assert run(llm, prompts + [long_prompt], 40) == want_batch, k
+            st = llm.stats()
+            assert len(st["spec_drafted_per_position"]) == (7 if k is None else k)  # block_size 8
+            assert st["prefix_cache_hit_tokens"] > 0
+            assert st["running"] == 0 and st["kv_pages_free"] == st["kv_pages_total"]
+    with LLM(TEXT, **kw, **dflash(speculative_num_draft_tokens=2, draft_quant="int8")) as llm:
+        assert run(llm, prompts, 48) == want
+
+
+def test_dflash_options_are_checked():
+    with pytest.raises(ValueError, match="needs speculative_draft_model_path"):
+        LLM(TEXT, max_model_len=64, speculative_algorithm="dflash")
+    with pytest.raises(ValueError, match="hidden_size 64 differs from the target's 384"):
+        LLM(max_model_len=64, **dflash())  # the default model
+    with pytest.raises(ValueError, match="config.json"):
+        LLM(TEXT, max_model_len=64, **dflash(DATA))
 
 
 def test_drafts_are_the_mtp_heads_argmax_over_the_same_tokens():
@@ -168,7 +206,9 @@ def exact_joint(llm, prompt, temperature, top_p, first_tokens):
     return joint
 
 
-def check_lossless(model, n, temperature, top_p, k, min_acceptance=0.0, against_plain=True):
+def check_lossless(model, n, temperature, top_p, k, min_acceptance=0.0, against_plain=True, spec=None):
+    """spec: the speculative options (default: the MTP head's)."""
+    spec = spec or {"speculative_algorithm": "mtp"}
     sp = {"temperature": temperature, "top_p": top_p}
     plain = []
     if against_plain:
@@ -176,8 +216,8 @@ def check_lossless(model, n, temperature, top_p, k, min_acceptance=0.0, against_
             plain = first_two(llm, PROMPT if model else llm.tokenizer.encode(CODE), n, 0, **sp)
     # Steps in full chunks (no pacer, whose cuts follow measured times): the same batches each run,
     # so the same seeds give the same tokens (a different batch layout may round a logit otherwise).
-    with LLM(model, max_model_len=128, max_batch=64, prefix_cache=False, speculative_algorithm="mtp",
-             speculative_num_draft_tokens=k, max_step_ms=-1) as llm:  # fmt: skip
+    with LLM(model, max_model_len=128, max_batch=64, prefix_cache=False, speculative_num_draft_tokens=k,
+             max_step_ms=-1, **spec) as llm:  # fmt: skip
         prompt = PROMPT if model else llm.tokenizer.encode(CODE)
         spec = first_two(llm, prompt, n, 10**6, **sp)
         st = llm.stats()
@@ -198,6 +238,10 @@ def check_lossless(model, n, temperature, top_p, k, min_acceptance=0.0, against_
 @pytest.mark.parametrize("temperature,top_p,k", [(1.0, 1.0, 1), (0.7, 0.9, 2)])
 def test_sampling_is_lossless(temperature, top_p, k):
     check_lossless(WRAPPER, 3000, temperature, top_p, k)
+
+
+def test_dflash_sampling_is_lossless():
+    check_lossless(TEXT, 2000, 1.0, 1.0, 2, spec=dflash())
 
 
 def test_sampling_is_lossless_where_most_drafts_are_accepted():

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* cffi-begin */
-#define PE_API_VERSION 7
+#define PE_API_VERSION 8
 
 /* Status codes. */
 #define PE_OK 0
@@ -61,7 +61,7 @@ extern "C" {
  * tokens a verify step takes per sequence (also the length of the per-position counters). */
 #define PE_SPEC_NONE 0
 #define PE_SPEC_MTP 1    /* the checkpoint's MTP head drafts k tokens in a chain */
-#define PE_SPEC_DFLASH 2 /* a DFlash draft model proposes a block (not in this build's engine yet) */
+#define PE_SPEC_DFLASH 2 /* a DFlash draft model (pe_draft) proposes a block of drafts */
 #define PE_SPEC_MAX_DRAFT 8
 #define PE_ERROR_MESSAGE_SIZE 256
 
@@ -278,20 +278,25 @@ typedef struct pe_engine_params {
                                     at 80 % of its full-chunk rate (where none can: prefill taking
                                     80 % of the step); < 0: off, prefill always in full chunks.
                                     Finite values only. */
-  int32_t speculative_algorithm; /* PE_SPEC_*: NONE (default) or MTP (needs mtp.* tensors) */
+  int32_t speculative_algorithm; /* PE_SPEC_*: NONE (default), MTP (needs mtp.* tensors) or DFLASH
+                                    (needs speculative_draft) */
   int32_t speculative_num_draft_tokens; /* k, the most drafts per verify step: 1 .. PE_SPEC_MAX_DRAFT
-                                    (each request adapts its own k within it to its acceptance) */
+                                    (each request adapts its own k within it to its acceptance);
+                                    DFLASH: at most the draft's block_size - 1 */
+  pe_draft* speculative_draft;   /* DFLASH: the draft (pe_draft_create on this model, finalized);
+                                    not owned, it must outlive the engine. NULL otherwise */
 } pe_engine_params;
 
 /* Defaults: max_batch 8, max_model_len 8192, chunked_prefill_size 512, cooperative_prefill 1,
  * prefix_cache 1, kv_page_size 16, snapshot_interval_pages 16, gpu_mem_ratio 0.9, no eos,
  * kv_cache_dtype F32, cuda_graphs 0, overlap_schedule -1, max_step_ms 0, speculative_algorithm
- * NONE, speculative_num_draft_tokens 3. */
+ * NONE, speculative_num_draft_tokens 3, speculative_draft NULL. */
 pe_engine_params pe_engine_default_params(void);
 
 typedef struct pe_memory_plan {
   int64_t kv_page_size;               /* tokens per page */
-  int64_t kv_page_bytes;              /* bytes per page over all attention layers */
+  int64_t kv_page_bytes;              /* bytes per page over all attention layers (a DFlash
+                                         draft's cache on the same pages included) */
   int64_t kv_pages;                   /* pages in the pool */
   int64_t gdn_slot_bytes;             /* bytes of one GDN state slot (conv + recurrent, all layers) */
   int64_t gdn_slots;                  /* slots for running sequences (== max_batch) */

@@ -90,6 +90,8 @@ TEST(batched_sequences_equal_each_alone) {
     s.n_context = n_context;
     s.n_new = n_new;
     s.features = feats.data() + (i * 12 + n_context) * FW;
+    s.layer_stride = 8;
+    s.row_stride = FW;
     s.last_token = tokens[i];
     s.page_table = tables.data() + 4 * i;
     return s;
@@ -123,6 +125,35 @@ TEST(batched_sequences_equal_each_alone) {
   f.draft.forward({seq(1, 0, 4)}, pieces, true, r);  // ref[1] had 5 rows
   const pe_test::Error e = pe_test::compare(r.logits.data(), ref[1].data(), rows);
   CHECK(e.max_abs > 1e-3);
+  // Layer-major features (the rows a target forward keeps, Batch::keep_hidden) give the same
+  // logits; a sequence without a block only appends its context rows and drafts later from it.
+  const int64_t H = 8, NF = 2, R = 3 * 12;
+  std::vector<float> lm(feats.size());
+  for (int64_t t = 0; t < R; ++t)
+    for (int64_t j = 0; j < NF; ++j) std::memcpy(&lm[(j * R + t) * H], &feats[t * FW + j * H], sizeof(float) * H);
+  auto seq_lm = [&](int i, int64_t n_context, int64_t n_new) {
+    DraftSeq s = seq(i, n_context, n_new);
+    s.features = lm.data() + (i * 12 + n_context) * H;
+    s.layer_stride = R * H;
+    s.row_stride = H;
+    return s;
+  };
+  KvPool mixed(f.draft.config().cache_shape(), 12, kPage);
+  f.draft.forward({seq_lm(0, 0, first[0]), seq_lm(1, 0, first[1]), seq_lm(2, 0, first[2])}, mixed, true, r);
+  DraftSeq quiet = seq_lm(1, first[1], second[1]);
+  quiet.draft = false;
+  f.draft.forward({seq_lm(0, first[0], second[0]), quiet, seq_lm(2, first[2], second[2])}, mixed, true, r);
+  CHECK_EQ(static_cast<int64_t>(r.logits.size()), 2 * rows);
+  CHECK_EQ(r.logit_row_begin[1], -1);
+  CHECK_EQ(r.logit_row_begin[2], kBlock - 1);
+  CHECK_CLOSE(r.logits.data(), ref[0].data(), rows, 1e-6);
+  CHECK_CLOSE(r.logits.data() + rows, ref[2].data(), rows, 1e-6);
+  f.draft.forward({seq_lm(1, first[1] + second[1], 0)}, mixed, true, r);
+  CHECK_CLOSE(r.logits.data(), ref[1].data(), rows, 1e-6);
+  quiet.n_new = 0;
+  quiet.n_context = first[1] + second[1];
+  f.draft.forward({quiet}, mixed, true, r);
+  CHECK(r.logits.empty());
 }
 
 TEST(greedy_sampling_takes_the_argmax_of_each_row) {
@@ -134,6 +165,8 @@ TEST(greedy_sampling_takes_the_argmax_of_each_row) {
   DraftSeq s;
   s.n_new = 6;
   s.features = feats.data();
+  s.layer_stride = 8;
+  s.row_stride = f.feature_width();
   s.last_token = 5;
   s.page_table = tables.data();
   ForwardResult r;
@@ -152,11 +185,12 @@ TEST(greedy_sampling_takes_the_argmax_of_each_row) {
   }
 }
 
-TEST(target_features_are_the_layer_outputs) {
+TEST(kept_hidden_rows_are_the_layer_outputs) {
   Fixture f;
   const ModelConfig& c = f.tc;
+  const int64_t H = c.hidden;
   KvPool kv(c, 2, 16);
-  GdnPool gdn(c, 1, 0);
+  GdnPool gdn(c, 3, 0);
   const std::vector<int32_t> pages = {0, 1};
   Batch b;
   b.tokens = {3, 14, 15, 92, 65};
@@ -166,24 +200,33 @@ TEST(target_features_are_the_layer_outputs) {
   s.page_table = pages.data();
   s.logits = LogitsMode::None;
   b.seqs.push_back(s);
-  b.feature_layers = {1, 0};
+  b.keep_hidden = {1, 0, -1};
   ForwardResult r;
-  f.target.forward(b, kv, gdn, r);
-  CHECK(r.features == r.host_features.data());
-  CHECK_EQ(static_cast<int64_t>(r.host_features.size()), 5 * 2 * c.hidden);
+  f.target.forward(b, kv, gdn, r);  // the engine's way: kept by the model
+  CHECK(r.kept.empty());
+  int64_t rows = 0;
+  const float* l1 = f.target.kept_hidden(1, &rows);
+  CHECK_EQ(rows, 5);
+  CHECK(l1 != nullptr && f.target.kept_hidden(0, nullptr) == l1 + 5 * H && f.target.kept_hidden(-1, nullptr) == l1 + 10 * H);
   // Layer 1 is the last: its output normed with the final norm is the model's hidden state.
-  std::vector<float> last(5 * c.hidden), normed(last.size());
-  for (int64_t t = 0; t < 5; ++t) std::memcpy(&last[t * c.hidden], &r.host_features[t * 2 * c.hidden], c.hidden * 4);
-  cpu::rms_norm(last.data(), f.target.weights().vec("norm.weight"), 5, c.hidden, c.eps, true, normed.data());
+  std::vector<float> normed(5 * H);
+  cpu::rms_norm(l1, f.target.weights().vec("norm.weight"), 5, H, c.eps, true, normed.data());
   CHECK_CLOSE(normed.data(), r.hidden.data(), normed.size(), 1e-6);
-  // Not asked: none.
-  b.feature_layers.clear();
-  GdnPool gdn2(c, 1, 0);
-  b.seqs[0].gdn_slot = gdn2.alloc_running();
-  f.target.forward(b, kv, gdn2, r);
-  CHECK(r.features == nullptr);
-  b.feature_layers = {2};
-  CHECK(refused([&] { f.target.forward(b, kv, gdn2, r); }, "feature layer 2 outside 0 .. 1"));
+  CHECK_CLOSE(f.target.kept_hidden(-1, nullptr), r.hidden.data(), normed.size(), 0.0);
+  const std::vector<float> kept(l1, l1 + 15 * H);
+  // For the host: the same rows in ForwardResult::kept, the model's kept rows untouched.
+  b.keep_hidden = {0, 1};
+  b.keep_for_host = true;
+  b.seqs[0].gdn_slot = gdn.alloc_running();
+  f.target.forward(b, kv, gdn, r);
+  CHECK_EQ(static_cast<int64_t>(r.kept.size()), 10 * H);
+  CHECK_CLOSE(r.kept.data(), kept.data() + 5 * H, 5 * H, 0.0);
+  CHECK_CLOSE(r.kept.data() + 5 * H, kept.data(), 5 * H, 0.0);
+  CHECK(f.target.kept_hidden(1, nullptr) == l1 && f.target.kept_hidden(-1, nullptr) != nullptr);
+  CHECK_CLOSE(l1, kept.data(), kept.size(), 0.0);
+  b.keep_hidden = {2};
+  b.seqs[0].gdn_slot = gdn.alloc_running();
+  CHECK(refused([&] { f.target.forward(b, kv, gdn, r); }, "kept hidden layer 2 outside -1 .. 1"));
 }
 
 TEST(misuse_is_refused_with_a_message) {

@@ -27,7 +27,7 @@ const pe::Qwen35Model& qwen35(pe_model* model, const char* what) {
 }
 
 // The target's layer outputs for tokens[0..n) as one fresh sequence, on the host.
-std::vector<float> target_features(pe_model* model, const int32_t* tokens, int64_t n, std::vector<int32_t> layers) {
+std::vector<float> target_features(pe_model* model, const int32_t* tokens, int64_t n, const std::vector<int32_t>& layers) {
   const pe::ModelConfig& cfg = model->model->config();
   const int64_t page = 64, n_pages = (n + page - 1) / page;
   const pe::Device dev = model->model->device();
@@ -37,7 +37,8 @@ std::vector<float> target_features(pe_model* model, const int32_t* tokens, int64
   for (int64_t i = 0; i < n_pages; ++i) table.push_back(kv.alloc());
   pe::Batch b;
   b.tokens.assign(tokens, tokens + n);
-  b.feature_layers = std::move(layers);
+  b.keep_hidden = layers;
+  b.keep_for_host = true;
   pe::SeqChunk s;
   s.n_new = n;
   s.gdn_slot = gdn.alloc_running();
@@ -46,7 +47,13 @@ std::vector<float> target_features(pe_model* model, const int32_t* tokens, int64
   b.seqs.push_back(s);
   pe::ForwardResult res;
   model->model->forward(b, kv, gdn, res);
-  return std::move(res.host_features);
+  // Kept layer-major [n_layers, n, H] -> token-major [n, n_layers * H] (the context features).
+  const int64_t H = cfg.hidden, L = static_cast<int64_t>(layers.size());
+  std::vector<float> out(static_cast<size_t>(n * L * H));
+  for (int64_t j = 0; j < L; ++j)
+    for (int64_t t = 0; t < n; ++t)
+      std::memcpy(out.data() + (t * L + j) * H, res.kept.data() + (j * n + t) * H, sizeof(float) * H);
+  return out;
 }
 
 void check_tokens(const int32_t* tokens, int64_t n, int64_t vocab) {
@@ -152,6 +159,8 @@ int32_t pe_draft_block_logits(pe_draft* draft, const int32_t* tokens, int64_t n,
       s.n_context = done;
       s.n_new = context_ends[b] - done;
       s.features = feat.as<float>() + done * FW;
+      s.layer_stride = c.hidden;
+      s.row_stride = FW;
       s.last_token = tokens[context_ends[b]];
       s.page_table = table.data();
       pe::ForwardResult res;

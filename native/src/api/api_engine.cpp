@@ -4,6 +4,7 @@
 #include "api/api_common.h"
 #include "api/handles.h"
 #include "engine/engine.h"
+#include "model/dflash.h"
 #include "pyengine.h"
 
 using pe::fail;
@@ -37,7 +38,14 @@ int32_t pe_engine_create(pe_model* model, const pe_engine_params* params, pe_eng
     if (!model || !params || !out_engine) fail(PE_ERR_INVALID_ARGUMENT, "pe_engine_create: null argument");
     if (!model->finalized) fail(PE_ERR_STATE, "pe_engine_create: the model is not finalized");
     auto e = std::make_unique<pe_engine>();
-    e->engine = std::make_unique<pe::Engine>(*model->model, *params, model->tp_leader.get());
+    pe::DFlashDraft* draft = nullptr;
+    if (params->speculative_algorithm == PE_SPEC_DFLASH && params->speculative_draft) {
+      const pe_draft* d = params->speculative_draft;
+      if (d->target != model) fail(PE_ERR_INVALID_ARGUMENT, "pe_engine_create: the draft was made for another model");
+      if (!d->finalized) fail(PE_ERR_STATE, "pe_engine_create: the draft is not finalized");
+      draft = d->draft.get();
+    }
+    e->engine = std::make_unique<pe::Engine>(*model->model, *params, model->tp_leader.get(), draft);
     *out_engine = e.release();
   });
 }

@@ -23,7 +23,7 @@ pe_memory_plan plan_memory(const CacheShape& shape, const PlanRequest& r) {
   if (r.max_model_len < 2) fail(PE_ERR_INVALID_ARGUMENT, "max_model_len must be >= 2, got ", r.max_model_len);
   pe_memory_plan p{};
   p.kv_page_size = r.page_size;
-  p.kv_page_bytes = std::max<int64_t>(1, KvPool::page_bytes(shape, r.page_size, r.kv_dtype));
+  p.kv_page_bytes = std::max<int64_t>(1, KvPool::page_bytes(shape, r.page_size, r.kv_dtype) + r.draft_page_bytes);
   p.gdn_slot_bytes = GdnPool::slot_bytes(shape);
   p.gdn_slots = r.max_batch;
   p.spec_state_slots = r.max_batch * std::max<int64_t>(0, r.spec_slots_per_seq);
@@ -60,7 +60,7 @@ pe_memory_plan plan_memory(const CacheShape& shape, const PlanRequest& r) {
 }
 
 int64_t default_cpu_budget(const CacheShape& shape, const PlanRequest& r) {
-  const int64_t page_bytes = KvPool::page_bytes(shape, r.page_size, r.kv_dtype);
+  const int64_t page_bytes = KvPool::page_bytes(shape, r.page_size, r.kv_dtype) + r.draft_page_bytes;
   const int64_t slot = GdnPool::slot_bytes(shape);
   const int64_t want = r.max_batch * (1 + kSnapshotsPerSequence + std::max<int64_t>(0, r.spec_slots_per_seq)) * slot +
                        r.max_batch * ceil_div(r.max_model_len, r.page_size) * page_bytes;

@@ -22,6 +22,9 @@ struct PlanRequest {
   // Speculative decoding: GDN slots per running sequence for the states after each draft
   // position of a verify (the rollback states).
   int64_t spec_slots_per_seq = 0;
+  // Bytes per page of a drafter's cache on the same pages (a DFlash draft's KV): counted with
+  // every KV page.
+  int64_t draft_page_bytes = 0;
 };
 
 pe_memory_plan plan_memory(const CacheShape& shape, const PlanRequest& req);

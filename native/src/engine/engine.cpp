@@ -1,10 +1,12 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "engine/dflash_proposer.h"
 #include "engine/mtp_proposer.h"
 
 namespace pe {
@@ -38,7 +40,8 @@ static void check_params(const pe_engine_params& p) {
          p.speculative_num_draft_tokens);
 }
 
-Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : model_(model), params_(params), tp_(tp) {
+Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp, DFlashDraft* draft)
+    : model_(model), params_(params), tp_(tp), draft_(draft) {
   check_params(params_);
   if (params_.cuda_graphs && model_.device() != Device::CUDA)
     fail(PE_ERR_INVALID_ARGUMENT, "cuda_graphs needs device 'cuda' (it replays CUDA decode steps); this model runs on "
@@ -49,11 +52,16 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
     fail(PE_ERR_INVALID_ARGUMENT, "max_model_len ", params_.max_model_len, " exceeds the model's max_position_embeddings ",
          cfg.max_positions);
   check_speculative();
-  const bool spec = params_.speculative_algorithm != PE_SPEC_NONE;
+  const int32_t algo = params_.speculative_algorithm;
+  const bool spec = algo != PE_SPEC_NONE;
+  if (algo == PE_SPEC_DFLASH)  // a block proposes block_size - 1 drafts at most
+    params_.speculative_num_draft_tokens =
+        std::min<int32_t>(params_.speculative_num_draft_tokens, static_cast<int32_t>(draft_->config().block_size - 1));
   const int64_t k = spec ? params_.speculative_num_draft_tokens : 0;
-  // The MTP head's KV is one more attention layer of the pages.
+  // The MTP head's KV is one more attention layer of the pages; a DFlash draft's is a pool of its
+  // own on the same pages (dflash_proposer.h).
   CacheShape shape = cfg;
-  if (spec) shape.n_attn_layers += 1;
+  if (algo == PE_SPEC_MTP) shape.n_attn_layers += 1;
   PlanRequest pr;
   pr.spec_slots_per_seq = k;
   pr.max_batch = params_.max_batch;
@@ -61,6 +69,8 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
   pr.page_size = params_.kv_page_size;
   pr.prefix_cache = params_.prefix_cache != 0;
   pr.kv_dtype = static_cast<DType>(params_.kv_cache_dtype);
+  if (algo == PE_SPEC_DFLASH)
+    pr.draft_page_bytes = KvPool::page_bytes(draft_->config().cache_shape(), pr.page_size, pr.kv_dtype);
   SchedulerParams sp;
   sp.max_batch = params_.max_batch;
   sp.chunked_prefill_size = params_.chunked_prefill_size;
@@ -70,6 +80,11 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
   sp.cooperative_prefill = params_.cooperative_prefill != 0;
   // Workspace first, so the memory measured for the pools is what the steps leave free.
   model_.reserve(sp.max_num_batched_tokens, params_.max_batch * (1 + k), params_.max_model_len);
+  if (spec) {
+    const int64_t kept = algo == PE_SPEC_MTP ? 1 : static_cast<int64_t>(draft_->config().target_layers.size());
+    model_.reserve_kept(kept, sp.max_num_batched_tokens);
+  }
+  if (algo == PE_SPEC_DFLASH) draft_->reserve(sp.max_num_batched_tokens, params_.max_batch, params_.max_model_len);
   pr.budget_bytes = memory_budget(pr);
   plan_ = plan_memory(shape, pr);
   std::fprintf(stderr, "pyengine: %s\n", describe_plan(plan_).c_str());
@@ -77,7 +92,11 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp) : mod
   const Device dev = model_.device();
   kv_ = std::make_unique<KvPool>(shape, plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype, dev);
   gdn_ = std::make_unique<GdnPool>(shape, plan_.gdn_slots + plan_.spec_state_slots, plan_.snapshot_slots, dev);
-  if (params_.speculative_algorithm == PE_SPEC_MTP) proposer_ = std::make_unique<MtpProposer>(model_, *kv_);
+  if (algo == PE_SPEC_MTP) proposer_ = std::make_unique<MtpProposer>(model_, *kv_);
+  if (algo == PE_SPEC_DFLASH) {
+    draft_kv_ = std::make_unique<KvPool>(draft_->config().cache_shape(), plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype, dev);
+    proposer_ = std::make_unique<DFlashProposer>(model_, *draft_, *draft_kv_);
+  }
   if (params_.prefix_cache && plan_.snapshot_slots > 0)
     cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
   if (params_.max_step_ms >= 0.0f)

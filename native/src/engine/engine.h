@@ -44,6 +44,7 @@
 #include "engine/step_pacer.h"
 #include "engine/tp_group.h"
 #include "engine/token_masks.h"
+#include "model/dflash.h"
 #include "model/host_sampling.h"
 #include "model/model.h"
 #include "pyengine.h"
@@ -59,7 +60,8 @@ inline double now_seconds() {
 class Engine {
  public:
   // tp: the leader of a tensor-parallel group whose rank 0 this model is (null: TP = 1).
-  Engine(Model& model, const pe_engine_params& params, TpLeader* tp = nullptr);
+  // draft: the DFlash draft of speculative_algorithm dflash (not owned; outlives the engine).
+  Engine(Model& model, const pe_engine_params& params, TpLeader* tp = nullptr, DFlashDraft* draft = nullptr);
   ~Engine();
 
   uint64_t add_request(const int32_t* tokens, int64_t n, const pe_sampling_params& sp);
@@ -145,6 +147,8 @@ class Engine {
   std::unique_ptr<TokenMasks> masks_;
   std::vector<std::vector<uint32_t>> job_masks_;  // per sample job of the launch: its mask words
   std::vector<int32_t> eos_;
+  DFlashDraft* draft_ = nullptr;         // speculative_algorithm dflash
+  std::unique_ptr<KvPool> draft_kv_;     // the DFlash draft's cache, on the engine's pages
   std::unique_ptr<Proposer> proposer_;  // null: no speculative decoding
   SpecVerifier verifier_;
   HostSampler host_sampler_;

@@ -23,19 +23,29 @@ static constexpr float kRateWeight = 0.2f;
 void Engine::check_speculative() const {
   const int32_t algo = params_.speculative_algorithm;
   if (algo == PE_SPEC_NONE) return;
-  if (algo == PE_SPEC_DFLASH)
-    fail(PE_ERR_UNSUPPORTED, "speculative_algorithm dflash: the engine has no DFlash proposer yet (use mtp)");
+  if (tp_) fail(PE_ERR_UNSUPPORTED, "speculative decoding runs at tensor_parallel_size 1 only");
+  if (algo == PE_SPEC_DFLASH) {
+    if (!draft_)
+      fail(PE_ERR_INVALID_ARGUMENT, "speculative_algorithm dflash needs a DFlash draft model "
+                                    "(speculative_draft_model_path)");
+    if (draft_->device() != model_.device())
+      fail(PE_ERR_INVALID_ARGUMENT, "the DFlash draft runs on another device than the model");
+    return;
+  }
   if (!model_.has_mtp())
     fail(PE_ERR_INVALID_ARGUMENT, "speculative_algorithm mtp needs a checkpoint with an MTP head (mtp.* tensors); "
                                   "this one has none");
-  if (tp_) fail(PE_ERR_UNSUPPORTED, "speculative decoding runs at tensor_parallel_size 1 only");
 }
 
 int32_t Engine::drafts_wanted(Request& r) {
   int64_t n = r.draft_len;
   n = std::min<int64_t>(n, r.max_tokens - r.n_generated() - 1);
   n = std::min<int64_t>(n, params_.max_model_len - r.n_computed - 2);
-  while (n > 0 && !sched_->reserve_pages(r, 1 + n)) --n;
+  n = std::min<int64_t>(n, proposer_->max_drafts());
+  // The proposer's rows past the computed tokens stay inside the context and its pages.
+  while (n > 0 && (r.n_computed + proposer_->rows_ahead(n) > params_.max_model_len ||
+                   !sched_->reserve_pages(r, proposer_->rows_ahead(n))))
+    --n;
   return static_cast<int32_t>(std::max<int64_t>(n, 0));
 }
 
@@ -76,7 +86,9 @@ void Engine::propose_after(const LaunchedStep& s, const std::vector<int64_t>& st
   std::vector<ProposeInput> in;
   for (size_t i = 0; i < s.chunks.size(); ++i) {
     Request* r = s.chunks[i].req;
-    if (std::find(finished.begin(), finished.end(), r) != finished.end()) continue;
+    // A finished request's rows are brought up too (no drafts): its pages may serve a later
+    // request from the prefix cache, whose drafter reads them.
+    const bool done = std::find(finished.begin(), finished.end(), r) != finished.end();
     ProposeInput p;
     p.req = r;
     p.pos0 = starts[i];
@@ -84,7 +96,7 @@ void Engine::propose_after(const LaunchedStep& s, const std::vector<int64_t>& st
     p.hidden_row0 = s.first_row[i];
     sched_->trim_pages(*r);  // pages wholly past its next token: rejected drafts
     // A request whose prompt is done has its next token pending: drafts follow it.
-    if (r->speculative && r->n_remaining() == 1) p.n_drafts = drafts_wanted(*r);
+    if (!done && r->speculative && r->n_remaining() == 1) p.n_drafts = drafts_wanted(*r);
     in.push_back(p);
   }
   if (in.empty()) return;

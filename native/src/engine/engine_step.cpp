@@ -185,7 +185,9 @@ void Engine::collect(LaunchedStep& s) {
     for (const ScheduledChunk& c : s.chunks) finish(c.req, PE_FINISH_ERROR, e.what());
     return;
   }
-  record_step(s, now_seconds());
+  // A speculating engine's step includes its proposer's turn (the drafts the next verify reads):
+  // it is timed after it, so the step-cost model and the pacer see what a token costs.
+  if (!proposer_) record_step(s, now_seconds());
   std::vector<const Request*> prefilled;  // chunks with prompt tokens: one progress event each
   for (const ScheduledChunk& c : s.chunks) {
     const int64_t n = std::min(c.req->n_prompt, c.req->n_computed + c.n_tokens) - c.req->n_computed;
@@ -228,6 +230,7 @@ void Engine::collect(LaunchedStep& s) {
     std::vector<Request*> done;
     for (auto& f : finished) done.push_back(f.first);
     propose_after(s, starts, done);
+    record_step(s, now_seconds());
   }
   for (auto& [r, reason] : finished)
     finish(r, reason, r->mask_timed_out ? "no grammar token mask arrived within 60 s" : nullptr);

@@ -1,51 +1,14 @@
 #include "engine/mtp_proposer.h"
 
-#include <algorithm>
-#include <cstring>
-
 #include "core/error.h"
-#include "kernels/sampling.h"
 
 namespace pe {
-
-uint64_t draft_seed(uint64_t seed) { return seed ^ 0xd1b54a32d192ed03ull; }
-uint64_t accept_seed(uint64_t seed) { return seed ^ 0x8cb92ba72f3d8dd7ull; }
 
 MtpProposer::MtpProposer(Model& model, KvPool& kv)
     : model_(model), kv_(kv), kv_layer_(model.config().n_full_layers()) {
   if (!model.has_mtp()) fail(PE_ERR_INVALID_ARGUMENT, "speculative_algorithm mtp needs a checkpoint with an MTP head (mtp.* tensors)");
   if (kv.n_layers() != kv_layer_ + 1)
     fail(PE_ERR_INTERNAL, "the MTP proposer needs a KV pool of ", kv_layer_ + 1, " layers, got ", kv.n_layers());
-}
-
-void MtpProposer::pick(Request& r, const float* logits, int64_t j) {
-  const int64_t V = model_.config().vocab;
-  int32_t token = 0;
-  if (r.sampling.temperature == 0.0f) {
-    token = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);  // lowest id on ties
-  } else {
-    SamplingConfig cfg = r.sampling;  // the request's transform without its history's penalties
-    cfg.presence_penalty = cfg.frequency_penalty = 0.0f;
-    cfg.repetition_penalty = 1.0f;
-    r.draft_probs.resize(static_cast<size_t>((j + 1) * V));
-    float* q = r.draft_probs.data() + j * V;
-    idx_.resize(static_cast<size_t>(V));
-    cpu::sample_probs(logits, V, cfg, q, idx_.data());
-    // Inverse CDF over q itself, so the draft always has q > 0.
-    const float u = uniform_at(draft_seed(r.sampling.seed), static_cast<uint64_t>(r.n_generated() + j));
-    double total = 0.0;
-    for (int64_t t = 0; t < V; ++t) total += q[t];
-    double acc = 0.0, target = u * total;
-    token = -1;
-    for (int64_t t = 0; t < V; ++t) {
-      if (q[t] <= 0.0f) continue;
-      token = static_cast<int32_t>(t);
-      acc += q[t];
-      if (acc > target) break;
-    }
-    if (token < 0) fail(PE_ERR_INTERNAL, "MTP draft distribution is empty");
-  }
-  r.drafts.push_back(token);
 }
 
 void MtpProposer::propose(const std::vector<ProposeInput>& in) {
@@ -79,7 +42,7 @@ void MtpProposer::propose(const std::vector<ProposeInput>& in) {
   }
   if (b.seqs.empty()) return;
   model_.mtp_step(b, rows, kv_, kv_layer_, res_);
-  for (size_t i = 0; i < chain.size(); ++i) pick(*chain[i], res_.logits.data() + static_cast<int64_t>(i) * V, 0);
+  for (size_t i = 0; i < chain.size(); ++i) pick_draft(*chain[i], res_.logits.data() + static_cast<int64_t>(i) * V, V, 0, idx_);
   // The chain: draft j from the head's output for draft j - 1, one row per sequence.
   for (int32_t j = 1;; ++j) {
     Batch cb;
@@ -102,7 +65,7 @@ void MtpProposer::propose(const std::vector<ProposeInput>& in) {
     }
     if (next.empty()) break;
     model_.mtp_step(cb, crows, kv_, kv_layer_, res_);
-    for (size_t i = 0; i < next.size(); ++i) pick(*next[i], res_.logits.data() + static_cast<int64_t>(i) * V, j);
+    for (size_t i = 0; i < next.size(); ++i) pick_draft(*next[i], res_.logits.data() + static_cast<int64_t>(i) * V, V, j, idx_);
     chain = std::move(next);
     want = std::move(next_want);
     chain_row.resize(chain.size());

@@ -7,9 +7,7 @@
 // output for draft j - 1 and that draft (a chain of single-row steps, all sequences batched).
 // Those chain rows sit in KV rows the next step's catch-up overwrites with the target's states.
 //
-// Drafts at temperature 0 are the head's argmax (a one-hot q); otherwise sampled from the head's
-// distribution under the request's temperature, top-k, top-p and min-p (draft_probs holds it as
-// q for the lossless verify), with their own seeded stream.
+// Drafts are picked from the head's logits by pick_draft (proposer.h).
 #pragma once
 #include <vector>
 
@@ -25,23 +23,15 @@ class MtpProposer : public Proposer {
   MtpProposer(Model& model, KvPool& kv);
   std::vector<int32_t> hidden_layers() const override { return {-1}; }
   int64_t kv_layers() const override { return 1; }
+  int64_t max_drafts() const override { return PE_SPEC_MAX_DRAFT; }
   void propose(const std::vector<ProposeInput>& in) override;
 
  private:
-  // Draft j (0-based) of r from the head's logits row.
-  void pick(Request& r, const float* logits, int64_t j);
-
   Model& model_;
   KvPool& kv_;
   int64_t kv_layer_;
   ForwardResult res_;
-  std::vector<float> work_;
   std::vector<int32_t> idx_;
 };
-
-// The seeds of a request's draft samples and its verify's acceptance tests: streams of their own,
-// so a seeded request draws the same numbers whatever the batch.
-uint64_t draft_seed(uint64_t seed);
-uint64_t accept_seed(uint64_t seed);
 
 }  // namespace pe

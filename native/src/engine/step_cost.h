@@ -6,9 +6,10 @@
 //   t = base + decode_row * decode_rows + prefill_step * (prefill_tokens > 0)
 //            + prefill_token * prefill_tokens + attention * attended_pairs / 1e6
 //
-// decode_rows: tokens of requests that are decoding. Today one each; a speculative verify of 1 + k
-// tokens counts 1 + k rows (its forward is the same rows of the same matmuls), which is all a
-// speculative decoding loop has to do to be paced. prefill_step: what a step pays for holding
+// decode_rows: tokens of requests that are decoding. One each; a speculative verify of 1 + k
+// tokens counts 1 + k rows (its forward is the same rows of the same matmuls), and a speculating
+// engine times each step with its proposer's turn after it (drafting grows with the same rows), so
+// a speculative decoding loop is paced as any other. prefill_step: what a step pays for holding
 // prefill at all (the matmuls of many rows take another path than a decode step's, the GDN
 // chunked scan and the prefill attention have their own launches and passes): it is what makes a
 // small prefill slice cost more per token than a full chunk. prefill_tokens: prompt tokens (or

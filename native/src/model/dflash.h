@@ -51,9 +51,17 @@ struct DFlashConfig {
 struct DraftSeq {
   int64_t n_context = 0;            // context rows already in the draft's cache (positions 0 ..)
   int64_t n_new = 0;                // context rows appended by this step
-  const float* features = nullptr;  // [n_new, n_features * hidden] rows on the draft's device
+  // Target features of the new rows on the draft's device: feature j (target_layers[j]) of new
+  // row t at features + j * layer_stride + t * row_stride, hidden floats each. Token-major rows
+  // [n_new, n_features * hidden] are layer_stride = hidden, row_stride = n_features * hidden; the
+  // rows a target forward kept (Batch::keep_hidden, layer-major) are layer_stride = kept rows *
+  // hidden, row_stride = hidden.
+  const float* features = nullptr;
+  int64_t layer_stride = 0;
+  int64_t row_stride = 0;
+  bool draft = true;                // false: only append the context rows (no block, no logits)
   int32_t last_token = 0;           // the block's first token, at position n_context + n_new
-  const int32_t* page_table = nullptr;  // host; pages covering n_context + n_new + block_size rows
+  const int32_t* page_table = nullptr;  // host; pages covering n_context + n_new (+ block_size) rows
 };
 
 class DFlashDraft {
@@ -72,12 +80,16 @@ class DFlashDraft {
   // Validates (the first missing tensor named), quantizes and places the weights.
   void finalize();
   int64_t weight_bytes() const { return be_->weight_bytes(weights_); }
+  // Sizes the workspace for steps of up to ctx_rows new context rows and n_blocks blocks over
+  // contexts of up to max_context rows (the engine's largest step), so its steps allocate nothing.
+  void reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_context);
 
   // One draft step over sequences (each in its own cache rows of kv, a pool of cache_shape() on the
-  // draft's device): appends their new context rows, then drafts every block. res.logits (host
-  // when host_outputs, else on the device for sample_launch) holds block_size - 1 rows per
-  // sequence, in order (res.logit_row_begin); with host_outputs res.hidden holds the final-normed
-  // hidden states of those rows. Calls are serialized inside (one workspace).
+  // draft's device): appends their new context rows, then drafts the block of every sequence with
+  // `draft`. res.logits (host when host_outputs, else on the device for sample_launch) holds
+  // block_size - 1 rows per drafting sequence, in order (res.logit_row_begin; -1 for the others);
+  // with host_outputs res.hidden holds the final-normed hidden states of those rows. Calls are
+  // serialized inside (one workspace).
   void forward(const std::vector<DraftSeq>& seqs, KvPool& kv, bool host_outputs, ForwardResult& res);
   // Sampling from the latest forward's logits (Model::sample_launch semantics): temperature-0 jobs
   // give the greedy proposals without moving the logits to the host.
@@ -95,17 +107,20 @@ class DFlashDraft {
   // Host ints of a step, uploaded in one copy (dflash_forward.cpp).
   struct Step {
     int64_t T_ctx = 0, T_blk = 0;
+    std::vector<int64_t> drafting;       // the sequences with a block, in order
     const int32_t* ids = nullptr;        // block tokens [T_blk]
     const int32_t* pos_ctx = nullptr;    // [T_ctx]
     const int32_t* pos_blk = nullptr;    // [T_blk]
     const int32_t* rows_ctx = nullptr;   // cache rows [T_ctx]
     const int32_t* rows_blk = nullptr;   // cache rows [T_blk]
-    const int32_t* pages = nullptr;      // page tables, sequence i's at page_off[i]
+    const int32_t* pages = nullptr;      // page tables, drafting sequence i's at page_off[i]
     std::vector<int64_t> page_off;
   };
 
   void declare_tensors();
   void prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& kv, int64_t logit_rows);
+  int64_t workspace_floats(int64_t T_ctx, int64_t n_blocks, bool gathered) const;
+  void ensure_workspace(int64_t floats);
   void context_rows(const std::vector<DraftSeq>& seqs, KvPool& kv);
   const float* block_rows(const std::vector<DraftSeq>& seqs, KvPool& kv, float* logits, int64_t n_rows);
   float* take(int64_t floats);  // bump allocation in the workspace, reset per step

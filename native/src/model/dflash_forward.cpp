@@ -16,14 +16,16 @@ int64_t n_new_total(const std::vector<DraftSeq>& seqs) {
   return n;
 }
 
-// The sequence whose features are the step's whole context (none: they are gathered), or -1.
-int64_t sole_context(const std::vector<DraftSeq>& seqs) {
+// The sequence whose features are the step's whole context, token-major as the fc projection
+// reads them (none: they are gathered), or -1.
+int64_t sole_context(const std::vector<DraftSeq>& seqs, int64_t H, int64_t FW) {
   int64_t sole = -1;
   for (size_t i = 0; i < seqs.size(); ++i)
     if (seqs[i].n_new > 0) {
       if (sole >= 0) return -1;
       sole = static_cast<int64_t>(i);
     }
+  if (sole >= 0 && (seqs[sole].layer_stride != H || seqs[sole].row_stride != FW)) return -1;
   return sole;
 }
 
@@ -38,67 +40,88 @@ float* DFlashDraft::take(int64_t floats) {
   return p;
 }
 
+// Every take of context_rows and block_rows for T_ctx context rows and n_blocks blocks.
+int64_t DFlashDraft::workspace_floats(int64_t T_ctx, int64_t n_blocks, bool gathered) const {
+  const int64_t H = cfg_.hidden, qd = cfg_.n_heads * cfg_.head_dim, kvd = cfg_.n_kv_heads * cfg_.head_dim;
+  const int64_t kvw = layers_.front().kv.width, bs = cfg_.block_size, T_blk = n_blocks * bs;
+  const int64_t context = T_ctx == 0 ? 0
+                          : (gathered ? aligned_floats(T_ctx * cfg_.n_features() * H) : 0) + aligned_floats(T_ctx * H) +
+                                aligned_floats(T_ctx * kvw) + 2 * aligned_floats(T_ctx * kvd);
+  const int64_t block = n_blocks == 0 ? 0
+                        : 3 * aligned_floats(T_blk * H) + 3 * aligned_floats(T_blk * qd) + aligned_floats(T_blk * kvw) +
+                              2 * aligned_floats(T_blk * kvd) + Backend::attention_block_scratch(bs, cfg_.n_heads, cfg_.head_dim) +
+                              aligned_floats(T_blk * cfg_.intermediate) +
+                              Backend::project_swiglu_scratch(T_blk, layers_.front().gate_up, cfg_.intermediate) +
+                              aligned_floats(n_blocks * (bs - 1) * H);
+  return context + block;
+}
+
+void DFlashDraft::ensure_workspace(int64_t floats) {
+  if (work_.size() < static_cast<size_t>(floats) * sizeof(float)) work_ = Buffer(device(), sizeof(float) * floats);
+}
+
+void DFlashDraft::reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ready_) fail(PE_ERR_STATE, "the draft is not finalized");
+  ensure_workspace(workspace_floats(ctx_rows, n_blocks, true));
+  const int64_t ints = 3 * n_blocks * cfg_.block_size + 2 * ctx_rows + n_blocks * (max_context / 16 + 2);
+  be_->reserve(shape_cfg_, ctx_rows + n_blocks * cfg_.block_size, std::max<int64_t>(n_blocks * (cfg_.block_size - 1), 1),
+               ints, be_->attention_scratch_bytes(1, max_context, shape_cfg_));
+}
+
 // Validates the sequences, sizes the workspace and uploads the step's ints in one copy: block
 // tokens | context positions | block positions | context cache rows | block cache rows | page tables.
 void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& kv, int64_t logit_rows) {
-  const int64_t bs = cfg_.block_size, ps = kv.page_size(), n = static_cast<int64_t>(seqs.size());
-  const int64_t T_ctx = n_new_total(seqs), T_blk = n * bs;
+  const int64_t bs = cfg_.block_size, ps = kv.page_size(), H = cfg_.hidden, FW = cfg_.n_features() * H;
+  step_.drafting.clear();
   for (size_t i = 0; i < seqs.size(); ++i) {
     const DraftSeq& s = seqs[i];
     if (s.n_context < 0 || s.n_new < 0 || !s.page_table || (s.n_new > 0 && !s.features))
       fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": negative length, no page table or no features");
-    if (s.last_token < 0 || s.last_token >= cfg_.vocab)
+    if (s.n_new > 0 && (s.layer_stride < H || s.row_stride < H))
+      fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": feature strides ", s.layer_stride, " / ", s.row_stride,
+           " below the hidden size ", H);
+    if (s.draft && (s.last_token < 0 || s.last_token >= cfg_.vocab))
       fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": token id ", s.last_token, " outside the vocabulary");
-    const int64_t pages = (s.n_context + s.n_new + bs + ps - 1) / ps;
+    const int64_t pages = (s.n_context + s.n_new + (s.draft ? bs : 0) + ps - 1) / ps;
     for (int64_t p = 0; p < pages; ++p)
       if (s.page_table[p] < 0 || s.page_table[p] >= kv.n_pages())
         fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": page ", s.page_table[p], " outside the pool of ",
              kv.n_pages());
+    if (s.draft) step_.drafting.push_back(static_cast<int64_t>(i));
   }
+  const int64_t T_ctx = n_new_total(seqs), n_blocks = static_cast<int64_t>(step_.drafting.size()), T_blk = n_blocks * bs;
   std::vector<int32_t>& h = host_ints_;
   h.clear();
-  for (const DraftSeq& s : seqs) {
-    h.push_back(s.last_token);
+  for (int64_t i : step_.drafting) {
+    h.push_back(seqs[i].last_token);
     h.insert(h.end(), bs - 1, cfg_.mask_token);
   }
-  auto positions = [&](bool block) {
+  auto each_row = [&](bool block, auto&& put) {
     for (const DraftSeq& s : seqs) {
+      if (block && !s.draft) continue;
       const int64_t p0 = block ? s.n_context + s.n_new : s.n_context, len = block ? bs : s.n_new;
-      for (int64_t t = p0; t < p0 + len; ++t) h.push_back(static_cast<int32_t>(t));
+      for (int64_t t = p0; t < p0 + len; ++t) put(s, t);
     }
   };
-  auto cache_rows = [&](bool block) {
-    for (const DraftSeq& s : seqs) {
-      const int64_t p0 = block ? s.n_context + s.n_new : s.n_context, len = block ? bs : s.n_new;
-      for (int64_t t = p0; t < p0 + len; ++t)
-        h.push_back(static_cast<int32_t>(static_cast<int64_t>(s.page_table[t / ps]) * ps + t % ps));
-    }
+  auto position = [&](const DraftSeq&, int64_t t) { h.push_back(static_cast<int32_t>(t)); };
+  auto cache_row = [&](const DraftSeq& s, int64_t t) {
+    h.push_back(static_cast<int32_t>(static_cast<int64_t>(s.page_table[t / ps]) * ps + t % ps));
   };
-  positions(false);
-  positions(true);
-  cache_rows(false);
-  cache_rows(true);
+  each_row(false, position);
+  each_row(true, position);
+  each_row(false, cache_row);
+  each_row(true, cache_row);
   step_.page_off.clear();
   size_t attn_scratch = 0;
-  for (const DraftSeq& s : seqs) {
+  for (int64_t i : step_.drafting) {
+    const DraftSeq& s = seqs[i];
     const int64_t end = s.n_context + s.n_new + bs;
     step_.page_off.push_back(static_cast<int64_t>(h.size()) - (T_blk + 2 * T_ctx + 2 * T_blk));
     h.insert(h.end(), s.page_table, s.page_table + (end + ps - 1) / ps);
     attn_scratch = std::max(attn_scratch, be_->attention_scratch_bytes(1, end - 1, shape_cfg_));
   }
-  // The workspace: every take of context_rows and block_rows.
-  const int64_t H = cfg_.hidden, qd = cfg_.n_heads * cfg_.head_dim, kvd = cfg_.n_kv_heads * cfg_.head_dim;
-  const int64_t kvw = layers_.front().kv.width;
-  const int64_t context_floats = (sole_context(seqs) < 0 ? aligned_floats(T_ctx * cfg_.n_features() * H) : 0) +
-                                 aligned_floats(T_ctx * H) + aligned_floats(T_ctx * kvw) + 2 * aligned_floats(T_ctx * kvd);
-  const int64_t block_floats = 3 * aligned_floats(T_blk * H) + 3 * aligned_floats(T_blk * qd) +
-                               aligned_floats(T_blk * kvw) + 2 * aligned_floats(T_blk * kvd) +
-                               Backend::attention_block_scratch(bs, cfg_.n_heads, cfg_.head_dim) +
-                               aligned_floats(T_blk * cfg_.intermediate) +
-                               Backend::project_swiglu_scratch(T_blk, layers_.front().gate_up, cfg_.intermediate) +
-                               aligned_floats(logit_rows * H);
-  const int64_t floats = context_floats + block_floats;
-  if (work_.size() < static_cast<size_t>(floats) * sizeof(float)) work_ = Buffer(device(), sizeof(float) * floats);
+  ensure_workspace(workspace_floats(T_ctx, n_blocks, sole_context(seqs, H, FW) < 0));
   work_used_ = 0;
   be_->reserve(shape_cfg_, T_ctx + T_blk, std::max<int64_t>(logit_rows, 1), static_cast<int64_t>(h.size()), attn_scratch);
   const int32_t* d = be_->upload_ints(h);
@@ -121,11 +144,14 @@ void DFlashDraft::forward(const std::vector<DraftSeq>& seqs, KvPool& kv, bool ho
   if (kv.n_layers() != cfg_.n_layers || probe.n_kv_heads != cfg_.n_kv_heads || probe.head_dim != cfg_.head_dim)
     fail(PE_ERR_INVALID_ARGUMENT, "draft KV pool of ", kv.n_layers(), " layers x ", probe.n_kv_heads, " heads of ",
          probe.head_dim, ", the draft needs ", cfg_.n_layers, " x ", cfg_.n_kv_heads, " of ", cfg_.head_dim);
-  const int64_t bs = cfg_.block_size, n = static_cast<int64_t>(seqs.size()), rows = n * (bs - 1);
+  const int64_t bs = cfg_.block_size;
+  int64_t rows = 0;
   res.logit_row_begin.clear();
-  for (int64_t i = 0; i < n; ++i) res.logit_row_begin.push_back(i * (bs - 1));
-  res.features = nullptr;
-  if (n == 0) {
+  for (const DraftSeq& s : seqs) {
+    res.logit_row_begin.push_back(s.draft ? rows : -1);
+    if (s.draft) rows += bs - 1;
+  }
+  if (seqs.empty()) {
     res.logits.clear();
     res.hidden.clear();
     return;
@@ -135,7 +161,7 @@ void DFlashDraft::forward(const std::vector<DraftSeq>& seqs, KvPool& kv, bool ho
   const float* hidden = nullptr;
   be_->run_step(-1, [&] {
     context_rows(seqs, kv);
-    hidden = block_rows(seqs, kv, logits, rows);
+    if (rows > 0) hidden = block_rows(seqs, kv, logits, rows);
   });
   be_->finish_step(logits, rows, cfg_.vocab, hidden, rows, cfg_.hidden, host_outputs, res);
 }
@@ -146,13 +172,14 @@ void DFlashDraft::context_rows(const std::vector<DraftSeq>& seqs, KvPool& kv) {
   const int64_t T = step_.T_ctx;
   if (T == 0) return;
   const int64_t H = cfg_.hidden, FW = cfg_.n_features() * H, D = cfg_.head_dim, Hkv = cfg_.n_kv_heads;
-  const int64_t sole = sole_context(seqs);
+  const int64_t sole = sole_context(seqs, H, FW);
   const float* feat = sole >= 0 ? seqs[sole].features : nullptr;
-  if (sole < 0) {
+  if (sole < 0) {  // token-major [T, FW], feature j at columns j * H
     float* gathered = take(T * FW);
     int64_t r0 = 0;
     for (const DraftSeq& s : seqs) {
-      if (s.n_new > 0) be_->copy_rows(gathered + r0 * FW, FW, s.features, FW, FW, s.n_new);
+      for (int64_t j = 0; s.n_new > 0 && j < cfg_.n_features(); ++j)
+        be_->copy_rows(gathered + r0 * FW + j * H, FW, s.features + j * s.layer_stride, s.row_stride, H, s.n_new);
       r0 += s.n_new;
     }
     feat = gathered;
@@ -203,9 +230,11 @@ const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& 
     a.gated = false;
     a.norm_offset = false;
     be_->attention_inputs(a, layer, step_.rows_blk);
-    for (size_t i = 0; i < seqs.size(); ++i)
-      be_->attention_block(q + i * bs * qd, bs, seqs[i].n_context + seqs[i].n_new, Hq, layer,
-                           step_.pages + step_.page_off[i], scale, o + i * bs * qd, attn);
+    for (size_t b = 0; b < step_.drafting.size(); ++b) {
+      const DraftSeq& s = seqs[step_.drafting[b]];
+      be_->attention_block(q + b * bs * qd, bs, s.n_context + s.n_new, Hq, layer, step_.pages + step_.page_off[b], scale,
+                           o + b * bs * qd, attn);
+    }
     be_->project_add_norm(o, T, L.o, r, L.post_norm, nullptr);
     be_->project_swiglu(r.h, T, L.gate_up, I, act, {}, swiglu);
     const bool last = l + 1 == layers_.size();
@@ -213,8 +242,8 @@ const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& 
   }
   // Row 0 of a block is the committed token: only rows 1 .. bs - 1 propose.
   float* rows = take(n_rows * H);
-  for (size_t i = 0; i < seqs.size(); ++i)
-    be_->copy_rows(rows + i * (bs - 1) * H, H, r.h + (i * bs + 1) * H, H, H, bs - 1);
+  for (size_t b = 0; b < step_.drafting.size(); ++b)
+    be_->copy_rows(rows + b * (bs - 1) * H, H, r.h + (b * bs + 1) * H, H, H, bs - 1);
   be_->linear(rows, n_rows, target_.lm_head(), logits, {});
   return rows;
 }

@@ -61,26 +61,24 @@ struct Batch {
   // token_from_sample[i] of the latest sample_launch (-1: tokens[i] as given; empty: every row as
   // given). The engine's overlapped steps (engine.h) feed one step's tokens to the next this way.
   std::vector<int32_t> token_from_sample;
-  // Target-layer features (the DFlash draft's input, model/dflash.h): the residual stream after
-  // each decoder layer listed here (0-based, before the final norm), for every token row, into
-  // ForwardResult::features. Empty: none.
-  std::vector<int32_t> feature_layers;
-  // Hidden states a drafter reads after the forward (speculative decoding), kept by the model
-  // until the next forward that keeps any (Model::kept_hidden): -1 = the final-normed rows (the
-  // MTP head's input), i >= 0 = the output of decoder layer i before any norm (a DFlash draft's
-  // target_layer_ids). Empty: none kept.
+  // Hidden states a drafter reads after the forward (speculative decoding; the DFlash draft's
+  // context features): -1 = the final-normed rows (the MTP head's input), i >= 0 = the output of
+  // decoder layer i before any norm (a DFlash draft's target_layer_ids), for every token row,
+  // layer-major [keep_hidden.size(), n_tokens, hidden]. Kept by the model until the next forward
+  // that keeps any (Model::kept_hidden). Empty: none kept.
   std::vector<int32_t> keep_hidden;
+  // true: the kept rows go to ForwardResult::kept on the host instead, in a capture of this
+  // forward's own (the model's kept rows are untouched: a caller outside the engine's thread must
+  // not overwrite the rows a step kept for its drafter).
+  bool keep_for_host = false;
 };
 
 struct ForwardResult {
   std::vector<float> logits;            // [n_logit_rows, vocab], chunks in batch order (host_outputs)
   std::vector<int64_t> logit_row_begin; // per chunk: first row in logits (its rows are consecutive)
   std::vector<float> hidden;            // [n_tokens, hidden]: final-normed hidden states (host_outputs)
-  // Batch::feature_layers' outputs, [n_tokens, n_feature_layers * hidden] (layer j's at columns
-  // j * hidden): in host_features when host_outputs, else in the model's device memory (host
-  // memory for a CPU model), valid until the model's next forward. Null when none was asked.
-  const float* features = nullptr;
-  std::vector<float> host_features;
+  // Batch::keep_hidden's rows of a keep_for_host forward, layer-major as kept.
+  std::vector<float> kept;
 };
 
 // One token to sample from logits row `row` of the last forward.
@@ -146,6 +144,9 @@ class Model {
   // Prepares workspace for steps of up to max_tokens tokens over max_seqs sequences with contexts
   // up to max_context, so no step allocates afterwards.
   virtual void reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) {}
+  // Room for the hidden rows of n_layers layers of steps of up to max_tokens (Batch::keep_hidden),
+  // allocated now rather than by the first step that keeps them.
+  virtual void reserve_kept(int64_t n_layers, int64_t max_tokens) {}
 
   virtual bool has_mtp() const { return false; }
 

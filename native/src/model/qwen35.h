@@ -31,6 +31,7 @@ class Qwen35Model : public Model {
   void sample_launch(const ForwardResult& res, const std::vector<SampleJob>& jobs) override;
   void sample_collect(std::vector<SampleOut>& outs) override;
   void reserve(int64_t max_tokens, int64_t max_seqs, int64_t max_context) override;
+  void reserve_kept(int64_t n_layers, int64_t max_tokens) override;
   bool has_mtp() const override { return mtp_ != nullptr; }
   void mtp_forward(const int32_t* tokens, int64_t n, const float* hidden, KvPool& mtp_kv,
                    std::vector<float>& logits) override;
@@ -104,7 +105,6 @@ class Qwen35Model : public Model {
   void keep_rows(const std::vector<int32_t>& layers, int32_t layer, const float* rows);
   void mtp_head(int64_t T, float* out_logits, int64_t n_rows, const Batch& b, KvPool& kv, int64_t kv_layer);
   void ensure_tp_logits(int64_t n);
-  void capture_features(const Batch& b, int64_t layer);
 
   std::unique_ptr<Backend> be_;
   std::vector<Layer> layers_;
@@ -113,13 +113,12 @@ class Qwen35Model : public Model {
   const float* final_norm_ = nullptr;
   bool ready_ = false;
   Buffer tp_logits_;  // tensor parallel: the lm_head parts and their gather
-  Buffer features_;   // Batch::feature_layers' outputs [T, n * hidden] of the engine's steps
-  float* feature_rows_ = nullptr;  // where this forward captures them
   Buffer act_;  // activations: x, h, mix [cap_tokens_, H] each, then the mixer / MLP workspace
   int64_t cap_tokens_ = 0;
   std::vector<int32_t> host_ints_;
   Step step_;
   Buffer kept_;                      // kept hidden rows: [kept_layers_.size(), kept_rows_, hidden]
+  float* keep_into_ = nullptr;       // where this forward keeps them (kept_, or a keep_for_host capture)
   std::vector<int32_t> kept_layers_;
   int64_t kept_rows_ = 0;
   std::mutex mu_;  // one workspace: forwards (an engine thread, prompt_logits on another) in turn

@@ -99,27 +99,29 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
     n_rows += s.n_new - s.first_logit_row();
   }
   prepare_step(b, kv.page_size(), b.host_outputs ? 1 : std::max<int64_t>(n_rows, 1));
-  // Features: in features_ for the engine's steps; a host-output forward (another thread's, maybe)
-  // captures into a buffer of its own, so it never overwrites a step's features before the draft
-  // read them.
-  res.features = nullptr;
+  // Kept rows: in kept_ for the engine's steps; a keep_for_host forward (another thread's, maybe)
+  // keeps into a buffer of its own, so it never overwrites a step's rows before its drafter read them.
   Buffer host_capture;
-  feature_rows_ = nullptr;
-  if (!b.feature_layers.empty()) {
-    for (int32_t l : b.feature_layers)
-      if (l < 0 || l >= cfg_.n_layers) fail(PE_ERR_INVALID_ARGUMENT, "feature layer ", l, " outside 0 .. ", cfg_.n_layers - 1);
-    const size_t bytes = sizeof(float) * std::max<int64_t>(T, 1) * b.feature_layers.size() * cfg_.hidden;
-    Buffer& dst = b.host_outputs ? host_capture : features_;
-    if (dst.size() < bytes) dst = Buffer(device(), bytes);
-    feature_rows_ = dst.as<float>();
+  keep_into_ = nullptr;
+  res.kept.clear();
+  if (!b.keep_hidden.empty()) {
+    for (int32_t l : b.keep_hidden)
+      if (l < -1 || l >= cfg_.n_layers) fail(PE_ERR_INVALID_ARGUMENT, "kept hidden layer ", l, " outside -1 .. ", cfg_.n_layers - 1);
+    const int64_t n_keep = static_cast<int64_t>(b.keep_hidden.size());
+    if (b.keep_for_host) {
+      host_capture = Buffer(device(), sizeof(float) * std::max<int64_t>(T, 1) * n_keep * cfg_.hidden);
+      keep_into_ = host_capture.as<float>();
+    } else {
+      ensure_kept(n_keep, T);
+      keep_into_ = kept_.as<float>();
+    }
   }
   float* logits = be_->logits_buffer(n_rows, cfg_.vocab, b.host_outputs, res);
-  if (!b.keep_hidden.empty()) ensure_kept(static_cast<int64_t>(b.keep_hidden.size()), T);
   // A decode-only step may replay a graph of its shape (tokens, logit rows).
   bool decode_only = b.cuda_graph && !b.host_outputs && T > 0 && !tp_data_ && b.keep_hidden.empty();
   for (const SeqChunk& s : b.seqs) decode_only = decode_only && s.n_new == 1 && !s.snapshot_inside();
   be_->run_step(decode_only ? (T << 32) | n_rows : -1, [&] { step_launches(b, kv, gdn, n_rows, logits); });
-  if (!b.keep_hidden.empty()) {
+  if (!b.keep_hidden.empty() && !b.keep_for_host) {
     kept_layers_ = b.keep_hidden;
     kept_rows_ = T;
   }
@@ -128,14 +130,11 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
     for (const auto& [offset, slot] : s.snapshots)
       if (offset == s.n_new) gdn.copy(slot, s.gdn_slot);
   be_->finish_step(logits, n_rows, cfg_.vocab, residual().h, T, cfg_.hidden, b.host_outputs, res);
-  if (feature_rows_ && b.host_outputs) {
-    res.host_features.resize(static_cast<size_t>(T * cfg_.hidden) * b.feature_layers.size());
-    mem_download(device(), res.host_features.data(), feature_rows_, sizeof(float) * res.host_features.size());
-    res.features = res.host_features.data();
-  } else {
-    res.features = feature_rows_;
+  if (b.keep_for_host && keep_into_) {
+    res.kept.resize(static_cast<size_t>(T * cfg_.hidden) * b.keep_hidden.size());
+    mem_download(device(), res.kept.data(), keep_into_, sizeof(float) * res.kept.size());
   }
-  feature_rows_ = nullptr;
+  keep_into_ = nullptr;
 }
 
 // The step's device work after the upload: launches only (no allocation, sync or host copy).
@@ -149,7 +148,6 @@ void Qwen35Model::step_launches(const Batch& b, KvPool& kv, GdnPool& gdn, int64_
     const bool last = li + 1 == layers_.size();
     s = decoder_layer(L, L.full ? ai++ : gi++, b, kv, &gdn, s, last ? final_norm_ : layers_[li + 1].input_norm,
                       last ? nullptr : &layers_[li + 1].in);
-    capture_features(b, static_cast<int64_t>(li));
     keep_rows(b.keep_hidden, static_cast<int32_t>(li), r.x);
   }
   keep_rows(b.keep_hidden, -1, r.h);
@@ -177,14 +175,6 @@ const float* Qwen35Model::logit_rows(const Batch& b, const float* h, float* gath
     r0 += sc.n_new;
   }
   return gather;
-}
-
-// The residual stream x after decoder layer `layer` (complete there on every backend: a split norm
-// defers only the norm of h) into the feature columns of each listed entry.
-void Qwen35Model::capture_features(const Batch& b, int64_t layer) {
-  const int64_t H = cfg_.hidden, n = static_cast<int64_t>(b.feature_layers.size());
-  for (int64_t j = 0; j < n; ++j)
-    if (b.feature_layers[j] == layer) be_->copy_rows(feature_rows_ + j * H, n * H, residual().x, H, H, step_.T);
 }
 
 // logits [n, V] of n final-normed rows. Tensor parallel (vocab-parallel lm_head): this rank holds

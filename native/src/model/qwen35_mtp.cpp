@@ -14,13 +14,19 @@ void Qwen35Model::ensure_kept(int64_t n_layers, int64_t rows) {
   if (kept_.size() < bytes) kept_ = Buffer(device(), bytes);
 }
 
-// Inside a keeping forward's launches: rows [T, H] of `layer` to its place in kept_ when the batch
-// keeps that layer.
+void Qwen35Model::reserve_kept(int64_t n_layers, int64_t max_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ensure_kept(n_layers, max_tokens);
+}
+
+// Inside a keeping forward's launches: rows [T, H] of `layer` (the residual stream x after that
+// decoder layer, complete there on every backend: a split norm defers only the norm of h; or the
+// final-normed h for -1) to its place in keep_into_ when the batch keeps that layer.
 void Qwen35Model::keep_rows(const std::vector<int32_t>& layers, int32_t layer, const float* rows) {
   auto it = std::find(layers.begin(), layers.end(), layer);
   if (it == layers.end()) return;
   const int64_t T = step_.T, H = cfg_.hidden;
-  mem_copy(device(), kept_.as<float>() + (it - layers.begin()) * T * H, rows, sizeof(float) * T * H);
+  mem_copy(device(), keep_into_ + (it - layers.begin()) * T * H, rows, sizeof(float) * T * H);
 }
 
 const float* Qwen35Model::kept_hidden(int32_t layer, int64_t* n_rows) const {
