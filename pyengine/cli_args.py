@@ -175,10 +175,11 @@ def add_engine_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
                         "of its full-chunk speed; < 0: off)")
     p.add_argument("--tp", "--tensor_parallel_size", dest="tensor_parallel_size", type=positive_int, default=1,
                    help="ranks the model is split over, one process each (one GPU each on cuda; default: 1)")
-    p.add_argument("--speculative_algorithm", default="none", choices=["none", "mtp", "dflash"],
+    p.add_argument("--speculative_algorithm", default="auto", choices=["auto", "none", "mtp", "dflash"],
                    help="speculative decoding: mtp drafts with the checkpoint's MTP head, dflash with a DFlash "
                         "draft model (--speculative_draft_model_path); verified in the normal step, lossless at "
-                        "every temperature (default: none)")
+                        "every temperature. auto (default): the proposer the model directory names in its "
+                        "speculative.json (the embedded model's: its better one), none without one or at --tp > 1")
     p.add_argument("--speculative_draft_model_path", default=None,
                    help="the DFlash draft model's directory (speculative_algorithm dflash)")
     p.add_argument("--speculative_num_draft_tokens", type=int_in(1, 8), default=None,

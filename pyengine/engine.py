@@ -56,6 +56,35 @@ SPECULATIVE_ALGORITHMS = {"none": 0, "mtp": 1, "dflash": 2}  # PE_SPEC_*
 DRAFT_QUANTS = ("none", "fp8", "int8", "nvfp4")
 
 
+SPECULATION_FILE = "speculative.json"  # a model directory's own proposer for speculative_algorithm auto
+
+
+def resolve_auto_speculation(model_path: str, engine_args: dict) -> None:
+    """speculative_algorithm "auto" (the CLI's default) -> the proposer the model directory names in
+    speculative.json ({"speculative_algorithm": "mtp"}, or "dflash" with a
+    "speculative_draft_model_path" relative to the directory; the embedded model ships one), "none"
+    without one or at tensor_parallel_size > 1 (speculation runs at TP 1 only). In place."""
+    if engine_args.get("speculative_algorithm") != "auto":
+        return
+    from .config import read_json_object
+    from .tp import group_of_one
+
+    engine_args["speculative_algorithm"] = "none"
+    path = os.path.join(model_path, SPECULATION_FILE)
+    if engine_args.get("tensor_parallel_size", 1) != 1 or group_of_one() or not os.path.exists(path):
+        return
+    spec = read_json_object(path)
+    algo = spec.get("speculative_algorithm")
+    if algo not in ("mtp", "dflash"):
+        raise ValueError(f"{path}: speculative_algorithm must be mtp or dflash, got {algo!r}")
+    engine_args["speculative_algorithm"] = algo
+    if algo == "dflash" and not engine_args.get("speculative_draft_model_path"):
+        draft = spec.get("speculative_draft_model_path")
+        if not isinstance(draft, str) or not draft:
+            raise ValueError(f"{path}: speculative_algorithm dflash needs speculative_draft_model_path (a directory)")
+        engine_args["speculative_draft_model_path"] = os.path.join(model_path, draft)
+
+
 def check_speculative(args: EngineArgs) -> None:
     """ValueError naming the speculative option that is wrong."""
     if args.speculative_algorithm not in SPECULATIVE_ALGORITHMS:

@@ -10,7 +10,8 @@ from .chat_template import ChatTemplate, ChatTemplateError
 from .config import ModelConfig
 from ._native import cuda_available
 from .dflash import DFlashDraft
-from .engine import EngineArgs, NativeEngine, RequestExtras, check_speculative, default_seed, kv_dtype_code
+from .engine import (EngineArgs, NativeEngine, RequestExtras, check_speculative, default_seed, kv_dtype_code,
+                     resolve_auto_speculation)
 from .errors import PromptTooLongError
 from .model_loader import NativeModel
 from .reasoning import prompt_opens_reasoning, split_reasoning
@@ -55,6 +56,7 @@ class LLM:
         unknown = set(engine_args) - set(EngineArgs.__dataclass_fields__)
         if unknown:
             raise TypeError(f"unknown engine option(s): {', '.join(sorted(unknown))}")
+        resolve_auto_speculation(self.model_path, engine_args)
         if engine_args.get("max_model_len") is None:
             engine_args["max_model_len"] = min(_DEFAULT_MAX_MODEL_LEN, self.config.max_position_embeddings)
         self.engine_args = EngineArgs(**engine_args)

@@ -7,6 +7,7 @@ per-request switch, stats and options."""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -314,3 +315,27 @@ def test_default_model_50_prompts_spec_equals_plain(k):
     with LLM(speculative_algorithm="mtp", speculative_num_draft_tokens=k, **kw) as llm:
         assert [run(llm, [p], 64)[0] for p in prompts] == solo
         assert [run(llm, g, 48) for g in groups] == batched
+
+
+def test_auto_takes_the_model_directorys_proposer(tmp_path):
+    """speculative_algorithm auto (the CLI's default): the embedded model's speculative.json names
+    its proposer; a directory without one, or tensor parallel, decodes plainly."""
+    from pyengine.engine import resolve_auto_speculation
+
+    with LLM(max_model_len=256, speculative_algorithm="auto") as llm:
+        assert llm.engine_args.speculative_algorithm in ("mtp", "dflash")
+    with LLM(TEXT, max_model_len=64, speculative_algorithm="auto") as llm:
+        assert llm.engine_args.speculative_algorithm == "none"
+    model = tmp_path / "m"
+    shutil.copytree(TEXT, model)
+    (model / "speculative.json").write_text(json.dumps({"speculative_algorithm": "dflash",
+                                                        "speculative_draft_model_path": TEXT_DRAFT}))  # fmt: skip
+    kw = {"speculative_algorithm": "auto"}
+    resolve_auto_speculation(str(model), kw)
+    assert kw == {"speculative_algorithm": "dflash", "speculative_draft_model_path": TEXT_DRAFT}
+    kw = {"speculative_algorithm": "auto", "tensor_parallel_size": 2}
+    resolve_auto_speculation(str(model), kw)
+    assert kw["speculative_algorithm"] == "none"
+    (model / "speculative.json").write_text(json.dumps({"speculative_algorithm": "eagle"}))
+    with pytest.raises(ValueError, match="speculative.json: speculative_algorithm must be mtp or dflash"):
+        LLM(str(model), max_model_len=64, speculative_algorithm="auto")
