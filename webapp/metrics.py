@@ -52,6 +52,7 @@ _COUNTERS = {
     "cost_model_steps": ("engine_cost_model_steps", "Steps the step-cost model learned from"),
     "spec_verifies": ("spec_verifies", "Speculative verify steps (one per sequence and step)"),
     "spec_emitted_tokens": ("spec_emitted_tokens", "Tokens speculative verify steps emitted (accepted drafts + 1)"),
+    "spec_propose_seconds": ("spec_propose_seconds", "Time the speculative proposer took after steps (in step time)"),
 }
 # Per draft position (label position="1".."k"): speculative drafts proposed and accepted.
 _POSITION_COUNTERS = {

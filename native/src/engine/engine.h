@@ -153,6 +153,7 @@ class Engine {
   SpecVerifier verifier_;
   HostSampler host_sampler_;
   int64_t spec_verifies_ = 0, spec_emitted_ = 0;
+  double spec_propose_seconds_ = 0.0;
   int64_t spec_drafted_[PE_SPEC_MAX_DRAFT] = {}, spec_accepted_[PE_SPEC_MAX_DRAFT] = {};
 
   std::mutex in_mu_;

@@ -100,11 +100,14 @@ void Engine::propose_after(const LaunchedStep& s, const std::vector<int64_t>& st
     in.push_back(p);
   }
   if (in.empty()) return;
+  const double t0 = now_seconds();
   try {
     proposer_->propose(in);
   } catch (const std::exception& e) {
-    for (const ProposeInput& p : in) finish(p.req, PE_FINISH_ERROR, e.what());
+    for (const ProposeInput& p : in)  // the finished ones end in collect, as they were to
+      if (std::find(finished.begin(), finished.end(), p.req) == finished.end()) finish(p.req, PE_FINISH_ERROR, e.what());
   }
+  spec_propose_seconds_ += now_seconds() - t0;
 }
 
 }  // namespace pe
