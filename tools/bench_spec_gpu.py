@@ -4,8 +4,10 @@ One engine per setting on the MODEL_SPEC §1 27B shape with an MTP head (mtp_num
 dummy FP8 weights, batch --batch (1 and 8 by default), prompt 32 tokens, greedy, ignore_eos,
 --tokens decode tokens. Dummy weights draft random tokens, so nearly every draft is rejected and
 each verify step emits one token: the step computes 1 + k tokens, which is what is measured.
-  step_ms        the engine's own step time (stats step_seconds: forward + verify, not the drafts),
-                 mean over the decode steps of the run
+  step_ms        the verify step alone: the engine's step time (stats step_seconds: forward, verify
+                 and the proposer's turn) less the proposer's (spec_propose_seconds), mean over
+                 the decode steps of the run
+  draft_ms       the proposer's turn per step (the MTP head's k chained steps)
   token_ms       wall time per emitted token per request (steps + the MTP head's k draft steps)
   ratio          step_ms / the plain decode step's (spec off, same batch)
   implied        the speedup at a mean accepted length L (--accepted-length, tokens per verify;
@@ -64,11 +66,13 @@ def measure(model_dir: str, k: int, batch: int, tokens: int) -> dict:
         after = llm.stats()
     h0, h1 = before["step_seconds"], after["step_seconds"]
     steps = h1["count"] - h0["count"]
+    propose_s = after["spec_propose_seconds"] - before["spec_propose_seconds"]
     # Steady state: from the moment every request has its first token.
     start = max(t[0] for t in times)
     per_token = [(t[-1] - start) / max(1, sum(1 for x in t if x > start)) for t in times]
     out = {"k": k, "batch": batch, "steps": steps,
-           "step_ms": 1e3 * (h1["sum"] - h0["sum"]) / max(1, steps),
+           "step_ms": 1e3 * (h1["sum"] - h0["sum"] - propose_s) / max(1, steps),
+           "draft_ms": 1e3 * propose_s / max(1, steps),
            "token_ms": 1e3 * sum(per_token) / len(per_token),
            "accept_per_position": after.get("spec_accept_per_position", [])}  # fmt: skip
     return out
@@ -98,9 +102,11 @@ def main() -> int:
                 rows.append(r)
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    print(f"{'batch':>5} {'k':>2} {'step ms':>8} {'ratio':>6} {'token ms':>9} {'implied':>8}  (L = {args.accepted_length})")
+    print(f"{'batch':>5} {'k':>2} {'step ms':>8} {'ratio':>6} {'draft ms':>9} {'token ms':>9} {'implied':>8}  "
+          f"(L = {args.accepted_length})")  # fmt: skip
     for r in rows:
-        print(f"{r['batch']:5d} {r['k']:2d} {r['step_ms']:8.3f} {r['ratio']:6.3f} {r['token_ms']:9.3f} {r['implied']:8.2f}")
+        print(f"{r['batch']:5d} {r['k']:2d} {r['step_ms']:8.3f} {r['ratio']:6.3f} {r['draft_ms']:9.3f} {r['token_ms']:9.3f} "
+              f"{r['implied']:8.2f}")  # fmt: skip
     result = {"accepted_length": args.accepted_length, "rows": rows, "time": time.time()}
     print(json.dumps(result))
     if args.out:
