@@ -56,14 +56,16 @@ class Run:
         return t0, times[0]
 
     def decoders_during_long_prefill(self, n_decoders, solo_tokens=12) -> dict:
-        """n requests decode, then the long prompt arrives: their gaps while it prefills."""
+        """n requests decode, then the long prompt arrives: their gaps between steps that give them
+        tokens while it prefills (a speculative step gives one several, at one time)."""
         streams = [self.submit(16, 1 << 20) for _ in range(n_decoders)]
         iters = [iter(s) for s in streams]
         solo = []
         for it in iters:
             times = []
             while len(times) < solo_tokens:
-                times += next(it).token_times
+                ev = next(it)
+                times += [t for i, t in enumerate(ev.token_times) if i == 0 or ev.token_steps[i] != ev.token_steps[i - 1]]
             solo.append(times)
         solo_gap = statistics.median(b - a for ts in solo for a, b in zip(ts[2:], ts[3:]))
         t_long, long_first = self.first_token_time(LONG)
@@ -73,6 +75,7 @@ class Run:
         for it in iters:
             during = [(t, step) for ev in it for t, step in zip(ev.token_times, ev.token_steps)
                       if t_long <= t <= long_first]  # fmt: skip
+            during = [d for i, d in enumerate(during) if i == 0 or d[1] != during[i - 1][1]]  # a step's first
             gaps += [(b - a, step) for (a, _), (b, step) in zip(during, during[1:])]
         return {"solo_gap": solo_gap, "gaps": gaps, "prefill_s": long_first - t_long}
 
@@ -111,6 +114,32 @@ def test_a_step_limit_bounds_the_decoders_gaps_during_a_long_prefill(unpaced):
             assert p99(off["gaps"]) > 2.0 * limit, (n, off["gaps"], limit)  # the bound bites unpaced
             assert paced["prefill_s"] <= 2.0 * alone_s, (n, paced["prefill_s"], alone_s)  # it keeps going
         assert run.llm.stats()["paced_steps"] >= 20
+    finally:
+        run.close()
+
+
+@pytest.mark.slow
+def test_speculative_verify_steps_are_paced_as_decode_rows(unpaced):
+    """Verify chunks count as decode rows and a speculating engine times each step with its
+    proposer's turn: a limit of the measured speculative step (4 decoding, MTP k = 2) plus a fifth
+    of a full chunk bounds their gaps between steps as it does plain decoding's."""
+    spec = {"speculative_algorithm": "mtp", "speculative_num_draft_tokens": 2}
+    probe = Run(max_step_ms=-1, **spec)
+    try:
+        off = probe.decoders_during_long_prefill(4)
+    finally:
+        probe.close()
+    limit = off["solo_gap"] + 0.2 * unpaced["chunk_s"]
+    run = Run(max_step_ms=limit * 1e3, **spec)
+    try:
+        run.first_token_time(LONG)  # alone: full chunks, which the cost model learns
+        paced = run.decoders_during_long_prefill(4)
+        assert len(paced["gaps"]) >= 20, paced
+        assert median(paced["gaps"]) <= 1.25 * limit, (paced["gaps"], limit)
+        assert p99(paced["gaps"]) <= 2.0 * limit, (paced["gaps"], limit)
+        assert p99(off["gaps"]) > 2.0 * limit, (off["gaps"], limit)  # the bound bites unpaced
+        st = run.llm.stats()
+        assert st["paced_steps"] >= 20 and st["spec_verifies"] > 0 and st["spec_propose_seconds"] > 0
     finally:
         run.close()
 
