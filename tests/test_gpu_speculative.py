@@ -1,7 +1,7 @@
-"""Speculative decoding (MTP proposer) on the CUDA backend: `pytest -m gpu` on a machine with a GPU.
-Token for token what plain decoding gives at T = 0 on the same device (k = 1, 3, 5; one request,
-and 8 at once beside a long prompt prefilling in chunks; prefix cache on), on the default model
-and the test checkpoint with an MTP head; and acceptance close to the CPU engine's."""
+"""Speculative decoding (MTP and DFlash proposers) on the CUDA backend: `pytest -m gpu` on a machine
+with a GPU. Token for token what plain decoding gives at T = 0 on the same device (MTP k = 1, 3, 5,
+DFlash blocks; one request, and 8 at once beside a long prompt prefilling in chunks; prefix cache
+on), on the default model and the test checkpoints; and acceptance close to the CPU engine's."""
 
 import os
 
@@ -46,6 +46,37 @@ def test_cuda_spec_equals_plain_at_temperature_0(model):
                 assert st["spec_mean_accepted_length"] > 1.5, st["spec_accept_per_position"]
             print(f"k={k}: mean accepted length {st['spec_mean_accepted_length']:.2f}, "
                   f"per position {st['spec_accept_per_position']}")
+
+
+DFLASH = {"ckpt_text_bf16": os.path.join(DATA, "dflash_text_bf16"),
+          None: os.path.join(os.path.dirname(DATA), "..", "pyengine", "default_model", "dflash")}
+
+
+@pytest.mark.parametrize("model", [None, "ckpt_text_bf16"])
+def test_cuda_dflash_spec_equals_plain_at_temperature_0(model):
+    draft = DFLASH[model]
+    if not os.path.exists(os.path.join(draft, "config.json")):
+        pytest.skip("this build ships no DFlash draft for the default model")
+    path = model and os.path.join(DATA, model)
+    kw = {"device": "cuda", "max_model_len": 2048, "max_batch": 16, "chunked_prefill_size": 128}
+    rng = np.random.default_rng(0)
+    with LLM(path, **kw) as llm:
+        if model is None:
+            prompts = chat_prompts(llm, 8)
+            long_prompt = llm.tokenizer.encode("The history of the printing press. " * 150)[:1500]
+        else:
+            prompts = [rng.integers(0, 500, size=n).tolist() for n in (3, 17, 40, 90, 5, 33, 61, 12)]
+            long_prompt = rng.integers(0, 500, size=1500).tolist()
+        solo = [run(llm, [p], 96)[0] for p in prompts[:4]]
+        batch = run(llm, prompts + [long_prompt], 64)
+    with LLM(path, speculative_algorithm="dflash", speculative_draft_model_path=draft, **kw) as llm:
+        assert [run(llm, [p], 96)[0] for p in prompts[:4]] == solo
+        for _ in range(2):  # the second time from the prefix cache
+            assert run(llm, prompts + [long_prompt], 64) == batch
+        st = llm.stats()
+        assert st["spec_verifies"] > 0
+        print(f"dflash {model}: mean accepted length {st['spec_mean_accepted_length']:.2f}, "
+              f"per position {st['spec_accept_per_position']}")
 
 
 def test_cuda_acceptance_matches_the_cpu():
