@@ -90,7 +90,8 @@ class Engine {
   // Step execution (engine_step.cpp).
   struct LaunchedStep {
     std::vector<ScheduledChunk> chunks;
-    std::vector<int32_t> job_of;  // per chunk: its sample job, -1 when it samples no token
+    std::vector<int32_t> job_of;  // per chunk: its sample job (a greedy verify's first of 1 + n_drafts),
+                                  // -1 when it samples no token
     StepShape shape;              // what it computes, for the step-cost model
     StepPlan plan;                // as schedule() planned it (a follow-up step: its decode rows)
     double begin_time = 0.0;      // when its planning began
@@ -124,8 +125,12 @@ class Engine {
   void check_speculative() const;
   // Drafts r may take next: its adapted length, cut to its remaining tokens, context and pages.
   int32_t drafts_wanted(Request& r);
-  // Verifies s's verify chunks from the host logits: per chunk the tokens to emit (accepted drafts
-  // and the next token; empty for other chunks). collect emits them, then rolls back (accept).
+  // A request whose verify needs only each row's argmax (temperature 0, no penalties, no logprobs):
+  // its rows are sampled as jobs where the logits are, and no logits come to the host for it.
+  static bool greedy_verify(const Request& r);
+  // Verifies s's verify chunks (greedy ones from their rows' argmax jobs, others from the host
+  // logits): per chunk the tokens to emit (accepted drafts and the next token; empty for other
+  // chunks). collect emits them, then rolls back (accept).
   std::vector<std::vector<SampleOut>> verify_chunks(LaunchedStep& s);
   // After a step: the proposer's state over every committed token, drafts for the next.
   void propose_after(const LaunchedStep& s, const std::vector<int64_t>& starts, const std::vector<Request*>& finished);

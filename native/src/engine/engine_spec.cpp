@@ -49,6 +49,10 @@ int32_t Engine::drafts_wanted(Request& r) {
   return static_cast<int32_t>(std::max<int64_t>(n, 0));
 }
 
+bool Engine::greedy_verify(const Request& r) {
+  return r.sampling.temperature == 0.0f && !r.sampling.any_penalty() && r.logprobs < 0;
+}
+
 std::vector<std::vector<SampleOut>> Engine::verify_chunks(LaunchedStep& s) {
   const int64_t V = model_.config().vocab;
   std::vector<std::vector<SampleOut>> emit(s.chunks.size());
@@ -56,10 +60,21 @@ std::vector<std::vector<SampleOut>> Engine::verify_chunks(LaunchedStep& s) {
     ScheduledChunk& c = s.chunks[i];
     if (c.n_drafts == 0) continue;
     Request& r = *c.req;
-    const int64_t row = result_.logit_row_begin.at(i);
-    if ((row + 1 + c.n_drafts) * V > static_cast<int64_t>(result_.logits.size()))
-      fail(PE_ERR_INTERNAL, "verify: request ", r.id, " has no logits for its ", c.n_drafts, " drafts");
-    const int64_t a = verifier_.verify(r, result_.logits.data() + row * V, c.n_drafts, V, emit[i]);
+    int64_t a = 0;
+    if (s.job_of[i] >= 0) {
+      // Greedy: the drafts equal to their row's argmax are accepted, then the argmax after them
+      // (what plain decoding gives, token for token).
+      const size_t job = static_cast<size_t>(s.job_of[i]);
+      if (job + c.n_drafts >= samples_.size())
+        fail(PE_ERR_INTERNAL, "verify: request ", r.id, " has no samples for its ", c.n_drafts, " drafts");
+      while (a < c.n_drafts && r.drafts[static_cast<size_t>(a)] == samples_[job + a].token) ++a;
+      for (int64_t j = 0; j <= a; ++j) emit[i].push_back(samples_[job + j]);
+    } else {
+      const int64_t row = result_.logit_row_begin.at(i);
+      if ((row + 1 + c.n_drafts) * V > static_cast<int64_t>(result_.logits.size()))
+        fail(PE_ERR_INTERNAL, "verify: request ", r.id, " has no logits for its ", c.n_drafts, " drafts");
+      a = verifier_.verify(r, result_.logits.data() + row * V, c.n_drafts, V, emit[i]);
+    }
     ++spec_verifies_;
     spec_emitted_ += a + 1;
     for (int64_t j = 0; j < c.n_drafts; ++j) {

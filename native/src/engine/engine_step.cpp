@@ -13,15 +13,18 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
                     const std::vector<int32_t>& from, LaunchedStep& out, std::string& error) {
   const bool fed = !in_flight.empty();
   Batch batch;
-  bool verify = false;  // a verify step: its logits come to the host on every device
-  for (const ScheduledChunk& c : chunks) verify = verify || c.n_drafts > 0;
-  batch.host_outputs = model_.device() == Device::CPU || verify;
+  // A verify step's logits come to the host when some verify needs distributions (host_verify);
+  // greedy verifies need only each row's argmax, sampled where the logits are (greedy_verify).
+  bool host_verify = false;
+  for (const ScheduledChunk& c : chunks) host_verify = host_verify || (c.n_drafts > 0 && !greedy_verify(*c.req));
+  batch.host_outputs = model_.device() == Device::CPU || host_verify;
   batch.cuda_graph = params_.cuda_graphs != 0;
   if (proposer_) batch.keep_hidden = proposer_->hidden_layers();
   out.chunks = std::move(chunks);
   out.job_of.assign(out.chunks.size(), -1);
   out.first_row.clear();
   jobs_.clear();
+  std::vector<std::pair<size_t, int64_t>> job_rows;  // per job: its chunk and row in the chunk's logits
   for (size_t i = 0; i < out.chunks.size(); ++i) {
     const ScheduledChunk& c = out.chunks[i];
     Request& r = *c.req;
@@ -39,6 +42,15 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
       batch.tokens.push_back(r.tokens[static_cast<size_t>(r.n_computed)]);
       batch.tokens.insert(batch.tokens.end(), r.drafts.begin(), r.drafts.begin() + c.n_drafts);
       s.logits = LogitsMode::All;
+      if (greedy_verify(r)) {  // one argmax job per row: the next token after each draft
+        out.job_of[i] = static_cast<int32_t>(jobs_.size());
+        for (int64_t j = 0; j <= c.n_drafts; ++j) {
+          SampleJob jb;
+          jb.cfg = r.sampling;
+          jobs_.push_back(jb);
+          job_rows.emplace_back(i, j);
+        }
+      }
       for (const SnapshotPoint& p : c.snapshots) s.snapshots.emplace_back(p.offset, p.slot);
       for (size_t d = 0; d < c.position_slots.size(); ++d)
         s.snapshots.emplace_back(static_cast<int64_t>(d) + 1, c.position_slots[d]);
@@ -70,17 +82,17 @@ bool Engine::launch(std::vector<ScheduledChunk> chunks, const std::vector<int64_
     j.n_out = r.n_generated();
     out.job_of[i] = static_cast<int32_t>(jobs_.size());
     jobs_.push_back(j);
+    job_rows.emplace_back(i, 0);
   }
   try {
     if (tp_)
       tp_->forward(model_, batch, *kv_, *gdn_, result_);
     else
       model_.forward(batch, *kv_, *gdn_, result_);
-    for (size_t i = 0, k = 0; i < out.chunks.size(); ++i)
-      if (out.job_of[i] >= 0) jobs_[k++].row = result_.logit_row_begin[i];
+    for (size_t k = 0; k < jobs_.size(); ++k) jobs_[k].row = result_.logit_row_begin[job_rows[k].first] + job_rows[k].second;
     wait_token_masks(out);
-    // A verify step's logits are on the host: its other jobs are sampled there too.
-    out.host_sampled = verify && model_.device() != Device::CPU;
+    // A device's logits that came to the host for a verify: every job is sampled there.
+    out.host_sampled = host_verify && model_.device() != Device::CPU;
     if (out.host_sampled)
       host_sampler_.sample_all(result_, jobs_, model_.config().vocab, samples_);
     else

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "engine/mtp_proposer.h"
+#include "engine/proposer.h"
 #include "kernels/sampling.h"
 
 namespace pe {
