@@ -145,13 +145,16 @@ MUTANTS: list[Mutant] = [
     m("draft block attention causal", "native/src/model/backend.cpp",
       "attention_paged(qp, 1, start + n_q - 1, n_q * n_heads,", "attention_paged(qp, 1, start, n_q * n_heads,",
       ["ctest:test_backend_ops:attention_block", "tests/test_dflash_engine.py::test_draft_matches_the_reference_from_its_features"]),
-    m("draft context positions from 0 every step", "native/src/model/dflash_forward.cpp",
-      "const int64_t p0 = block ? s.n_context + s.n_new : s.n_context, len = block ? bs : s.n_new;\n      for (int64_t t = p0; t < p0 + len; ++t) h.push_back(static_cast<int32_t>(t));",
-      "const int64_t p0 = block ? s.n_context + s.n_new : 0, len = block ? bs : s.n_new;\n      for (int64_t t = p0; t < p0 + len; ++t) h.push_back(static_cast<int32_t>(t));",
+    m("draft context rows from 0 every step", "native/src/model/dflash_forward.cpp",
+      "const int64_t p0 = block ? s.n_context + s.n_new : s.n_context, len = block ? bs : s.n_new;",
+      "const int64_t p0 = block ? s.n_context + s.n_new : 0, len = block ? bs : s.n_new;",
       ["tests/test_dflash_engine.py::test_context_in_pieces_equals_one_call"]),
     m("target features one layer early (hidden_states[l] for hidden_states[l + 1])", "native/src/model/qwen35_forward.cpp",
-      "capture_features(b, static_cast<int64_t>(li));", "capture_features(b, static_cast<int64_t>(li) + 1);",
+      "keep_rows(b.keep_hidden, static_cast<int32_t>(li), r.x);", "keep_rows(b.keep_hidden, static_cast<int32_t>(li) + 1, r.x);",
       ["tests/test_dflash_engine.py::test_target_features_match_transformers"]),
+    m("greedy verify accepts a draft that differs from its row's argmax", "native/src/engine/engine_spec.cpp",
+      "r.drafts[static_cast<size_t>(a)] == samples_[job + a].token", "r.drafts[static_cast<size_t>(a)] != samples_[job + a].token",
+      ["tests/test_speculative.py::test_test_checkpoint_spec_equals_plain_at_temperature_0"]),
 ]
 
 
