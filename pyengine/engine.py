@@ -63,7 +63,7 @@ def resolve_auto_speculation(model_path: str, engine_args: dict) -> None:
     """speculative_algorithm "auto" (the CLI's default) -> the proposer the model directory names in
     speculative.json ({"speculative_algorithm": "mtp"}, or "dflash" with a
     "speculative_draft_model_path" relative to the directory; the embedded model ships one), "none"
-    without one or at tensor_parallel_size > 1 (speculation runs at TP 1 only). In place."""
+    without one, and for dflash at tensor_parallel_size > 1 (the draft runs at TP 1 only). In place."""
     if engine_args.get("speculative_algorithm") != "auto":
         return
     from .config import read_json_object
@@ -71,12 +71,14 @@ def resolve_auto_speculation(model_path: str, engine_args: dict) -> None:
 
     engine_args["speculative_algorithm"] = "none"
     path = os.path.join(model_path, SPECULATION_FILE)
-    if engine_args.get("tensor_parallel_size", 1) != 1 or group_of_one() or not os.path.exists(path):
+    if not os.path.exists(path):
         return
     spec = read_json_object(path)
     algo = spec.get("speculative_algorithm")
     if algo not in ("mtp", "dflash"):
         raise ValueError(f"{path}: speculative_algorithm must be mtp or dflash, got {algo!r}")
+    if algo == "dflash" and (engine_args.get("tensor_parallel_size", 1) != 1 or group_of_one()):
+        return  # a DFlash draft runs at TP 1 only
     engine_args["speculative_algorithm"] = algo
     if algo == "dflash" and not engine_args.get("speculative_draft_model_path"):
         draft = spec.get("speculative_draft_model_path")

@@ -55,6 +55,26 @@ def test_tp_gives_the_same_greedy_tokens_and_logits_as_tp1(name, tp):
             assert rel < 1e-4, f"MTP logits differ by {rel:.2e} (relative to the largest)"
 
 
+@pytest.mark.parametrize("name", ["ckpt_wrapper_bf16", "default_model"])
+def test_mtp_speculation_at_tp2_gives_tp1s_greedy_tokens(name):
+    """Every rank keeps its hidden rows and runs the MTP head's steps; the GDN states after each
+    draft position are written on every rank and the leader's rollback picks one by slot id."""
+    kw = dict(max_batch=8, max_model_len=512, num_threads=1, chunked_prefill_size=64)
+    with LLM(path(name), **kw) as one:
+        vocab = min(one.config.vocab_size, 500)
+        ps = prompts(12, 11, vocab) + [prompts(1, 12, vocab)[0] * 8]  # one prompt prefills in chunks
+        want = [o.token_ids for o in one.generate(prompt_token_ids=ps, sampling_params=greedy(40))]
+    with LLM(path(name), tensor_parallel_size=2, speculative_algorithm="mtp", speculative_num_draft_tokens=3,
+             **kw) as two:  # fmt: skip
+        got = [o.token_ids for o in two.generate(prompt_token_ids=ps, sampling_params=greedy(40))]
+        assert got == want
+        st = two.stats()
+        assert st["spec_verifies"] > 0
+        assert st["gdn_slots_free"] == st["gdn_slots_total"] and st["kv_pages_free"] == st["kv_pages_total"]
+        if name == "default_model":
+            assert st["spec_mean_accepted_length"] > 1.2  # the trained head drafts through both ranks
+
+
 def test_a_group_of_one_runs_the_tp_path_and_equals_no_group(monkeypatch):
     kw = dict(max_batch=8, max_model_len=256, num_threads=1)
     ps = prompts(12, 3, 400)

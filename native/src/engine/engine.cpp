@@ -92,7 +92,7 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp, DFlas
   const Device dev = model_.device();
   kv_ = std::make_unique<KvPool>(shape, plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype, dev);
   gdn_ = std::make_unique<GdnPool>(shape, plan_.gdn_slots + plan_.spec_state_slots, plan_.snapshot_slots, dev);
-  if (algo == PE_SPEC_MTP) proposer_ = std::make_unique<MtpProposer>(model_, *kv_);
+  if (algo == PE_SPEC_MTP) proposer_ = std::make_unique<MtpProposer>(model_, *kv_, tp_);
   if (algo == PE_SPEC_DFLASH) {
     draft_kv_ = std::make_unique<KvPool>(draft_->config().cache_shape(), plan_.kv_pages, plan_.kv_page_size, pr.kv_dtype, dev);
     proposer_ = std::make_unique<DFlashProposer>(model_, *draft_, *draft_kv_);
@@ -111,7 +111,9 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp, DFlas
     shape.kv_pages = plan_.kv_pages;
     shape.kv_page_size = plan_.kv_page_size;
     shape.kv_dtype = params_.kv_cache_dtype;
-    shape.gdn_running = plan_.gdn_slots;
+    shape.kv_extra_layers = algo == PE_SPEC_MTP ? 1 : 0;
+    shape.gdn_running = plan_.gdn_slots + plan_.spec_state_slots;
+    shape.reserve_kept_layers = spec ? 1 : 0;
     shape.gdn_snapshot = plan_.snapshot_slots;
     shape.reserve_tokens = sp.max_num_batched_tokens;
     shape.reserve_seqs = params_.max_batch;

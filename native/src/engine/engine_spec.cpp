@@ -23,8 +23,8 @@ static constexpr float kRateWeight = 0.2f;
 void Engine::check_speculative() const {
   const int32_t algo = params_.speculative_algorithm;
   if (algo == PE_SPEC_NONE) return;
-  if (tp_) fail(PE_ERR_UNSUPPORTED, "speculative decoding runs at tensor_parallel_size 1 only");
   if (algo == PE_SPEC_DFLASH) {
+    if (tp_) fail(PE_ERR_UNSUPPORTED, "speculative_algorithm dflash runs at tensor_parallel_size 1 only (use mtp)");
     if (!draft_)
       fail(PE_ERR_INVALID_ARGUMENT, "speculative_algorithm dflash needs a DFlash draft model "
                                     "(speculative_draft_model_path)");

@@ -4,11 +4,18 @@
 
 namespace pe {
 
-MtpProposer::MtpProposer(Model& model, KvPool& kv)
-    : model_(model), kv_(kv), kv_layer_(model.config().n_full_layers()) {
+MtpProposer::MtpProposer(Model& model, KvPool& kv, TpLeader* tp)
+    : model_(model), kv_(kv), tp_(tp), kv_layer_(model.config().n_full_layers()) {
   if (!model.has_mtp()) fail(PE_ERR_INVALID_ARGUMENT, "speculative_algorithm mtp needs a checkpoint with an MTP head (mtp.* tensors)");
   if (kv.n_layers() != kv_layer_ + 1)
     fail(PE_ERR_INTERNAL, "the MTP proposer needs a KV pool of ", kv_layer_ + 1, " layers, got ", kv.n_layers());
+}
+
+void MtpProposer::step(const Batch& b, const std::vector<int32_t>& rows) {
+  if (tp_)
+    tp_->mtp_step(model_, b, rows, kv_, kv_layer_, res_);
+  else
+    model_.mtp_step(b, rows, kv_, kv_layer_, res_);
 }
 
 void MtpProposer::propose(const std::vector<ProposeInput>& in) {
@@ -41,7 +48,7 @@ void MtpProposer::propose(const std::vector<ProposeInput>& in) {
     }
   }
   if (b.seqs.empty()) return;
-  model_.mtp_step(b, rows, kv_, kv_layer_, res_);
+  step(b, rows);
   for (size_t i = 0; i < chain.size(); ++i) pick_draft(*chain[i], res_.logits.data() + static_cast<int64_t>(i) * V, V, 0, idx_);
   // The chain: draft j from the head's output for draft j - 1, one row per sequence.
   for (int32_t j = 1;; ++j) {
@@ -64,7 +71,7 @@ void MtpProposer::propose(const std::vector<ProposeInput>& in) {
       next_want.push_back(want[i]);
     }
     if (next.empty()) break;
-    model_.mtp_step(cb, crows, kv_, kv_layer_, res_);
+    step(cb, crows);
     for (size_t i = 0; i < next.size(); ++i) pick_draft(*next[i], res_.logits.data() + static_cast<int64_t>(i) * V, V, j, idx_);
     chain = std::move(next);
     want = std::move(next_want);

@@ -13,22 +13,27 @@
 
 #include "cache/kv_pool.h"
 #include "engine/proposer.h"
+#include "engine/tp_group.h"
 #include "model/model.h"
 
 namespace pe {
 
 class MtpProposer : public Proposer {
  public:
-  // kv: the engine's pool, with one attention layer after the model's for the head.
-  MtpProposer(Model& model, KvPool& kv);
+  // kv: the engine's pool, with one attention layer after the model's for the head. tp: the
+  // tensor-parallel leader (every rank runs the head's steps), null at TP 1.
+  MtpProposer(Model& model, KvPool& kv, TpLeader* tp = nullptr);
   std::vector<int32_t> hidden_layers() const override { return {-1}; }
   int64_t kv_layers() const override { return 1; }
   int64_t max_drafts() const override { return PE_SPEC_MAX_DRAFT; }
   void propose(const std::vector<ProposeInput>& in) override;
 
  private:
+  void step(const Batch& b, const std::vector<int32_t>& rows);
+
   Model& model_;
   KvPool& kv_;
+  TpLeader* tp_;
   int64_t kv_layer_;
   ForwardResult res_;
   std::vector<int32_t> idx_;

@@ -60,7 +60,9 @@ std::vector<uint8_t> receive(Communicator& comm) {
 }
 
 std::unique_ptr<KvPool> make_kv(const Model& m, const TpPoolShape& s) {
-  return std::make_unique<KvPool>(m.config(), s.kv_pages, s.kv_page_size, static_cast<DType>(s.kv_dtype), m.device());
+  CacheShape shape = m.config();
+  shape.n_attn_layers += s.kv_extra_layers;
+  return std::make_unique<KvPool>(shape, s.kv_pages, s.kv_page_size, static_cast<DType>(s.kv_dtype), m.device());
 }
 std::unique_ptr<GdnPool> make_gdn(const Model& m, const TpPoolShape& s) {
   return std::make_unique<GdnPool>(m.config(), s.gdn_running, s.gdn_snapshot, m.device());
@@ -69,7 +71,8 @@ std::unique_ptr<GdnPool> make_gdn(const Model& m, const TpPoolShape& s) {
 }  // namespace
 
 std::vector<uint8_t> tp_encode_step(TpMessage kind, const TpPoolShape& shape, const std::vector<GdnPoolOp>& ops,
-                                    const Batch& b, int64_t page_size, const std::vector<float>& hidden) {
+                                    const Batch& b, int64_t page_size, const std::vector<float>& hidden,
+                                    const std::vector<int32_t>& rows) {
   Writer w;
   w.put(kind);
   put_shape(w, shape);
@@ -79,6 +82,7 @@ std::vector<uint8_t> tp_encode_step(TpMessage kind, const TpPoolShape& shape, co
   w.put_all(b.tokens.data(), static_cast<int64_t>(b.tokens.size()));
   w.put(static_cast<int32_t>(b.host_outputs));
   w.put(static_cast<int32_t>(b.cuda_graph));
+  w.put_all(b.keep_hidden.data(), static_cast<int64_t>(b.keep_hidden.size()));
   w.put(static_cast<int64_t>(b.seqs.size()));
   for (const SeqChunk& s : b.seqs) {
     w.put(s.n_past);
@@ -94,6 +98,7 @@ std::vector<uint8_t> tp_encode_step(TpMessage kind, const TpPoolShape& shape, co
     }
   }
   w.put_all(hidden.data(), static_cast<int64_t>(hidden.size()));
+  w.put_all(rows.data(), static_cast<int64_t>(rows.size()));
   return std::move(w.bytes);
 }
 
@@ -106,6 +111,7 @@ void tp_decode(const std::vector<uint8_t>& msg, TpDecoded& out) {
   out.batch.tokens = r.get_all<int32_t>();
   out.batch.host_outputs = r.get<int32_t>() != 0;
   out.batch.cuda_graph = r.get<int32_t>() != 0;
+  out.batch.keep_hidden = r.get_all<int32_t>();
   const int64_t n_seqs = r.get<int64_t>();
   if (n_seqs < 0 || n_seqs > int64_t(1) << 24) fail(PE_ERR_INTERNAL, "tensor-parallel message: ", n_seqs, " chunks");
   out.page_tables.assign(static_cast<size_t>(n_seqs), {});
@@ -126,6 +132,7 @@ void tp_decode(const std::vector<uint8_t>& msg, TpDecoded& out) {
     }
   }
   out.hidden = r.get_all<float>();
+  out.rows = r.get_all<int32_t>();
   if (r.at != msg.size()) fail(PE_ERR_INTERNAL, "tensor-parallel message: ", msg.size() - r.at, " bytes left over");
 }
 
@@ -184,6 +191,15 @@ void TpLeader::mtp_forward(Model& model, const std::vector<int32_t>& tokens, con
   model.mtp_forward(tokens.data(), static_cast<int64_t>(tokens.size()), hidden.data(), mtp_kv, logits);
 }
 
+void TpLeader::mtp_step(Model& model, const Batch& b, const std::vector<int32_t>& hidden_rows, KvPool& kv,
+                        int64_t kv_layer, ForwardResult& out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> rows = hidden_rows;
+  rows.push_back(static_cast<int32_t>(kv_layer));
+  send(tp_encode_step(TpMessage::MtpStep, {}, {}, b, kv.page_size(), {}, rows));
+  model.mtp_step(b, hidden_rows, kv, kv_layer, out);
+}
+
 void tp_worker_run(Model& model, Communicator& comm, const std::function<void(KvPool&, GdnPool&)>& at_stop) {
   std::unique_ptr<KvPool> kv;
   std::unique_ptr<GdnPool> gdn;
@@ -199,6 +215,7 @@ void tp_worker_run(Model& model, Communicator& comm, const std::function<void(Kv
         case TpMessage::Setup:
           if (m.shape.reserve_tokens > 0)
             model.reserve(m.shape.reserve_tokens, m.shape.reserve_seqs, m.shape.reserve_context);
+          if (m.shape.reserve_kept_layers > 0) model.reserve_kept(m.shape.reserve_kept_layers, m.shape.reserve_tokens);
           kv = make_kv(model, m.shape);
           gdn = make_gdn(model, m.shape);
           comm.barrier();
@@ -222,6 +239,14 @@ void tp_worker_run(Model& model, Communicator& comm, const std::function<void(Kv
                         static_cast<DType>(m.shape.kv_dtype), model.device());
           std::vector<float> logits;
           model.mtp_forward(m.batch.tokens.data(), n, m.hidden.data(), mtp_kv, logits);
+          break;
+        }
+        case TpMessage::MtpStep: {
+          if (!kv) fail(PE_ERR_INTERNAL, "tensor-parallel MTP step before setup");
+          if (m.rows.empty()) fail(PE_ERR_INTERNAL, "tensor-parallel MTP step without its KV layer");
+          const int64_t kv_layer = m.rows.back();
+          m.rows.pop_back();
+          model.mtp_step(m.batch, m.rows, *kv, kv_layer, result);
           break;
         }
         default:

@@ -30,8 +30,10 @@ namespace pe {
 struct TpPoolShape {
   int64_t kv_pages = 0, kv_page_size = 16;
   int32_t kv_dtype = 0;
+  int64_t kv_extra_layers = 0;  // attention layers after the model's (the MTP head's KV)
   int64_t gdn_running = 0, gdn_snapshot = 0;
   int64_t reserve_tokens = 0, reserve_seqs = 0, reserve_context = 0;  // 0: no reserve
+  int64_t reserve_kept_layers = 0;  // hidden rows the steps keep for a drafter (Batch::keep_hidden)
 };
 
 class TpLeader {
@@ -55,6 +57,10 @@ class TpLeader {
   // final hidden states [n, hidden], each on a scratch MTP KV pool of `shape` (kv_pages, page size).
   void mtp_forward(Model& model, const std::vector<int32_t>& tokens, const std::vector<float>& hidden,
                    const TpPoolShape& shape, KvPool& mtp_kv, std::vector<float>& logits);
+  // The MTP head over a batch in the engine's pools (Model::mtp_step, speculative decoding): every
+  // rank runs it from the hidden rows its own last forward or head step kept.
+  void mtp_step(Model& model, const Batch& b, const std::vector<int32_t>& hidden_rows, KvPool& kv, int64_t kv_layer,
+                ForwardResult& out);
 
  private:
   void send(const std::vector<uint8_t>& msg);
@@ -71,10 +77,12 @@ void tp_worker_run(Model& model, Communicator& comm,
                    const std::function<void(KvPool&, GdnPool&)>& at_stop = {});
 
 // The wire format of one message (exposed for tests).
-enum class TpMessage : int32_t { Setup = 1, Step = 2, ScratchStep = 3, Stop = 4, MtpScratch = 5 };
-// hidden: the final hidden states an MTP message carries (empty for the others).
+enum class TpMessage : int32_t { Setup = 1, Step = 2, ScratchStep = 3, Stop = 4, MtpScratch = 5, MtpStep = 6 };
+// hidden: the final hidden states an MtpScratch message carries; rows: an MtpStep's hidden rows
+// and its KV layer last (empty for the others).
 std::vector<uint8_t> tp_encode_step(TpMessage kind, const TpPoolShape& shape, const std::vector<GdnPoolOp>& ops,
-                                    const Batch& b, int64_t page_size, const std::vector<float>& hidden = {});
+                                    const Batch& b, int64_t page_size, const std::vector<float>& hidden = {},
+                                    const std::vector<int32_t>& rows = {});
 struct TpDecoded {
   TpMessage kind = TpMessage::Stop;
   TpPoolShape shape;
@@ -82,6 +90,7 @@ struct TpDecoded {
   Batch batch;
   std::vector<std::vector<int32_t>> page_tables;  // batch.seqs[i].page_table points into these
   std::vector<float> hidden;
+  std::vector<int32_t> rows;
 };
 void tp_decode(const std::vector<uint8_t>& msg, TpDecoded& out);
 

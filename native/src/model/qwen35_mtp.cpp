@@ -89,7 +89,6 @@ void Qwen35Model::mtp_step(const Batch& b, const std::vector<int32_t>& hidden_ro
   if (!mtp_) fail(PE_ERR_UNSUPPORTED, "this checkpoint has no MTP head (mtp.* tensors)");
   std::lock_guard<std::mutex> lock(mu_);
   check_pools(kv, nullptr);
-  if (tp_data_) fail(PE_ERR_UNSUPPORTED, "the MTP drafter runs at tensor_parallel_size 1 only");
   const int64_t T = static_cast<int64_t>(b.tokens.size()), H = cfg_.hidden;
   if (kv_layer < 0 || kv_layer >= kv.n_layers())
     fail(PE_ERR_INTERNAL, "mtp_step: KV layer ", kv_layer, " of a pool with ", kv.n_layers());
