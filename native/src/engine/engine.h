@@ -18,8 +18,10 @@
 // requests' prefill chunks and decodes, keeping each GDN layer's state after every draft position
 // in spare running slots. After the verify the state after the last accepted token becomes the
 // live slot, the KV rows of rejected drafts fall behind n_computed (pages wholly past it go back)
-// and prefix-cache snapshots taken after a rejected token are released: no replay. Verify steps
-// sample on the host and run one at a time (no overlapped steps while the engine speculates).
+// and prefix-cache snapshots taken after a rejected token are released: no replay. Greedy verifies
+// sample their rows' argmax where the logits are, others test on the host; verify steps run one
+// at a time (no overlapped steps while the engine speculates). At tensor parallel every rank runs
+// the MTP head's steps (TpLeader::mtp_step); a DFlash draft runs at TP 1 only.
 #pragma once
 #include <chrono>
 #include <condition_variable>
