@@ -308,10 +308,10 @@ def test_stops_inside_accepted_drafts_end_the_output_where_plain_decoding_does()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", [1, 3, 5])
-def test_default_model_50_prompts_spec_equals_plain(k):
+@pytest.mark.parametrize("algo,k", [("mtp", 1), ("mtp", 3), ("mtp", 5), ("dflash", None)])
+def test_default_model_50_prompts_spec_equals_plain(algo, k):
     """50 chat prompts (the bench set, cycled, each with its index so no two are equal), alone and
-    8 at a time beside a long prefill, prefix cache on."""
+    8 at a time beside a long prefill, prefix cache on; MTP k = 1, 3, 5 and the DFlash draft."""
     kw = {"max_model_len": 2048, "max_batch": 16, "chunked_prefill_size": 128}
     with LLM(**kw) as llm:
         base = chat_prompts(llm, 50)
@@ -320,7 +320,8 @@ def test_default_model_50_prompts_spec_equals_plain(k):
         solo = [run(llm, [p], 64)[0] for p in prompts]
         groups = [prompts[i : i + 8] + [long_prompt] for i in range(0, 50, 8)]
         batched = [run(llm, g, 48) for g in groups]
-    with LLM(speculative_algorithm="mtp", speculative_num_draft_tokens=k, **kw) as llm:
+    spec = {"speculative_algorithm": "mtp"} if algo == "mtp" else dflash(DEFAULT_DRAFT)
+    with LLM(speculative_num_draft_tokens=k, **spec, **kw) as llm:
         assert [run(llm, [p], 64)[0] for p in prompts] == solo
         assert [run(llm, g, 48) for g in groups] == batched
 
@@ -347,3 +348,52 @@ def test_auto_takes_the_model_directorys_proposer(tmp_path):
     (model / "speculative.json").write_text(json.dumps({"speculative_algorithm": "eagle"}))
     with pytest.raises(ValueError, match="speculative.json: speculative_algorithm must be mtp or dflash"):
         LLM(str(model), max_model_len=64, speculative_algorithm="auto")
+
+
+# ---- the default model's own DFlash draft (pyengine/default_model/dflash) ----
+
+DEFAULT_DRAFT = os.path.join(os.path.dirname(__file__), "..", "pyengine", "default_model", "dflash")
+
+
+def test_default_model_dflash_spec_equals_plain_at_temperature_0(default_plain):
+    with LLM(max_model_len=2048, max_batch=16, chunked_prefill_size=128, **dflash(DEFAULT_DRAFT)) as llm:
+        assert [run(llm, [p], 64)[0] for p in default_plain["prompts"][:3]] == default_plain["solo"]
+        for _ in range(2):
+            assert run(llm, default_plain["prompts"] + [default_plain["long"]], 40) == default_plain["batch"]
+        st = llm.stats()
+        assert st["spec_accept_per_position"][0] > 0.15  # the CPU-trained draft on chat answers (measured 0.27)
+        assert st["prefix_cache_hit_tokens"] > 0
+        assert st["gdn_slots_free"] == st["gdn_slots_total"] and st["running"] == 0
+
+
+def test_dflash_drafts_are_the_drafts_argmax_over_the_same_tokens():
+    """With k = 1 every verify drafts block row 0 from the context of every computed token and the
+    pending token: replaying the verifies over the output with DFlashDraft.block_logits gives the
+    request's own counts."""
+    from pyengine.dflash import DFlashDraft
+
+    with LLM(max_model_len=1024, prefix_cache=False, **dflash(DEFAULT_DRAFT, speculative_num_draft_tokens=1)) as llm:
+        prompt = chat_prompts(llm, 1)[0]
+        max_tokens = 80
+        out = llm.generate(prompt_token_ids=[prompt], sampling_params=greedy(max_tokens))[0]
+        seq = prompt + out.token_ids
+        draft = DFlashDraft(DEFAULT_DRAFT, llm)
+        try:
+            P = len(prompt)
+            blocks = draft.block_logits(seq, context_ends=list(range(P, len(seq) - 1)))
+        finally:
+            draft.close()
+    drafts = {P + i: int(b[0].argmax()) for i, b in enumerate(blocks)}  # pending x_m drafts x_{m+1}
+    m, drafted, accepted = P, 0, 0
+    while m - P + 2 < max_tokens:
+        drafted += 1
+        ok = drafts[m] == seq[m + 1]
+        accepted += int(ok)
+        m += 2 if ok else 1
+    assert out.speculative["spec_drafted_per_position"] == [drafted]
+    assert out.speculative["spec_accepted_per_position"] == [accepted]
+    assert accepted > 0
+
+
+def test_default_model_dflash_sampling_is_lossless():
+    check_lossless(None, 1200, 1.0, 1.0, 3, against_plain=False, spec=dflash(DEFAULT_DRAFT))
