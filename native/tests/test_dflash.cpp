@@ -150,6 +150,15 @@ TEST(batched_sequences_equal_each_alone) {
   CHECK_CLOSE(r.logits.data() + rows, ref[2].data(), rows, 1e-6);
   f.draft.forward({seq_lm(1, first[1] + second[1], 0)}, mixed, true, r);
   CHECK_CLOSE(r.logits.data(), ref[1].data(), rows, 1e-6);
+  // Fewer logit rows: the block's leading ones, the same numbers.
+  DraftSeq two = seq_lm(1, first[1] + second[1], 0);
+  two.n_logits = 2;
+  f.draft.forward({two, seq_lm(1, first[1] + second[1], 0)}, mixed, true, r);
+  CHECK_EQ(static_cast<int64_t>(r.logits.size()), 2 * 100 + rows);
+  CHECK_EQ(r.logit_row_begin[1], 2);
+  CHECK_CLOSE(r.logits.data(), ref[1].data(), 2 * 100, 1e-6);
+  two.n_logits = kBlock;
+  CHECK(refused([&] { f.draft.forward({two}, mixed, true, r); }, "4 logit rows of a block of 4"));
   quiet.n_new = 0;
   quiet.n_context = first[1] + second[1];
   f.draft.forward({quiet}, mixed, true, r);

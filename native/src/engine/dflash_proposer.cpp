@@ -47,6 +47,7 @@ void DFlashProposer::propose(const std::vector<ProposeInput>& in) {
     s.layer_stride = rows * H;
     s.row_stride = H;
     s.draft = p.n_drafts > 0;
+    s.n_logits = std::min<int64_t>(p.n_drafts, c.block_size - 1);  // the lm_head for the drafts taken only
     if (s.draft) {
       const int64_t pending = p.pos0 + p.n_rows;
       if (pending >= static_cast<int64_t>(r.tokens.size()))
@@ -59,11 +60,11 @@ void DFlashProposer::propose(const std::vector<ProposeInput>& in) {
   }
   if (seqs_.empty()) return;
   draft_.forward(seqs_, kv_, true, res_);
-  int64_t row = 0;  // drafting sequences' blocks follow each other, block_size - 1 rows each
+  int64_t row = 0;  // drafting sequences' rows follow each other, n_logits each
   for (const ProposeInput* p : drafting) {
     const int64_t n = std::min<int64_t>(p->n_drafts, c.block_size - 1);
     for (int64_t j = 0; j < n; ++j) pick_draft(*p->req, res_.logits.data() + (row + j) * V, V, j, idx_);
-    row += c.block_size - 1;
+    row += n;
   }
 }
 

@@ -60,6 +60,8 @@ struct DraftSeq {
   int64_t layer_stride = 0;
   int64_t row_stride = 0;
   bool draft = true;                // false: only append the context rows (no block, no logits)
+  int64_t n_logits = -1;            // block rows 1 .. n_logits get logits (-1: all block_size - 1);
+                                    // the block runs whole through the layers either way
   int32_t last_token = 0;           // the block's first token, at position n_context + n_new
   const int32_t* page_table = nullptr;  // host; pages covering n_context + n_new (+ block_size) rows
 };
@@ -87,7 +89,7 @@ class DFlashDraft {
   // One draft step over sequences (each in its own cache rows of kv, a pool of cache_shape() on the
   // draft's device): appends their new context rows, then drafts the block of every sequence with
   // `draft`. res.logits (host when host_outputs, else on the device for sample_launch) holds
-  // block_size - 1 rows per drafting sequence, in order (res.logit_row_begin; -1 for the others);
+  // n_logits rows per drafting sequence, in order (res.logit_row_begin; -1 for the others);
   // with host_outputs res.hidden holds the final-normed hidden states of those rows. Calls are
   // serialized inside (one workspace).
   void forward(const std::vector<DraftSeq>& seqs, KvPool& kv, bool host_outputs, ForwardResult& res);

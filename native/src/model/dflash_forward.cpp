@@ -88,6 +88,8 @@ void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& 
       if (s.page_table[p] < 0 || s.page_table[p] >= kv.n_pages())
         fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": page ", s.page_table[p], " outside the pool of ",
              kv.n_pages());
+    if (s.draft && (s.n_logits == 0 || s.n_logits > bs - 1))
+      fail(PE_ERR_INVALID_ARGUMENT, "draft sequence ", i, ": ", s.n_logits, " logit rows of a block of ", bs);
     if (s.draft) step_.drafting.push_back(static_cast<int64_t>(i));
   }
   const int64_t T_ctx = n_new_total(seqs), n_blocks = static_cast<int64_t>(step_.drafting.size()), T_blk = n_blocks * bs;
@@ -149,7 +151,7 @@ void DFlashDraft::forward(const std::vector<DraftSeq>& seqs, KvPool& kv, bool ho
   res.logit_row_begin.clear();
   for (const DraftSeq& s : seqs) {
     res.logit_row_begin.push_back(s.draft ? rows : -1);
-    if (s.draft) rows += bs - 1;
+    if (s.draft) rows += s.n_logits < 0 ? bs - 1 : s.n_logits;
   }
   if (seqs.empty()) {
     res.logits.clear();
@@ -202,7 +204,7 @@ void DFlashDraft::context_rows(const std::vector<DraftSeq>& seqs, KvPool& kv) {
   }
 }
 
-// The blocks through the draft layers; logits of rows 1 .. bs - 1 of every block. Returns those
+// The blocks through the draft layers; logits of rows 1 .. n_logits of every block. Returns those
 // rows' final-normed hidden states (in the workspace).
 const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& kv, float* logits, int64_t n_rows) {
   const int64_t T = step_.T_blk, bs = cfg_.block_size, H = cfg_.hidden, Hq = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
@@ -242,8 +244,12 @@ const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& 
   }
   // Row 0 of a block is the committed token: only rows 1 .. bs - 1 propose.
   float* rows = take(n_rows * H);
-  for (size_t b = 0; b < step_.drafting.size(); ++b)
-    be_->copy_rows(rows + b * (bs - 1) * H, H, r.h + (b * bs + 1) * H, H, H, bs - 1);
+  int64_t row = 0;
+  for (size_t b = 0; b < step_.drafting.size(); ++b) {
+    const int64_t n = seqs[step_.drafting[b]].n_logits < 0 ? bs - 1 : seqs[step_.drafting[b]].n_logits;
+    be_->copy_rows(rows + row * H, H, r.h + (b * bs + 1) * H, H, H, n);
+    row += n;
+  }
   be_->linear(rows, n_rows, target_.lm_head(), logits, {});
   return rows;
 }
