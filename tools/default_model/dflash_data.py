@@ -209,6 +209,7 @@ def generate_engine(args) -> tuple[dict, dict]:
     at the model's EOS ids (2, 0 from generation_config.json) and returns the EOS token as the
     reply's last token, as generate_batch keeps it; a reply cut at --max-new-tokens has no EOS."""
     import dflash_target
+
     from pyengine import LLM, SamplingParams
 
     started = _PROCESS_STARTED
@@ -257,18 +258,26 @@ def generate_engine(args) -> tuple[dict, dict]:
                           "chunk_s": round(time.time() - t0, 1),
                           "chunk_tokens_per_s": round(sum(map(len, new)) / (time.time() - t0)),
                           "elapsed_s": round(time.time() - started, 1)}), flush=True)
+    llm.close()
+    meta = {"device": "cpu", "engine": "pyengine", "num_threads": args.num_threads, "max_batch": args.batch_size}
+    return finish(out, meta, data, train_prompts, responses, sampled, eval_prompts, eval_resp, t_eval, started, args)
+
+
+def finish(out, meta, data, train_prompts, responses, sampled, eval_prompts, eval_resp, t_eval, started, args):
+    """The train replies packed into out, and the run's counts added to meta."""
+    from dflash_target import EOS_IDS
+
     n = len(responses)
     out.update(pack_sequences("train", train_prompts[:n], responses, data["train_source"][:n], sampled))
     out["sources"] = data["sources"]
     n_tokens = int(sum(len(r) for r in responses))
-    meta = {"device": "cpu", "engine": "pyengine", "num_threads": args.num_threads, "max_batch": args.batch_size,
-            "train_sequences": n, "train_response_tokens": n_tokens, "train_sampled": int(sum(sampled)),
-            "eval_sequences": len(eval_prompts), "eval_response_tokens": int(sum(len(r) for r in eval_resp)),
-            "eval_generation_s": round(t_eval, 1), "total_s": round(time.time() - started, 1),
-            "train_tokens_per_s": round(n_tokens / max(1e-9, time.time() - started - t_eval)),
-            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "sample_every": args.sample_every,
-            "ended_with_eos": int(sum(bool(len(r)) and int(r[-1]) in dflash_target.EOS_IDS for r in responses))}
-    llm.close()
+    meta.update({"train_sequences": n, "train_response_tokens": n_tokens, "train_sampled": int(sum(sampled)),
+                 "eval_sequences": len(eval_prompts), "eval_response_tokens": int(sum(len(r) for r in eval_resp)),
+                 "eval_generation_s": round(t_eval, 1), "total_s": round(time.time() - started, 1),
+                 "train_tokens_per_s": round(n_tokens / max(1e-9, time.time() - started - t_eval)),
+                 "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                 "sample_every": args.sample_every,
+                 "ended_with_eos": int(sum(bool(len(r)) and int(r[-1]) in EOS_IDS for r in responses))})
     return out, meta
 
 
@@ -309,18 +318,8 @@ def generate(args) -> tuple[dict, dict]:
         print(json.dumps({"batch": b, "prompts": len(responses), "response_tokens": n_tokens,
                           "batch_s": round(time.time() - t0, 2), "elapsed_s": round(time.time() - started, 1)}),
               flush=True)
-    n = len(responses)
-    out.update(pack_sequences("train", train_prompts[:n], responses, data["train_source"][:n], sampled))
-    out["sources"] = data["sources"]
-    n_tokens = sum(len(r) for r in responses)
-    meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-            "train_sequences": n, "train_response_tokens": n_tokens, "train_sampled": int(sum(sampled)),
-            "eval_sequences": len(eval_prompts), "eval_response_tokens": int(sum(len(r) for r in eval_resp)),
-            "eval_generation_s": round(t_eval, 1), "total_s": round(time.time() - started, 1),
-            "train_tokens_per_s": round(n_tokens / max(1e-9, time.time() - started - t_eval)),
-            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "sample_every": args.sample_every,
-            "ended_with_eos": int(sum(bool(len(r)) and int(r[-1]) in dflash_target.EOS_IDS for r in responses))}
-    return out, meta
+    meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+    return finish(out, meta, data, train_prompts, responses, sampled, eval_prompts, eval_resp, t_eval, started, args)
 
 
 def main(argv=None):
