@@ -286,6 +286,7 @@ def test_server_reports_acceptance_in_usage_and_metrics():
         assert 'pyengine_spec_draft_tokens_total{position="1"}' in metrics
         assert 'pyengine_spec_accepted_tokens_total{position="3"}' in metrics
         assert "pyengine_spec_verifies_total" in metrics
+        assert "pyengine_spec_propose_seconds_total" in metrics  # the proposer's share of step time
     finally:
         llm.close()
 
