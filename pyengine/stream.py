@@ -70,6 +70,7 @@ class RequestStream:
         self._cancel_lock = threading.Lock()
         self._cancelled = False
         self._done = False
+        self._held: RawEvent | None = None  # a progress event kept for the next StreamEvent
         self._n_tokens = 0
         self._t_submit = time.monotonic()
 
@@ -86,12 +87,19 @@ class RequestStream:
     def __next__(self) -> StreamEvent:
         if self._done:
             raise StopIteration
-        raws = [self._events.get()]
-        while not raws[-1].finished:  # merge whatever else is already there
+        raws = [self._held or self._events.get()]
+        self._held = None
+        # Merge whatever else is already there, but one progress event per StreamEvent: each
+        # prefill chunk's progress reaches the caller, however late it reads.
+        while not raws[-1].finished:
             try:
-                raws.append(self._events.get_nowait())
+                ev = self._events.get_nowait()
             except queue.Empty:
                 break
+            if ev.prompt_computed is not None and any(r.prompt_computed is not None for r in raws):
+                self._held = ev
+                break
+            raws.append(ev)
         return self._merge(raws)
 
     def _merge(self, raws: list[RawEvent]) -> StreamEvent:

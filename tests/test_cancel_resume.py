@@ -80,3 +80,22 @@ def test_progress_events_one_per_chunk():
         # Without return_progress no progress event reaches the stream.
         stream = llm.submit(prompt_token_ids=prompt_ids(8, 600), sampling_params=SP)
         assert all(ev.prompt_progress is None for ev in stream)
+
+
+def test_a_late_reader_still_gets_one_progress_event_per_chunk():
+    """The stream merges the raw events already queued when it is read, but never two progress
+    events: a reader that wakes after several chunks still sees each chunk's progress."""
+    import queue
+
+    from pyengine.engine import RawEvent
+    from pyengine.stream import RequestStream
+
+    q = queue.SimpleQueue()
+    for done in (256, 512, 768):
+        q.put(RawEvent(None, None, None, None, False, done // 256, 1.0, 1000, 0, prompt_computed=done))
+    q.put(RawEvent(5, None, None, None, False, 4, 1.0, 1000, 0, prompt_computed=1000))
+    q.put(RawEvent(None, None, None, "length", True, 4, 1.0, 1000, 0))
+    stream = RequestStream(None, None, 1, q, None, [1] * 1000, SP)
+    events = list(stream)
+    assert [e.prompt_progress["processed"] for e in events if e.prompt_progress] == [256, 512, 768, 1000]
+    assert [t for e in events for t in e.token_ids] == [5] and events[-1].finished
