@@ -27,7 +27,6 @@ class DFlashProposer : public Proposer {
   // kv: the draft's pool (draft.config().cache_shape(), the engine's pages and page size).
   DFlashProposer(Model& target, DFlashDraft& draft, KvPool& kv);
   std::vector<int32_t> hidden_layers() const override { return draft_.config().target_layers; }
-  int64_t kv_layers() const override { return 0; }
   int64_t rows_ahead(int64_t) const override { return draft_.config().block_size; }
   int64_t max_drafts() const override { return draft_.config().block_size - 1; }
   void propose(const std::vector<ProposeInput>& in) override;

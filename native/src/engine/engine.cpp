@@ -60,8 +60,9 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp, DFlas
   const int64_t k = spec ? params_.speculative_num_draft_tokens : 0;
   // The MTP head's KV is one more attention layer of the pages; a DFlash draft's is a pool of its
   // own on the same pages (dflash_proposer.h).
+  const int64_t head_kv_layers = algo == PE_SPEC_MTP ? 1 : 0;
   CacheShape shape = cfg;
-  if (algo == PE_SPEC_MTP) shape.n_attn_layers += 1;
+  shape.n_attn_layers += head_kv_layers;
   PlanRequest pr;
   pr.spec_slots_per_seq = k;
   pr.max_batch = params_.max_batch;
@@ -84,7 +85,8 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp, DFlas
     const int64_t kept = algo == PE_SPEC_MTP ? 1 : static_cast<int64_t>(draft_->config().target_layers.size());
     model_.reserve_kept(kept, sp.max_num_batched_tokens);
   }
-  if (algo == PE_SPEC_DFLASH) draft_->reserve(sp.max_num_batched_tokens, params_.max_batch, params_.max_model_len);
+  if (algo == PE_SPEC_DFLASH) draft_->reserve(sp.max_num_batched_tokens, params_.max_batch, params_.max_model_len,
+                                               params_.kv_page_size);
   pr.budget_bytes = memory_budget(pr);
   plan_ = plan_memory(shape, pr);
   std::fprintf(stderr, "pyengine: %s\n", describe_plan(plan_).c_str());
@@ -111,7 +113,7 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp, DFlas
     shape.kv_pages = plan_.kv_pages;
     shape.kv_page_size = plan_.kv_page_size;
     shape.kv_dtype = params_.kv_cache_dtype;
-    shape.kv_extra_layers = algo == PE_SPEC_MTP ? 1 : 0;
+    shape.kv_extra_layers = head_kv_layers;
     shape.gdn_running = plan_.gdn_slots + plan_.spec_state_slots;
     shape.reserve_kept_layers = spec ? 1 : 0;
     shape.gdn_snapshot = plan_.snapshot_slots;

@@ -24,7 +24,6 @@ class MtpProposer : public Proposer {
   // tensor-parallel leader (every rank runs the head's steps), null at TP 1.
   MtpProposer(Model& model, KvPool& kv, TpLeader* tp = nullptr);
   std::vector<int32_t> hidden_layers() const override { return {-1}; }
-  int64_t kv_layers() const override { return 1; }
   int64_t max_drafts() const override { return PE_SPEC_MAX_DRAFT; }
   void propose(const std::vector<ProposeInput>& in) override;
 

@@ -30,9 +30,6 @@ class Proposer {
   // The target's hidden states the proposer reads (Batch::keep_hidden): -1 the final-normed rows,
   // i the output of decoder layer i.
   virtual std::vector<int32_t> hidden_layers() const = 0;
-  // Attention layers it keeps in the engine's KV pages after the target's (the pool is made with
-  // this many more), so its cache is paged, shared, rolled back and freed with the target's.
-  virtual int64_t kv_layers() const = 0;
   // Rows past a request's computed tokens its next propose writes when it drafts n (its pages must
   // cover them): the MTP chain's 1 + n; a DFlash block's block_size whatever n.
   virtual int64_t rows_ahead(int64_t n_drafts) const { return 1 + n_drafts; }

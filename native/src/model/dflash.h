@@ -83,8 +83,9 @@ class DFlashDraft {
   void finalize();
   int64_t weight_bytes() const { return be_->weight_bytes(weights_); }
   // Sizes the workspace for steps of up to ctx_rows new context rows and n_blocks blocks over
-  // contexts of up to max_context rows (the engine's largest step), so its steps allocate nothing.
-  void reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_context);
+  // contexts of up to max_context rows in pages of page_size (the engine's largest step), so its
+  // steps allocate nothing.
+  void reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_context, int64_t page_size);
 
   // One draft step over sequences (each in its own cache rows of kv, a pool of cache_shape() on the
   // draft's device): appends their new context rows, then drafts the block of every sequence with

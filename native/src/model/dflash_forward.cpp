@@ -60,11 +60,11 @@ void DFlashDraft::ensure_workspace(int64_t floats) {
   if (work_.size() < static_cast<size_t>(floats) * sizeof(float)) work_ = Buffer(device(), sizeof(float) * floats);
 }
 
-void DFlashDraft::reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_context) {
+void DFlashDraft::reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_context, int64_t page_size) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ready_) fail(PE_ERR_STATE, "the draft is not finalized");
   ensure_workspace(workspace_floats(ctx_rows, n_blocks, true));
-  const int64_t ints = 3 * n_blocks * cfg_.block_size + 2 * ctx_rows + n_blocks * (max_context / 16 + 2);
+  const int64_t ints = 3 * n_blocks * cfg_.block_size + 2 * ctx_rows + n_blocks * ((max_context + cfg_.block_size) / page_size + 2);
   be_->reserve(shape_cfg_, ctx_rows + n_blocks * cfg_.block_size, std::max<int64_t>(n_blocks * (cfg_.block_size - 1), 1),
                ints, be_->attention_scratch_bytes(1, max_context, shape_cfg_));
 }
