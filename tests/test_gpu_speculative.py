@@ -1,13 +1,13 @@
 """Speculative decoding (MTP and DFlash proposers) on the CUDA backend: `pytest -m gpu` on a machine
 with a GPU. Token for token what plain decoding gives at T = 0 on the same device (MTP k = 1, 3, 5,
 DFlash blocks; one request, and 8 at once beside a long prompt prefilling in chunks; prefix cache
-on), on the default model and the test checkpoints; and acceptance close to the CPU engine's."""
+on), on the default model (50 prompts) and the test checkpoints; and acceptance close to the CPU engine's."""
 
 import os
 
 import numpy as np
 import pytest
-from test_speculative import chat_prompts
+from test_speculative import chat_prompts, check_50_prompts
 
 from pyengine import LLM, SamplingParams
 from pyengine._native import cuda_available
@@ -75,6 +75,11 @@ def test_cuda_dflash_spec_equals_plain_at_temperature_0(model):
         assert st["spec_verifies"] > 0
         print(f"dflash {model}: mean accepted length {st['spec_mean_accepted_length']:.2f}, "
               f"per position {st['spec_accept_per_position']}")
+
+
+@pytest.mark.parametrize("algo,k", [("mtp", 1), ("mtp", 3), ("mtp", 5), ("dflash", None)])
+def test_cuda_default_model_50_prompts_spec_equals_plain(algo, k):
+    check_50_prompts(algo, k, device="cuda")
 
 
 def test_cuda_acceptance_matches_the_cpu():

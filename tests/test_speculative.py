@@ -311,9 +311,13 @@ def test_stops_inside_accepted_drafts_end_the_output_where_plain_decoding_does()
 @pytest.mark.slow
 @pytest.mark.parametrize("algo,k", [("mtp", 1), ("mtp", 3), ("mtp", 5), ("dflash", None)])
 def test_default_model_50_prompts_spec_equals_plain(algo, k):
+    check_50_prompts(algo, k)
+
+
+def check_50_prompts(algo, k, **device):
     """50 chat prompts (the bench set, cycled, each with its index so no two are equal), alone and
     8 at a time beside a long prefill, prefix cache on; MTP k = 1, 3, 5 and the DFlash draft."""
-    kw = {"max_model_len": 2048, "max_batch": 16, "chunked_prefill_size": 128}
+    kw = {"max_model_len": 2048, "max_batch": 16, "chunked_prefill_size": 128, **device}
     with LLM(**kw) as llm:
         base = chat_prompts(llm, 50)
         prompts = [p[:-4] + llm.tokenizer.encode(f" ({i})") + p[-4:] for i, p in enumerate(base)]

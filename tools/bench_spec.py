@@ -4,11 +4,13 @@ pyengine/tools/data/prompts.jsonl, thinking off), T = 0, --max_tokens (256) with
 of --runs (3), batch 1. Spec off and each proposer run interleaved (off, mtp, dflash, off, ...) in
 one process, so load from other processes hits all alike. tok/s = tokens / (submit -> last token),
 the first users' wall time. Also the mean accepted length (tokens per verify) and acceptance per
-draft position, and that the tokens are the same with and without speculation. Prints the
-machine, the command and a JSON line.
+draft position, and that the tokens are the same with and without speculation. --device cuda
+runs the engines on the GPU. --batch N > 1 submits N requests at once (every prompt of every kind,
+cycled) and reports their total tokens/s (all tokens / submit -> last token). Prints the machine,
+the command and a JSON line.
 
   PYTHONPATH=. python3 tools/bench_spec.py [--model DIR] [--algorithms mtp,dflash] [--draft DIR]
-                                           [--k 3] [--dflash-k N] [--threads 2]
+                                           [--k 3] [--dflash-k N] [--threads 2] [--device cuda] [--batch 8]
 """
 
 from __future__ import annotations
@@ -25,20 +27,36 @@ from pyengine import LLM, SamplingParams
 PROMPTS = os.path.join(os.path.dirname(__file__), "..", "pyengine", "tools", "data", "prompts.jsonl")
 
 
-def first_prompt_of_each_kind() -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
+def prompts_by_kind() -> dict[str, list[list[dict]]]:
+    out: dict[str, list[list[dict]]] = {}
     with open(PROMPTS) as f:
         for line in f:
             row = json.loads(line)
-            out.setdefault(row["kind"], row["messages"])
+            out.setdefault(row["kind"], []).append(row["messages"])
     return out
 
 
-def run_once(llm: LLM, prompt: list[int], n: int, speculative: bool) -> tuple[float, list[int], dict | None]:
+def first_prompt_of_each_kind() -> dict[str, list[dict]]:
+    return {kind: rows[0] for kind, rows in prompts_by_kind().items()}
+
+
+def run_once(llm: LLM, prompts: list[list[int]], n: int, speculative: bool):
+    """The prompts submitted at once -> (total tokens/s, tokens per prompt, spec counts per prompt)."""
     sp = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True, speculative=speculative)
     t0 = time.monotonic()
-    out = llm.submit(prompt_token_ids=prompt, sampling_params=sp).result()
-    return len(out.token_ids) / (time.monotonic() - t0), out.token_ids, out.speculative
+    outs = [s.result() for s in [llm.submit(prompt_token_ids=p, sampling_params=sp) for p in prompts]]
+    rate = sum(len(o.token_ids) for o in outs) / (time.monotonic() - t0)
+    return rate, [o.token_ids for o in outs], [o.speculative for o in outs]
+
+
+def groups(llm: LLM, kinds: list[str], batch: int) -> dict[str, list[list[int]]]:
+    """Batch 1: the first prompt of each kind; batch N: N prompts of the kinds, cycled, as one group."""
+    encode = lambda m: llm.tokenizer.encode(llm.apply_chat_template(m, enable_thinking=False))  # noqa: E731
+    rows = {k: v for k, v in prompts_by_kind().items() if k in kinds}
+    if batch == 1:
+        return {k: [encode(v[0])] for k, v in rows.items()}
+    every = [m for i in range(max(map(len, rows.values()))) for v in rows.values() if i < len(v) for m in [v[i]]]
+    return {f"batch{batch}": [encode(every[i % len(every)]) for i in range(batch)]}
 
 
 DEFAULT_DRAFT = os.path.join(os.path.dirname(__file__), "..", "pyengine", "default_model", "dflash")
@@ -62,6 +80,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--kinds", default="code,math,prose")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--batch", type=int, default=1, help="requests at once (> 1: one group of every kind's prompts)")
     args = ap.parse_args()
     algos = [a for a in args.algorithms.split(",") if a]
     if not algos or any(a not in ("mtp", "dflash") for a in algos):
@@ -73,29 +93,27 @@ def main() -> int:
         for a in algos:
             kw = {"speculative_num_draft_tokens": args.k} if a == "mtp" else \
                 {"speculative_num_draft_tokens": args.dflash_k, "speculative_draft_model_path": args.draft}
-            engines[a] = LLM(args.model, max_model_len=2048, max_batch=1, num_threads=args.threads,
-                             speculative_algorithm=a, **kw)  # fmt: skip
+            dev = {"device": args.device} if args.device != "cpu" else {"num_threads": args.threads}
+            engines[a] = LLM(args.model, max_model_len=2048, max_batch=args.batch, speculative_algorithm=a,
+                             **dev, **kw)  # fmt: skip
         # Spec off: the first engine's per-request switch (the same engine, the same memory plan).
         first = engines[algos[0]]
         results = {}
-        for kind, messages in first_prompt_of_each_kind().items():
-            if kind not in args.kinds.split(","):
-                continue
-            prompt = first.tokenizer.encode(first.apply_chat_template(messages, enable_thinking=False))
+        for kind, prompts in groups(first, args.kinds.split(","), args.batch).items():
             for llm in engines.values():
-                run_once(llm, prompt, 16, True)  # warm-up
+                run_once(llm, prompts, 16, True)  # warm-up
             off, base = [], None
             on = {a: [] for a in algos}
             spec = {a: [] for a in algos}
             same = {a: True for a in algos}
             for _ in range(args.runs):
-                rate, base, _ = run_once(first, prompt, args.max_tokens, False)
+                rate, base, _ = run_once(first, prompts, args.max_tokens, False)
                 off.append(rate)
                 for a, llm in engines.items():
-                    rate, toks, s = run_once(llm, prompt, args.max_tokens, True)
+                    rate, toks, s = run_once(llm, prompts, args.max_tokens, True)
                     on[a].append(rate)
                     same[a] = same[a] and toks == base
-                    spec[a].append(s)
+                    spec[a].extend(s)
             r = {"off_tok_s": statistics.median(off), "runs_off": off}
             line = f"{kind:6s} off {r['off_tok_s']:7.1f} tok/s"
             for a in algos:
@@ -111,7 +129,7 @@ def main() -> int:
             llm.close()
     print(f"load average {os.getloadavg()[0]:.2f} at end")
     print(json.dumps({"k": args.k, "dflash_k": args.dflash_k, "max_tokens": args.max_tokens, "runs": args.runs,
-                      "results": results}))  # fmt: skip
+                      "device": args.device, "batch": args.batch, "results": results}))  # fmt: skip
     return 0 if all(r[a]["same_tokens"] for r in results.values() for a in algos) else 1
 
 

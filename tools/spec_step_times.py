@@ -5,10 +5,10 @@ verify drafts exactly one token, so a step that emits two tokens accepted its dr
 emits one rejected it. A step's time is the gap between the first token events of consecutive
 steps (the stream events' token_steps / token_times): its forward, verify and the proposer's turn.
 Reports the median / mean / p90 step time after an accepted and after a rejected draft, and plain
-decode's (spec off, the same engine) for reference, per --algorithms (mtp, dflash). Prints the
-command, the machine and a JSON line.
+decode's (spec off, the same engine) for reference, per --algorithms (mtp, dflash); --device cuda on
+the GPU. Prints the command, the machine and a JSON line.
 
-  PYTHONPATH=. python3 tools/spec_step_times.py [--algorithms mtp,dflash] [--draft DIR] [--threads 2]
+  PYTHONPATH=. python3 tools/spec_step_times.py [--algorithms mtp,dflash] [--draft DIR] [--threads 2] [--device cuda]
 """
 
 from __future__ import annotations
@@ -52,14 +52,16 @@ def main() -> int:
     ap.add_argument("--max_tokens", type=int, default=256)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
     print("command:", " ".join([os.path.basename(sys.executable)] + sys.argv))
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start")
     results = {}
     for algo in [a for a in args.algorithms.split(",") if a]:
         kw = {"speculative_draft_model_path": args.draft} if algo == "dflash" else {}
-        with LLM(args.model, max_model_len=2048, max_batch=1, num_threads=args.threads, speculative_algorithm=algo,
-                 speculative_num_draft_tokens=1, **kw) as llm:  # fmt: skip
+        kw.update({"device": args.device} if args.device != "cpu" else {"num_threads": args.threads})
+        with LLM(args.model, max_model_len=2048, max_batch=1, speculative_algorithm=algo, speculative_num_draft_tokens=1,
+                 **kw) as llm:  # fmt: skip
             prompts = [llm.tokenizer.encode(llm.apply_chat_template(m, enable_thinking=False))
                        for m in first_prompt_of_each_kind().values()]  # fmt: skip
             plain, accepted, rejected = [], [], []

@@ -209,3 +209,42 @@ TEST(gdn_decode_fused_norm_equals_separate_norm) {
       CHECK(fused.conv_pool == plain.conv_pool);
     }
 }
+
+TEST(gdn_decode_chained_equals_in_place_steps_and_copies) {
+  // A verify chunk's m tokens as chained calls (rows in strided qkv / a / b rows, out slots): the
+  // outputs and every slot equal m in-place decode steps of each sequence with the state copied to
+  // the next slot after each of its first m - 1 tokens, bit for bit.
+  const Shape s{2, 4, 32, 32, 4};
+  pe_test::Rng rng(900);
+  const int64_t n = 3, m = 3, C = s.conv_dim(), qs = C + 5, abs = s.hv + 2;
+  Layer chained(s, n * m + 2, rng);
+  Layer ref = chained;
+  const std::vector<int32_t> slots = pick_slots(n * m, chained.n_slots, rng);  // sequence i: slots[m*i + j]
+  const auto qkv = rng.normals(n * m * qs), a = rng.normals(n * m * abs, 2.0f), b = rng.normals(n * m * abs, 2.0f);
+  std::vector<float> got(n * m * s.hv * s.dv, NAN), want(n * m * s.hv * s.dv);
+  for (int64_t t = 0; t < m; ++t) {
+    std::vector<int32_t> rows, in, out, pos;
+    for (int64_t i = 0; i < n; ++i) {
+      rows.push_back(static_cast<int32_t>(m * i + t));
+      in.push_back(slots[m * i + t]);
+      out.push_back(slots[m * i + (t + 1) % m]);
+      pos.push_back(static_cast<int32_t>(7 * i + 1 + t));
+      // The reference: live slot slots[m*i] stepped in place, copied after the token.
+      const int32_t live = slots[m * i];
+      const int64_t r = m * i + t;
+      reference_step(ref, qkv.data() + r * qs, a.data() + r * abs, b.data() + r * abs, live, pos.back(),
+                     want.data() + r * s.hv * s.dv);
+      if (t + 1 < m) {
+        std::copy_n(ref.conv_state(live), ref.conv_layer, ref.conv_state(slots[m * i + t + 1]));
+        std::copy_n(ref.rec_state(live), ref.rec_layer, ref.rec_state(slots[m * i + t + 1]));
+      }
+    }
+    // Call t reads the slot call t - 1 wrote (the live slot at t = 0) and writes the next one.
+    cpu::GdnDecodeArgs d = decode_args(chained, n, qkv.data(), a.data(), b.data(), in.data(), pos.data(), got.data());
+    d.rows = rows.data(), d.out_slots = out.data(), d.qkv_stride = qs, d.ab_stride = abs, d.chained = t > 0;
+    cpu::gdn_decode(d);
+  }
+  CHECK(got == want);
+  CHECK(chained.conv_pool == ref.conv_pool);
+  CHECK(chained.rec_pool == ref.rec_pool);
+}

@@ -215,7 +215,8 @@ def generate_engine(args) -> tuple[dict, dict]:
     started = _PROCESS_STARTED
     deadline = started + args.minutes * 60
     data = np.load(args.prompts)
-    train_prompts, eval_prompts, eval_sources = unpack(data, "train"), unpack(data, "eval"), data["eval_source"]
+    train_prompts, eval_prompts, eval_sources = unpack(data, "train")[args.skip_prompts:], unpack(data, "eval"), \
+        data["eval_source"]
     if args.max_eval < len(eval_prompts):
         keep = np.linspace(0, len(eval_prompts) - 1, args.max_eval).round().astype(int)
         eval_prompts, eval_sources = [eval_prompts[i] for i in keep], eval_sources[keep]
@@ -268,7 +269,8 @@ def finish(out, meta, data, train_prompts, responses, sampled, eval_prompts, eva
     from dflash_target import EOS_IDS
 
     n = len(responses)
-    out.update(pack_sequences("train", train_prompts[:n], responses, data["train_source"][:n], sampled))
+    sources = data["train_source"][args.skip_prompts:args.skip_prompts + n]
+    out.update(pack_sequences("train", train_prompts[:n], responses, sources, sampled))
     out["sources"] = data["sources"]
     n_tokens = int(sum(len(r) for r in responses))
     meta.update({"train_sequences": n, "train_response_tokens": n_tokens, "train_sampled": int(sum(sampled)),
@@ -276,7 +278,7 @@ def finish(out, meta, data, train_prompts, responses, sampled, eval_prompts, eva
                  "eval_generation_s": round(t_eval, 1), "total_s": round(time.time() - started, 1),
                  "train_tokens_per_s": round(n_tokens / max(1e-9, time.time() - started - t_eval)),
                  "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-                 "sample_every": args.sample_every,
+                 "sample_every": args.sample_every, "skip_prompts": args.skip_prompts,
                  "ended_with_eos": int(sum(bool(len(r)) and int(r[-1]) in EOS_IDS for r in responses))})
     return out, meta
 
@@ -290,7 +292,8 @@ def generate(args) -> tuple[dict, dict]:
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     torch.manual_seed(args.seed)
     data = np.load(args.prompts)
-    train_prompts, eval_prompts, eval_sources = unpack(data, "train"), unpack(data, "eval"), data["eval_source"]
+    train_prompts, eval_prompts, eval_sources = unpack(data, "train")[args.skip_prompts:], unpack(data, "eval"), \
+        data["eval_source"]
     if args.max_eval < len(eval_prompts):  # evenly spaced: every source keeps a share
         keep = np.linspace(0, len(eval_prompts) - 1, args.max_eval).round().astype(int)
         eval_prompts, eval_sources = [eval_prompts[i] for i in keep], eval_sources[keep]
@@ -339,6 +342,8 @@ def main(argv=None):
     g.add_argument("--batch-size", type=int, default=768)
     g.add_argument("--max-new-tokens", type=int, default=320)
     g.add_argument("--max-prompts", type=int, default=10**9, help="train prompts at most")
+    g.add_argument("--skip-prompts", type=int, default=0,
+                   help="start at this train prompt (the ones before it answered by an earlier run)")
     g.add_argument("--max-eval", type=int, default=10**9, help="eval prompts at most")
     g.add_argument("--sample-every", type=int, default=4, help="every n-th batch is sampled (0: all greedy)")
     g.add_argument("--temperature", type=float, default=0.7)

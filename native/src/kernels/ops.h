@@ -206,6 +206,17 @@ struct GdnDecodeArgs {
   int64_t z_stride = 0;
   const float* norm_w = nullptr;
   float norm_eps = 0.0f;
+  // Optional, for a chunk's tokens one call each (a speculative verify, whose every position's
+  // state goes to a slot of its own): item i reads token row rows[i] (default i) of qkv, a, b, z
+  // and writes out row rows[i]; qkv_stride / ab_stride are the row strides of qkv / a and b (0:
+  // dense, C / Hv); out_slots[i] (default slots[i], in place) is the slot that receives item i's
+  // updated conv ring (all K rows) and recurrent state, slots[i] then left as it was. Out slots
+  // must be distinct within a call and differ from every other item's slot.
+  const int32_t* rows = nullptr;
+  int64_t qkv_stride = 0, ab_stride = 0;
+  const int32_t* out_slots = nullptr;
+  // The call reads states the call before it wrote (CUDA: no programmatic early start).
+  bool chained = false;
 };
 // Same bits as the per-sequence ops (it calls conv1d_causal, l2_norm and gdn_gates, and repeats
 // gdn_recurrent's loops, then rms_norm_gated when fused); the recurrent step runs in parallel

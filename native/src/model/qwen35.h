@@ -74,6 +74,14 @@ class Qwen35Model : public Model {
     const int32_t* slots = nullptr;       // GDN slot per sequence
     const int32_t* cache_rows = nullptr;  // per token: its KV cache row (page * page_size + offset)
     std::vector<int64_t> page_off;
+    // Verify chunks (and the decode rows beside them): their GDN tokens one gdn_decode call per
+    // position t (chain_seq[i]: sequence i runs so). Call t's items are chain_begin[t] ..
+    // chain_begin[t + 1] of the device arrays at chain: token rows | slots read | slots written |
+    // positions, chain_n entries each.
+    std::vector<char> chain_seq;
+    std::vector<int64_t> chain_begin;
+    const int32_t* chain = nullptr;
+    int64_t chain_n = 0;
   };
   using RunSource = std::function<Matrix(const std::vector<RunPart>&)>;
   using VectorSource = std::function<const float*(const std::string&)>;
@@ -95,6 +103,9 @@ class Qwen35Model : public Model {
                           const float* next_norm, const Projection* next_in);
   NormState residual_add(const float* in, const Projection& producer, const float* norm, const Projection* consumer);
   const float* mixer_gdn(const Layer& L, int64_t gi, const Batch& b, GdnPool& gdn, NormState s);
+  void plan_chain(const Batch& b);
+  void gdn_chain(const Layer& L, int64_t gi, GdnPool& gdn, const Projection::Part& u, const float* a,
+                 const float* bb, int64_t ab_stride, float* o);
   void gdn_pieces(const Layer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
                   const float* a, const float* bb, int64_t ab_stride, float* y, float* g, float* beta, float* o);
   const float* mixer_attention(const Layer& L, int64_t ai, const Batch& b, KvPool& kv, NormState s);

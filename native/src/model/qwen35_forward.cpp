@@ -74,6 +74,8 @@ void Qwen35Model::prepare_step(const Batch& b, int64_t ps, int64_t logit_rows) {
       host_ints_.push_back(static_cast<int32_t>(static_cast<int64_t>(s.page_table[t / ps]) * ps + t % ps));
   const int64_t from_off = static_cast<int64_t>(host_ints_.size());
   if (fed) host_ints_.insert(host_ints_.end(), b.token_from_sample.begin(), b.token_from_sample.end());
+  const int64_t chain_off = static_cast<int64_t>(host_ints_.size());
+  plan_chain(b);
   size_t scratch = 0;
   for (const SeqChunk& s : b.seqs) scratch = std::max(scratch, be_->attention_scratch_bytes(s.n_new, s.n_past, cfg_));
   // Every buffer the step uses exists before its launches (a captured step must not allocate).
@@ -86,6 +88,63 @@ void Qwen35Model::prepare_step(const Batch& b, int64_t ps, int64_t logit_rows) {
   step_.pages = d + 2 * T;
   step_.slots = d + slots_off;
   step_.cache_rows = d + rows_off;
+  step_.chain = d + chain_off;
+}
+
+// Design decision: a verify chunk's GDN tokens run as chained decode calls, one per position, each
+// reading the state the last left and writing its own position slot, instead of the chunked rule
+// cut into 1-token pieces with a state copy after each (2 launches + 2 copies per token and
+// sequence). The calls cover every verify sequence of the step at once, and the decode rows
+// beside them in call 0, so a layer costs 1 + k launches whatever the batch; the state is read and
+// written once per position, the slots' copies come for free. The bits are plain decode's.
+// A sequence runs chained when it is a decode row (one token, no snapshot inside) or a verify-shaped
+// chunk (at most kChainMax tokens, one snapshot at every position inside it); the step chains when
+// one verify-shaped chunk is in it. The rest of the step (prefill chunks) runs in pieces.
+void Qwen35Model::plan_chain(const Batch& b) {
+  constexpr int64_t kChainMax = 16;
+  const size_t n = b.seqs.size();
+  step_.chain_seq.assign(n, 0);
+  step_.chain_begin.clear();
+  step_.chain_n = 0;
+  bool verify = false;
+  int64_t n_max = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const SeqChunk& s = b.seqs[i];
+    if (s.n_new < 1 || s.n_new > kChainMax) continue;
+    int64_t next = 1;  // the next inside offset a verify-shaped chunk has its snapshot at
+    bool shaped = true;
+    for (const auto& sn : s.snapshots)
+      if (sn.first < s.n_new) shaped = shaped && sn.first == next++;
+    if (!shaped || next != s.n_new) continue;
+    step_.chain_seq[i] = 1;
+    verify = verify || s.n_new > 1;
+    n_max = std::max(n_max, s.n_new);
+  }
+  if (!verify) {
+    step_.chain_seq.assign(n, 0);
+    return;
+  }
+  std::vector<int32_t> rows, in, out, pos;
+  for (int64_t t = 0; t < n_max; ++t) {
+    step_.chain_begin.push_back(static_cast<int64_t>(rows.size()));
+    int64_t r0 = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const SeqChunk& s = b.seqs[i];
+      if (step_.chain_seq[i] && t < s.n_new) {
+        // Snapshot j (offset j, j = 1 .. n_new - 1) holds the state after the chunk's first j
+        // tokens: call t reads snapshot t (the live slot at t = 0) and writes snapshot t + 1 (the
+        // live slot at the chunk's last token).
+        rows.push_back(static_cast<int32_t>(r0 + t));
+        in.push_back(t == 0 ? s.gdn_slot : s.snapshots[static_cast<size_t>(t - 1)].second);
+        out.push_back(t + 1 == s.n_new ? s.gdn_slot : s.snapshots[static_cast<size_t>(t)].second);
+        pos.push_back(static_cast<int32_t>(s.n_past + t));
+      }
+      r0 += s.n_new;
+    }
+  }
+  step_.chain_begin.push_back(static_cast<int64_t>(rows.size()));
+  step_.chain_n = static_cast<int64_t>(rows.size());
+  for (const auto* v : {&rows, &in, &out, &pos}) host_ints_.insert(host_ints_.end(), v->begin(), v->end());
 }
 
 void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& res) {
@@ -274,6 +333,7 @@ const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, 
     be_->gdn_decode(d, z);
     return o;
   }
+  if (!step_.chain_begin.empty()) gdn_chain(L, gi, gdn, u, a_ptr, b_ptr, ab_stride, o);
   gdn_pieces(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
   const float* zd = zp.ptr;
   if (zp.stride != Hv * dv && !one_row) {  // rms_norm_gated reads z as [T * Hv, dv] rows
@@ -282,6 +342,27 @@ const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, 
   }
   be_->rms_norm_gated(o, zd, L.norm, T * Hv, dv, c.eps, o);
   return o;
+}
+
+// The chained sequences' GDN core (plan_chain): one decode call per position; o rows before the
+// gated norm (the caller's, over every row).
+void Qwen35Model::gdn_chain(const Layer& L, int64_t gi, GdnPool& gdn, const Projection::Part& u, const float* a,
+                            const float* bb, int64_t ab_stride, float* o) {
+  const ModelConfig& c = cfg_;
+  const int64_t n = step_.chain_n;
+  for (size_t t = 0; t + 1 < step_.chain_begin.size(); ++t) {
+    const int64_t i0 = step_.chain_begin[t];
+    cpu::GdnDecodeArgs d{step_.chain_begin[t + 1] - i0, u.ptr, a, bb, L.conv, L.A_log, L.dt_bias,
+                         step_.chain + n + i0, step_.chain + 3 * n + i0, gdn.conv_state(0, gi), gdn.slot_floats(),
+                         gdn.recurrent_state(0, gi), gdn.slot_floats(), c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim,
+                         c.gdn_v_dim, c.conv_kernel, o};
+    d.rows = step_.chain + i0;
+    d.out_slots = step_.chain + 2 * n + i0;
+    d.qkv_stride = u.stride;
+    d.ab_stride = ab_stride;
+    d.chained = t > 0;
+    be_->gdn_decode(d, nullptr);
+  }
 }
 
 // Prefill chunks (and mixed batches): per sequence, the conv and the delta rule cut at its
@@ -293,12 +374,19 @@ void Qwen35Model::gdn_pieces(const Layer& L, int64_t gi, const Batch& b, GdnPool
   const ModelConfig& c = cfg_;
   const int64_t T = n_tokens(b);
   const int64_t C = c.conv_dim(), Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
+  const auto& chained = step_.chain_seq;
+  if (!chained.empty() && std::all_of(chained.begin(), chained.end(), [](char x) { return x != 0; })) return;
   be_->gdn_gates(a, bb, ab_stride, T, Hv, L.A_log, L.dt_bias, g, beta);
   // piece(s, begin, n): rows begin .. begin + n of sequence s's chunk; state(slot): its state.
   auto pieces = [&](const std::function<void(const SeqChunk&, int64_t, int64_t, int64_t)>& piece,
                     const std::function<float*(int32_t)>& state, int64_t floats) {
     int64_t r0 = 0;
-    for (const SeqChunk& s : b.seqs) {
+    for (size_t i = 0; i < b.seqs.size(); ++i) {
+      const SeqChunk& s = b.seqs[i];
+      if (!chained.empty() && chained[i]) {
+        r0 += s.n_new;
+        continue;
+      }
       int64_t done = 0;
       for (const auto& [offset, slot] : s.snapshots) {
         if (offset == s.n_new) continue;  // after the layers (forward)

@@ -6,6 +6,8 @@
 //   g = -exp(A_log) softplus(a_i + dt_bias),  beta = sigmoid(b_i)
 //   per value head h (key head h / (Hv/Hk)): S = e^g S; S += k (beta (v - S^T k))^T; o = S^T q
 //   optionally (norm_w): o = rms_norm_gated(o, z_i,h)
+// With rows / out_slots (ops.h), item i reads token row rows[i] and its updated states go to
+// out_slots[i] (copies of slots[i]'s, then stepped), which is how a verify chunk's tokens run.
 // Phase 1 runs the per-sequence ops themselves (cheap at one token), phase 2 the recurrent step
 // in parallel over (sequence, value head): the state slices are disjoint because slots are.
 // The recurrent step is gdn_recurrent's (gdn_step.h), so the result is the per-sequence ops' bits.
@@ -32,18 +34,24 @@ void gdn_decode(const GdnDecodeArgs& a) {
   if (a.dk <= 0 || a.dv <= 0) throw std::invalid_argument("gdn_decode: dk and dv must be positive");
   const int64_t n = a.n_seqs, Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv;
   const int64_t C = 2 * Hk * dk + Hv * dv, r = Hv / Hk;
+  const int64_t qkv_stride = a.qkv_stride ? a.qkv_stride : C, ab_stride = a.ab_stride ? a.ab_stride : Hv;
+  const auto row = [&](int64_t i) -> int64_t { return a.rows ? a.rows[i] : i; };
+  const auto out_slot = [&](int64_t i) -> int64_t { return a.out_slots ? a.out_slots[i] : a.slots[i]; };
   float* y = scratch(kSlotY, static_cast<size_t>(n * (C + 2 * Hv)));
   float* g = y + n * C;
   float* beta = g + n * Hv;
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
   for (int64_t i = 0; i < n; ++i) {
     float* yi = y + i * C;
-    conv1d_causal(a.qkv + i * C, 1, C, C, a.conv_w, a.K, a.pos[i], a.conv_state + a.slots[i] * a.conv_slot_stride,
-                  yi);
+    float* ring = a.conv_state + out_slot(i) * a.conv_slot_stride;
+    if (out_slot(i) != a.slots[i])
+      std::copy_n(a.conv_state + a.slots[i] * a.conv_slot_stride, a.K * C, ring);
+    conv1d_causal(a.qkv + row(i) * qkv_stride, 1, C, C, a.conv_w, a.K, a.pos[i], ring, yi);
     l2_norm(yi, Hk, dk, 1e-6f, q_scale);
     l2_norm(yi + Hk * dk, Hk, dk, 1e-6f, 1.0f);
+    gdn_gates(a.a + row(i) * ab_stride, a.b + row(i) * ab_stride, ab_stride, 1, Hv, a.A_log, a.dt_bias, g + i * Hv,
+              beta + i * Hv);
   }
-  gdn_gates(a.a, a.b, Hv, n, Hv, a.A_log, a.dt_bias, g, beta);
   parallel_for(
       n * Hv,
       [&](int64_t begin, int64_t end) {
@@ -51,15 +59,19 @@ void gdn_decode(const GdnDecodeArgs& a) {
         for (int64_t task = begin; task < end; ++task) {
           const int64_t i = task / Hv, h = task % Hv, kh = h / r;
           const float* yi = y + i * C;
-          float* S = a.rec_state + a.slots[i] * a.rec_slot_stride + h * dk * dv;
-          gdn_step(S, yi + kh * dk, yi + Hk * dk + kh * dk, yi + 2 * Hk * dk + h * dv,
-                         g[task], beta[task], dk, dv, kv_mem, kv_mem + dv, a.out + task * dv);
+          float* S = a.rec_state + out_slot(i) * a.rec_slot_stride + h * dk * dv;
+          if (out_slot(i) != a.slots[i])
+            std::copy_n(a.rec_state + a.slots[i] * a.rec_slot_stride + h * dk * dv, dk * dv, S);
+          gdn_step(S, yi + kh * dk, yi + Hk * dk + kh * dk, yi + 2 * Hk * dk + h * dv, g[task], beta[task], dk, dv,
+                   kv_mem, kv_mem + dv, a.out + (row(i) * Hv + h) * dv);
         }
       },
       std::max<int64_t>(1, 32768 / (dk * dv)));
   if (a.norm_w)
-    for (int64_t i = 0; i < n; ++i)
-      rms_norm_gated(a.out + i * Hv * dv, a.z + i * a.z_stride, a.norm_w, Hv, dv, a.norm_eps, a.out + i * Hv * dv);
+    for (int64_t i = 0; i < n; ++i) {
+      float* o = a.out + row(i) * Hv * dv;
+      rms_norm_gated(o, a.z + row(i) * a.z_stride, a.norm_w, Hv, dv, a.norm_eps, o);
+    }
 }
 
 }  // namespace cpu

@@ -291,7 +291,9 @@ using cpu::GdnDecodeArgs;
 // op is bound by it). The state, the slots and the positions are read before the launch waits
 // for the kernel before it (programmatic dependent launch, sm_90): no kernel of the last few
 // launched before may write them (the model's last writer of a slot's state is the previous
-// forward, which the host waited for; tests and the pools write them by copies).
+// forward, which the host waited for; tests and the pools write them by copies), except in a
+// chained call (a.chained: a plain launch, after the call that wrote its input slots).
+// rows / out_slots / strides as ops.h (device arrays).
 // Tolerance against the CPU twin (test_backend_ops): normalized error 1e-5 on out and on the
 // recurrent state after several steps with the state carried (measured <= 3e-7 on H200, sm_90
 // SASS and compute_75 PTX JIT); the conv state is copied exactly. The fused gated norm (norm_w

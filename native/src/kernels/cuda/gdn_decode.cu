@@ -25,6 +25,8 @@
 // batches are bound by the latency of one block per head; the measured times per layer are in
 // tools/gpu/KERNELS.md ("GDN decode").
 // dv % 4 != 0 takes a scalar path (spills a little; unused by Qwen3.5).
+// Chained items (ops.h rows / out_slots, a verify chunk's tokens one call each) read their token's
+// rows and store the state, and the conv ring's old taps with the new row, to the out slot.
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace pe {
@@ -71,17 +73,25 @@ __device__ __forceinline__ ConvTaps conv_taps(const float* cs, const float* w, i
     }
   return tp;
 }
-__device__ __forceinline__ float conv_apply(const ConvTaps& tp, float* cs, const float* u, const float* w, int C,
-                                            int K, int r_old, bool store, int c) {
+// cso: the ring the store goes to; another ring than cs (an out slot) receives the old taps too.
+__device__ __forceinline__ float conv_apply(const ConvTaps& tp, const float* cs, float* cso, const float* u,
+                                            const float* w, int C, int K, int r_old, bool store, int c) {
   const float ul = u[c];
+  const bool copy = store && cso != cs;
   float acc = 0.0f;
 #pragma unroll
   for (int j = 0; j < kConvTaps - 1; ++j)
-    if (j < K - 1) acc = fmaf(tp.wj[j], tp.xj[j], acc);
+    if (j < K - 1) {
+      acc = fmaf(tp.wj[j], tp.xj[j], acc);
+      if (copy) cso[ring_row(r_old, j, K) * C + c] = tp.xj[j];
+    }
 #pragma unroll 1
-  for (int j = kConvTaps - 1; j < K - 1; ++j)
-    acc = fmaf(w[c * K + j], cs[ring_row(r_old, j, K) * C + c], acc);
-  if (store) cs[ring_row(r_old, K - 1, K) * C + c] = ul;
+  for (int j = kConvTaps - 1; j < K - 1; ++j) {
+    const float x = cs[ring_row(r_old, j, K) * C + c];
+    acc = fmaf(w[c * K + j], x, acc);
+    if (copy) cso[ring_row(r_old, j, K) * C + c] = x;
+  }
+  if (store) cso[ring_row(r_old, K - 1, K) * C + c] = ul;
   return silu_f(fmaf(tp.wl, ul, acc));
 }
 
@@ -136,11 +146,15 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   const int c = col0 + 4 * lane;  // this lane's first column
   const int n_cols = dv - c;      // of its 4 columns, those < dv
   const int64_t slot = a.slots[seq];
+  // A chained item (ops.h): its token row and the slot its states go to.
+  const int64_t row = a.rows ? a.rows[seq] : seq;
+  const int64_t out_slot = a.out_slots ? a.out_slots[seq] : slot;
   // Ring row of the oldest tap (position pos - K + 1). The position is read before pdl_wait, as
   // the slot (both host-written), so the conv's loads need no extra round trip after the wait;
   // and ptxas spills less (none at sm_90, dk 128, scalar path, 16 warps).
   const int r_old = (a.pos[seq] + 1) % K;
-  float* S = a.rec_state + slot * a.rec_slot_stride + static_cast<int64_t>(h) * dk * dv;
+  const float* S = a.rec_state + slot * a.rec_slot_stride + static_cast<int64_t>(h) * dk * dv;
+  float* So = a.rec_state + out_slot * a.rec_slot_stride + static_cast<int64_t>(h) * dk * dv;
 
   // 1. State loads, before pdl_wait (launched as a programmatic dependent, launch_pdl), so their
   // DRAM round trip overlaps the tail of the in-projection GEMV before it: the state, the slots,
@@ -162,7 +176,8 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   // The conv's channel for item t of step 2 (q, k of key head kh, then v columns col0..), whether
   // it is in range, and the thread's first item's older taps and weights (before the wait, as the
   // state).
-  float* cs = a.conv_state + slot * a.conv_slot_stride;
+  const float* cs = a.conv_state + slot * a.conv_slot_stride;
+  float* cso = a.conv_state + out_slot * a.conv_slot_stride;
   const int Ci = static_cast<int>(C), Hk = static_cast<int>(a.Hk);
   struct Item {
     bool is_v, is_k, valid;
@@ -187,10 +202,11 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   // The gate inputs and (warp 0, fused norm) the z row go out with the conv's loads: their round
   // trips overlap instead of following the delta rule step. (The conv loop below is not unrolled
   // to issue its two rounds' loads together: that spills at dk = 128 on sm_75.)
-  const float a_in = a.a[static_cast<int64_t>(seq) * a.Hv + h];
-  const float b_in = a.b[static_cast<int64_t>(seq) * a.Hv + h];
+  const int64_t ab_row = row * (a.ab_stride ? a.ab_stride : a.Hv);
+  const float a_in = a.a[ab_row + h];
+  const float b_in = a.b[ab_row + h];
   if (w == 0 && a.norm_w) {
-    const float* zr = a.z + seq * a.z_stride + static_cast<int64_t>(h) * dv + c;
+    const float* zr = a.z + row * a.z_stride + static_cast<int64_t>(h) * dv + c;
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if (e < n_cols) zv[e] = zr[e];
@@ -199,7 +215,7 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
   // 2. Conv + SiLU of q | k (key head kh) | v (columns col0.. of head h); sums of squares; gates.
   // The new raw row goes into the ring: q/k by one block of the key head, v by every block.
   const bool qk_store = h == kh * static_cast<int>(a.Hv / a.Hk) && blockIdx.x == 0;
-  const float* u = a.qkv + seq * C;
+  const float* u = a.qkv + row * (a.qkv_stride ? a.qkv_stride : C);
   float* vsf = reinterpret_cast<float*>(vs);
   // 32-bit conv indices (C * K < 2^31, checked): with the taps loaded at once, the 64-bit index
   // math hoisted out of this loop spilled the state at dk = 128.
@@ -211,7 +227,7 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
     float y = 0.0f;
     if (it.valid) {
       const ConvTaps tp = t == threadIdx.x ? taps0 : conv_taps(cs, a.conv_w, Ci, K, r_old, it.ch);
-      y = conv_apply(tp, cs, u, a.conv_w, Ci, K, r_old, it.is_v || qk_store, it.ch);
+      y = conv_apply(tp, cs, cso, u, a.conv_w, Ci, K, r_old, it.is_v || qk_store, it.ch);
     }
     if (it.is_v) {
       vsf[it.i] = y;
@@ -270,7 +286,7 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
     const int i = w + W * m;
     fma4(ks[i], dl, s[m]);
     fma4(qs[i], s[m], o);
-    store4<VEC>(S + static_cast<int64_t>(i) * dv + c, i < dk ? n_cols : 0, s[m]);
+    store4<VEC>(So + static_cast<int64_t>(i) * dv + c, i < dk ? n_cols : 0, s[m]);
   }
   red_o[w][lane] = o;
   __syncthreads();
@@ -291,7 +307,7 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
         if (e < n_cols) y[e] = y[e] * inv * nwv[e] * silu_f(zv[e]);
       o = make_float4(y[0], y[1], y[2], y[3]);
     }
-    store4<VEC>(a.out + (static_cast<int64_t>(seq) * a.Hv + h) * dv + c, n_cols, o);
+    store4<VEC>(a.out + (row * a.Hv + h) * dv + c, n_cols, o);
   }
 }
 
@@ -299,8 +315,10 @@ template <int DK, int kW = 0>
 void launch_w(const GdnDecodeArgs& a, bool vec, cudaStream_t stream) {
   const dim3 grid(grid_1d(a.dv, kBlockCols), static_cast<unsigned>(a.Hv), static_cast<unsigned>(a.n_seqs));
   constexpr int kThreads = Tile<DK, kW>::kThreads;
-  if (vec) launch_pdl(gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a);
-  else launch_pdl(gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a);
+  // A chained call reads the states the call before wrote: before pdl_wait, so no early start.
+  const bool pdl = pdl_supported() && !a.chained;
+  if (vec) launch_ex(pdl, gdn_decode_kernel<DK, true, kW>, dim3(grid), dim3(kThreads), 0, stream, a);
+  else launch_ex(pdl, gdn_decode_kernel<DK, false, kW>, dim3(grid), dim3(kThreads), 0, stream, a);
   PE_CUDA_LAUNCH_CHECK();
 }
 
