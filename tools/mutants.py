@@ -155,6 +155,10 @@ MUTANTS: list[Mutant] = [
     m("greedy verify accepts a draft that differs from its row's argmax", "native/src/engine/engine_spec.cpp",
       "r.drafts[static_cast<size_t>(a)] == samples_[job + a].token", "r.drafts[static_cast<size_t>(a)] != samples_[job + a].token",
       ["tests/test_speculative.py::test_test_checkpoint_spec_equals_plain_at_temperature_0"]),
+    m("a chained verify call writes the state back to the slot it read", "native/src/model/qwen35_forward.cpp",
+      "out.push_back(t + 1 == s.n_new ? s.gdn_slot : s.snapshots[static_cast<size_t>(t)].second);",
+      "out.push_back(t == 0 ? s.gdn_slot : s.snapshots[static_cast<size_t>(t - 1)].second);",
+      ["tests/test_speculative.py::test_test_checkpoint_spec_equals_plain_at_temperature_0"]),
 ]
 
 
