@@ -93,7 +93,10 @@ def main() -> int:
         for a in algos:
             kw = {"speculative_num_draft_tokens": args.k} if a == "mtp" else \
                 {"speculative_num_draft_tokens": args.dflash_k, "speculative_draft_model_path": args.draft}
-            dev = {"device": args.device} if args.device != "cpu" else {"num_threads": args.threads}
+            # On the GPU each engine gets 1 GiB of KV cache: the default would take 90 % of the card
+            # for the first engine and leave the next none.
+            dev = {"device": args.device, "kv_cache_bytes": 1 << 30} if args.device != "cpu" else \
+                {"num_threads": args.threads}
             engines[a] = LLM(args.model, max_model_len=2048, max_batch=args.batch, speculative_algorithm=a,
                              **dev, **kw)  # fmt: skip
         # Spec off: the first engine's per-request switch (the same engine, the same memory plan).

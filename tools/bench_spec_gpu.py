@@ -40,6 +40,11 @@ def write_config(layers: int) -> str:
     d = tempfile.mkdtemp(prefix="pe27b_mtp_")
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f)
+    # LLM needs a tokenizer; the prompts are token ids, so the embedded model's serves.
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        src = os.path.join(ROOT, "pyengine", "default_model", name)
+        if os.path.exists(src):
+            shutil.copy(src, d)
     return d
 
 
