@@ -51,15 +51,23 @@ def run_once(llm: LLM, prompts: list[list[int]], n: int, speculative: bool):
 
 def groups(llm: LLM, kinds: list[str], batch: int) -> dict[str, list[list[int]]]:
     """Batch 1: the first prompt of each kind; batch N: N prompts of the kinds, cycled, as one group."""
-    encode = lambda m: llm.tokenizer.encode(llm.apply_chat_template(m, enable_thinking=False))  # noqa: E731
+    def encode(messages: list[dict]) -> list[int]:
+        return llm.tokenizer.encode(llm.apply_chat_template(messages, enable_thinking=False))
+
     rows = {k: v for k, v in prompts_by_kind().items() if k in kinds}
     if batch == 1:
         return {k: [encode(v[0])] for k, v in rows.items()}
-    every = [m for i in range(max(map(len, rows.values()))) for v in rows.values() if i < len(v) for m in [v[i]]]
+    every = [v[i] for i in range(max(map(len, rows.values()))) for v in rows.values() if i < len(v)]  # kinds in turn
     return {f"batch{batch}": [encode(every[i % len(every)]) for i in range(batch)]}
 
 
 DEFAULT_DRAFT = os.path.join(os.path.dirname(__file__), "..", "pyengine", "default_model", "dflash")
+
+
+def device_options(args) -> dict:
+    """The engine options of --device / --threads. On the GPU each engine gets 1 GiB of KV cache:
+    the default would take 90 % of the card for the first engine and leave the next none."""
+    return {"device": args.device, "kv_cache_bytes": 1 << 30} if args.device != "cpu" else {"num_threads": args.threads}
 
 
 def summary(spec: list[dict]) -> dict:
@@ -93,12 +101,8 @@ def main() -> int:
         for a in algos:
             kw = {"speculative_num_draft_tokens": args.k} if a == "mtp" else \
                 {"speculative_num_draft_tokens": args.dflash_k, "speculative_draft_model_path": args.draft}
-            # On the GPU each engine gets 1 GiB of KV cache: the default would take 90 % of the card
-            # for the first engine and leave the next none.
-            dev = {"device": args.device, "kv_cache_bytes": 1 << 30} if args.device != "cpu" else \
-                {"num_threads": args.threads}
             engines[a] = LLM(args.model, max_model_len=2048, max_batch=args.batch, speculative_algorithm=a,
-                             **dev, **kw)  # fmt: skip
+                             **device_options(args), **kw)  # fmt: skip
         # Spec off: the first engine's per-request switch (the same engine, the same memory plan).
         first = engines[algos[0]]
         results = {}

@@ -97,18 +97,20 @@ def main() -> int:
     rows = []
     print(f"{'batch':>5} {'k':>2} {'step ms':>8} {'ratio':>6} {'draft ms':>9} {'token ms':>9} {'implied':>8}  "
           f"(L = {args.accepted_length})", flush=True)  # fmt: skip
+
+    def add(r: dict) -> None:  # printed as measured: a run cut short keeps what ran
+        rows.append(r)
+        print(f"{r['batch']:5d} {r['k']:2d} {r['step_ms']:8.3f} {r['ratio']:6.3f} {r['draft_ms']:9.3f} "
+              f"{r['token_ms']:9.3f} {r['implied']:8.2f}", flush=True)  # fmt: skip
+
     try:
         for batch in args.batch:
             base = measure(d, 0, batch, args.tokens)
-            rows.append(base)
-            for k in [0] + args.k:
-                r = measure(d, k, batch, args.tokens) if k else base
-                r["ratio"] = r["step_ms"] / base["step_ms"]
-                r["implied"] = args.accepted_length * base["token_ms"] / r["token_ms"] if k else 1.0
-                if k:
-                    rows.append(r)
-                print(f"{r['batch']:5d} {r['k']:2d} {r['step_ms']:8.3f} {r['ratio']:6.3f} {r['draft_ms']:9.3f} "
-                      f"{r['token_ms']:9.3f} {r['implied']:8.2f}", flush=True)  # fmt: skip
+            add(dict(base, ratio=1.0, implied=1.0))
+            for k in args.k:
+                r = measure(d, k, batch, args.tokens)
+                add(dict(r, ratio=r["step_ms"] / base["step_ms"],
+                         implied=args.accepted_length * base["token_ms"] / r["token_ms"]))
     finally:
         shutil.rmtree(d, ignore_errors=True)
     result = {"accepted_length": args.accepted_length, "rows": rows, "time": time.time()}

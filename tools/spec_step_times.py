@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_spec import DEFAULT_DRAFT, first_prompt_of_each_kind
+from bench_spec import DEFAULT_DRAFT, device_options, first_prompt_of_each_kind
 
 from pyengine import LLM, SamplingParams
 
@@ -59,7 +59,7 @@ def main() -> int:
     results = {}
     for algo in [a for a in args.algorithms.split(",") if a]:
         kw = {"speculative_draft_model_path": args.draft} if algo == "dflash" else {}
-        kw.update({"device": args.device} if args.device != "cpu" else {"num_threads": args.threads})
+        kw.update(device_options(args))
         with LLM(args.model, max_model_len=2048, max_batch=1, speculative_algorithm=algo, speculative_num_draft_tokens=1,
                  **kw) as llm:  # fmt: skip
             prompts = [llm.tokenizer.encode(llm.apply_chat_template(m, enable_thinking=False))

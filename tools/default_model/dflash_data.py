@@ -193,6 +193,18 @@ def pack_sequences(prefix: str, prompts, responses, sources, sampled) -> dict[st
     return out
 
 
+def load_prompts(args):
+    """prompts.npz -> (data, train prompts from --skip-prompts on, eval prompts, their sources); at
+    most --max-eval eval prompts, evenly spaced so every source keeps a share."""
+    data = np.load(args.prompts)
+    train_prompts, eval_prompts, eval_sources = unpack(data, "train")[args.skip_prompts:], unpack(data, "eval"), \
+        data["eval_source"]
+    if args.max_eval < len(eval_prompts):
+        keep = np.linspace(0, len(eval_prompts) - 1, args.max_eval).round().astype(int)
+        eval_prompts, eval_sources = [eval_prompts[i] for i in keep], eval_sources[keep]
+    return data, train_prompts, eval_prompts, eval_sources
+
+
 def is_sampled_row(args, index: int) -> bool:
     """Train prompt `index` is sampled when its batch (index // --batch-size) is every --sample-every-th."""
     return args.sample_every > 0 and (index // args.batch_size) % args.sample_every == args.sample_every - 1
@@ -214,12 +226,7 @@ def generate_engine(args) -> tuple[dict, dict]:
 
     started = _PROCESS_STARTED
     deadline = started + args.minutes * 60
-    data = np.load(args.prompts)
-    train_prompts, eval_prompts, eval_sources = unpack(data, "train")[args.skip_prompts:], unpack(data, "eval"), \
-        data["eval_source"]
-    if args.max_eval < len(eval_prompts):
-        keep = np.linspace(0, len(eval_prompts) - 1, args.max_eval).round().astype(int)
-        eval_prompts, eval_sources = [eval_prompts[i] for i in keep], eval_sources[keep]
+    data, train_prompts, eval_prompts, eval_sources = load_prompts(args)
     longest = max(len(p) for p in train_prompts + eval_prompts)
     max_model_len = -(-(longest + args.max_new_tokens + 1) // 256) * 256
     llm = LLM(str(args.model), device="cpu", max_batch=args.batch_size, max_model_len=max_model_len,
@@ -291,12 +298,7 @@ def generate(args) -> tuple[dict, dict]:
     deadline = started + args.minutes * 60
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     torch.manual_seed(args.seed)
-    data = np.load(args.prompts)
-    train_prompts, eval_prompts, eval_sources = unpack(data, "train")[args.skip_prompts:], unpack(data, "eval"), \
-        data["eval_source"]
-    if args.max_eval < len(eval_prompts):  # evenly spaced: every source keeps a share
-        keep = np.linspace(0, len(eval_prompts) - 1, args.max_eval).round().astype(int)
-        eval_prompts, eval_sources = [eval_prompts[i] for i in keep], eval_sources[keep]
+    data, train_prompts, eval_prompts, eval_sources = load_prompts(args)
     target = dflash_target.load(args.model, device)
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # fp32 reference replies
@@ -312,7 +314,7 @@ def generate(args) -> tuple[dict, dict]:
         if batch_s is not None and time.time() + batch_s > deadline:
             break
         t0 = time.time()
-        is_sampled = args.sample_every > 0 and b % args.sample_every == args.sample_every - 1
+        is_sampled = is_sampled_row(args, i)
         responses += generate_batch(lm, train_prompts[i:i + args.batch_size], args.max_new_tokens, device,
                                     args.temperature if is_sampled else None)
         sampled += [is_sampled] * (len(responses) - len(sampled))

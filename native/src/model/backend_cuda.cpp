@@ -391,6 +391,7 @@ int32_t* CudaBackend::upload_ints(const std::vector<int32_t>& host) {
 // launch of its own on dense z rows.
 void CudaBackend::gdn_decode(const cpu::GdnDecodeArgs& a, float* z_dense) {
   if (!a.norm_w || a.dv <= cuda::kGdnDecodeFusedNormMaxDv) return cuda::gdn_decode(a, st());
+  if (a.rows) fail(PE_ERR_UNSUPPORTED, "gdn_decode: the separate gated norm takes dense rows (no rows map)");
   cpu::GdnDecodeArgs core = a;
   core.z = core.norm_w = nullptr;
   core.z_stride = 0;

@@ -62,6 +62,7 @@ struct DraftSeq {
   bool draft = true;                // false: only append the context rows (no block, no logits)
   int64_t n_logits = -1;            // block rows 1 .. n_logits get logits (-1: all block_size - 1);
                                     // the block runs whole through the layers either way
+  int64_t logit_rows(int64_t block_size) const { return n_logits < 0 ? block_size - 1 : n_logits; }
   int32_t last_token = 0;           // the block's first token, at position n_context + n_new
   const int32_t* page_table = nullptr;  // host; pages covering n_context + n_new (+ block_size) rows
 };

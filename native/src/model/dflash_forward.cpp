@@ -151,7 +151,7 @@ void DFlashDraft::forward(const std::vector<DraftSeq>& seqs, KvPool& kv, bool ho
   res.logit_row_begin.clear();
   for (const DraftSeq& s : seqs) {
     res.logit_row_begin.push_back(s.draft ? rows : -1);
-    if (s.draft) rows += s.n_logits < 0 ? bs - 1 : s.n_logits;
+    if (s.draft) rows += s.logit_rows(bs);
   }
   if (seqs.empty()) {
     res.logits.clear();
@@ -246,7 +246,7 @@ const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& 
   float* rows = take(n_rows * H);
   int64_t row = 0;
   for (size_t b = 0; b < step_.drafting.size(); ++b) {
-    const int64_t n = seqs[step_.drafting[b]].n_logits < 0 ? bs - 1 : seqs[step_.drafting[b]].n_logits;
+    const int64_t n = seqs[step_.drafting[b]].logit_rows(bs);
     be_->copy_rows(rows + row * H, H, r.h + (b * bs + 1) * H, H, H, n);
     row += n;
   }

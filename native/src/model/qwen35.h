@@ -75,10 +75,11 @@ class Qwen35Model : public Model {
     const int32_t* cache_rows = nullptr;  // per token: its KV cache row (page * page_size + offset)
     std::vector<int64_t> page_off;
     // Verify chunks (and the decode rows beside them): their GDN tokens one gdn_decode call per
-    // position t (chain_seq[i]: sequence i runs so). Call t's items are chain_begin[t] ..
-    // chain_begin[t + 1] of the device arrays at chain: token rows | slots read | slots written |
-    // positions, chain_n entries each.
+    // position t (chain_seq[i]: sequence i runs so; chain_all: every sequence does). Call t's items
+    // are chain_begin[t] .. chain_begin[t + 1] of the device arrays at chain: token rows | slots
+    // read | slots written | positions, chain_n entries each.
     std::vector<char> chain_seq;
+    bool chain_all = false;
     std::vector<int64_t> chain_begin;
     const int32_t* chain = nullptr;
     int64_t chain_n = 0;

@@ -106,6 +106,7 @@ void Qwen35Model::plan_chain(const Batch& b) {
   step_.chain_seq.assign(n, 0);
   step_.chain_begin.clear();
   step_.chain_n = 0;
+  step_.chain_all = false;
   bool verify = false;
   int64_t n_max = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -144,6 +145,7 @@ void Qwen35Model::plan_chain(const Batch& b) {
   }
   step_.chain_begin.push_back(static_cast<int64_t>(rows.size()));
   step_.chain_n = static_cast<int64_t>(rows.size());
+  step_.chain_all = std::all_of(step_.chain_seq.begin(), step_.chain_seq.end(), [](char x) { return x != 0; });
   for (const auto* v : {&rows, &in, &out, &pos}) host_ints_.insert(host_ints_.end(), v->begin(), v->end());
 }
 
@@ -374,8 +376,7 @@ void Qwen35Model::gdn_pieces(const Layer& L, int64_t gi, const Batch& b, GdnPool
   const ModelConfig& c = cfg_;
   const int64_t T = n_tokens(b);
   const int64_t C = c.conv_dim(), Hk = c.gdn_k_heads, Hv = c.gdn_v_heads, dk = c.gdn_k_dim, dv = c.gdn_v_dim;
-  const auto& chained = step_.chain_seq;
-  if (!chained.empty() && std::all_of(chained.begin(), chained.end(), [](char x) { return x != 0; })) return;
+  if (step_.chain_all) return;  // gdn_chain ran every sequence
   be_->gdn_gates(a, bb, ab_stride, T, Hv, L.A_log, L.dt_bias, g, beta);
   // piece(s, begin, n): rows begin .. begin + n of sequence s's chunk; state(slot): its state.
   auto pieces = [&](const std::function<void(const SeqChunk&, int64_t, int64_t, int64_t)>& piece,
@@ -383,7 +384,7 @@ void Qwen35Model::gdn_pieces(const Layer& L, int64_t gi, const Batch& b, GdnPool
     int64_t r0 = 0;
     for (size_t i = 0; i < b.seqs.size(); ++i) {
       const SeqChunk& s = b.seqs[i];
-      if (!chained.empty() && chained[i]) {
+      if (step_.chain_seq[i]) {
         r0 += s.n_new;
         continue;
       }
