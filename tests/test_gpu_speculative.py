@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from test_speculative import chat_prompts, check_50_prompts
+from test_speculative import chat_prompts, check_50_prompts, check_dummy_mtp_head
 
 from pyengine import LLM, SamplingParams
 from pyengine._native import cuda_available
@@ -91,3 +91,8 @@ def test_cuda_acceptance_matches_the_cpu():
             rates[device] = llm.stats()["spec_accept_per_position"]
     print(rates)
     assert np.max(np.abs(np.array(rates["cpu"]) - np.array(rates["cuda"]))) < 0.05
+
+
+def test_cuda_dummy_weights_fill_a_configured_mtp_head(tmp_path):
+    """Dummy weights generated on the device (another path than the host's) fill the MTP head too."""
+    check_dummy_mtp_head(tmp_path, device="cuda")

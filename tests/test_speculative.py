@@ -404,14 +404,14 @@ def test_default_model_dflash_sampling_is_lossless():
     check_lossless(None, 1200, 1.0, 1.0, 3, against_plain=False, spec=dflash(DEFAULT_DRAFT))
 
 
-def test_dummy_weights_fill_a_configured_mtp_head(tmp_path):
+def check_dummy_mtp_head(tmp_path, **options):
     """load_format dummy fills the MTP head the config names (tools/bench_spec_gpu.py speculates on
     the 27B shape with dummy weights), and speculation on it gives plain decoding's tokens."""
     d = tmp_path / "dummy"
     d.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(WRAPPER, name), d)
-    kw = {"load_format": "dummy", "max_model_len": 128, "max_batch": 2}
+    kw = {"load_format": "dummy", "max_model_len": 128, "max_batch": 2, **options}
     sp = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     prompts = [[5, 9, 13, 17], [3, 4]]
     with LLM(str(d), **kw) as llm:
@@ -419,3 +419,7 @@ def test_dummy_weights_fill_a_configured_mtp_head(tmp_path):
     with LLM(str(d), speculative_algorithm="mtp", speculative_num_draft_tokens=3, **kw) as llm:
         assert [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=sp)] == plain
         assert llm.stats()["spec_verifies"] > 0
+
+
+def test_dummy_weights_fill_a_configured_mtp_head(tmp_path):
+    check_dummy_mtp_head(tmp_path)

@@ -66,8 +66,11 @@ DEFAULT_DRAFT = os.path.join(os.path.dirname(__file__), "..", "pyengine", "defau
 
 def device_options(args) -> dict:
     """The engine options of --device / --threads. On the GPU each engine gets 1 GiB of KV cache:
-    the default would take 90 % of the card for the first engine and leave the next none."""
-    return {"device": args.device, "kv_cache_bytes": 1 << 30} if args.device != "cpu" else {"num_threads": args.threads}
+    the default would take 90 % of the card for the first engine and leave the next none.
+    --cuda-graphs: the engine option cuda_graphs (decode-only steps replayed from graphs)."""
+    if args.device == "cpu":
+        return {"num_threads": args.threads}
+    return {"device": args.device, "kv_cache_bytes": 1 << 30, "cuda_graphs": bool(getattr(args, "cuda_graphs", False))}
 
 
 def summary(spec: list[dict]) -> dict:
@@ -90,6 +93,7 @@ def main() -> int:
     ap.add_argument("--kinds", default="code,math,prose")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--batch", type=int, default=1, help="requests at once (> 1: one group of every kind's prompts)")
+    ap.add_argument("--cuda-graphs", action="store_true", help="engine option cuda_graphs (GPU)")
     args = ap.parse_args()
     algos = [a for a in args.algorithms.split(",") if a]
     if not algos or any(a not in ("mtp", "dflash") for a in algos):
@@ -136,7 +140,7 @@ def main() -> int:
             llm.close()
     print(f"load average {os.getloadavg()[0]:.2f} at end")
     print(json.dumps({"k": args.k, "dflash_k": args.dflash_k, "max_tokens": args.max_tokens, "runs": args.runs,
-                      "device": args.device, "batch": args.batch, "results": results}))  # fmt: skip
+                      "device": args.device, "batch": args.batch, "cuda_graphs": args.cuda_graphs, "results": results}))  # fmt: skip
     return 0 if all(r[a]["same_tokens"] for r in results.values() for a in algos) else 1
 
 

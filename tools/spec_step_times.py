@@ -53,6 +53,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--cuda-graphs", action="store_true", help="engine option cuda_graphs (GPU)")
     args = ap.parse_args()
     print("command:", " ".join([os.path.basename(sys.executable)] + sys.argv))
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start")

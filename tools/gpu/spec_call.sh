@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 38's GPU speed checks in one device call (repo root): the 27B verify / decode step ratios
 # (bench_spec_gpu.py), then the default model's tokens/s with spec off / MTP / DFlash at batch 1
-# and 8 (bench_spec.py --device cuda). The library: LIB_XZ (an sm_90 build made on the dev machine,
+# (engine option cuda_graphs off and on) and 8 (bench_spec.py --device cuda), then the step times
+# around rejections (spec_step_times.py --device cuda). Each part gets at most its cap and what is
+# left of LIMIT. The library: LIB_XZ (an sm_90 build made on the dev machine,
 # e.g. -DCMAKE_CUDA_ARCHITECTURES=90-real, stripped and xz'd so it travels with the tree: ~7 MB),
 # else built here (tools/gpu/pytest_gpu.sh, ~140 s on the H200). Wheels from WHEELS (default .whl;
 # cffi and pycparser are all the benchmarks need). LIMIT (default 590): the call's seconds.
@@ -22,10 +24,14 @@ else
 fi
 echo "== library at $(el) s" >> "$S"
 export PYENGINE_LIBRARY=$LIB PYTHONPATH=$ROOT:/tmp/site
-run() { local name=$1 limit=$2; shift 2; timeout "$limit" "$@" 2>&1 | grep -v "memory plan" > $L/$name.log
+run() { local name=$1 limit=$2; shift 2; local left=$((LIMIT - $(el))); [ "$left" -lt "$limit" ] && limit=$left
+  [ "$limit" -le 5 ] && { echo "== $name skipped (no time left)" >> "$S"; return; }
+  timeout "$limit" "$@" 2>&1 | grep -v "memory plan" > $L/$name.log
   echo "== $name rc $? at $(el) s" >> "$S"; grep -v '^{' $L/$name.log >> "$S"; }
 run bench_27b 150 python3 tools/bench_spec_gpu.py --k 3 7 --batch 1 8 --tokens 64 --accepted-length 2.52
-run bench_b1 $((LIMIT - 120 - $(el))) python3 tools/bench_spec.py --device cuda --runs 3
-run bench_b8 $((LIMIT - $(el))) python3 tools/bench_spec.py --device cuda --runs 3 --batch 8
+run bench_b1 150 python3 tools/bench_spec.py --device cuda --runs 3
+run bench_b8 120 python3 tools/bench_spec.py --device cuda --runs 3 --batch 8
+run bench_b1_graphs 120 python3 tools/bench_spec.py --device cuda --runs 3 --cuda-graphs
+run step_times 100 python3 tools/spec_step_times.py --device cuda
 tar czf "$OUT/spec_call_logs.tgz" -C $L .
 cat "$S"

@@ -83,6 +83,9 @@ class Qwen35Model : public Model {
     std::vector<int64_t> chain_begin;
     const int32_t* chain = nullptr;
     int64_t chain_n = 0;
+    // A chained chunk's further snapshots at an inside offset (a prefix-cache block boundary where
+    // a position slot is too): (slot, slot the chain wrote), whole-slot copies after the layers.
+    std::vector<std::pair<int32_t, int32_t>> chain_copies;
   };
   using RunSource = std::function<Matrix(const std::vector<RunPart>&)>;
   using VectorSource = std::function<const float*(const std::string&)>;

@@ -98,25 +98,39 @@ void Qwen35Model::prepare_step(const Batch& b, int64_t ps, int64_t logit_rows) {
 // beside them in call 0, so a layer costs 1 + k launches whatever the batch; the state is read and
 // written once per position, the slots' copies come for free. The bits are plain decode's.
 // A sequence runs chained when it is a decode row (one token, no snapshot inside) or a verify-shaped
-// chunk (at most kChainMax tokens, one snapshot at every position inside it); the step chains when
-// one verify-shaped chunk is in it. The rest of the step (prefill chunks) runs in pieces.
+// chunk (at most kChainMax tokens, a snapshot at every position inside it: the first at an offset
+// is written by the chain, any further one there, a prefix-cache snapshot at a block boundary, is
+// copied from it after the layers); the step chains when one verify-shaped chunk is in it. The
+// rest of the step (prefill chunks) runs in pieces.
 void Qwen35Model::plan_chain(const Batch& b) {
   constexpr int64_t kChainMax = 16;
   const size_t n = b.seqs.size();
   step_.chain_seq.assign(n, 0);
   step_.chain_begin.clear();
+  step_.chain_copies.clear();
   step_.chain_n = 0;
   step_.chain_all = false;
   bool verify = false;
   int64_t n_max = 0;
+  std::vector<std::vector<int32_t>> written(n);  // per chained sequence: the slot of each inside offset
   for (size_t i = 0; i < n; ++i) {
     const SeqChunk& s = b.seqs[i];
     if (s.n_new < 1 || s.n_new > kChainMax) continue;
-    int64_t next = 1;  // the next inside offset a verify-shaped chunk has its snapshot at
+    // Snapshots come in offset order: a verify-shaped chunk has offsets 1 .. n_new - 1 inside,
+    // each at least once.
+    std::vector<int32_t>& w = written[i];
     bool shaped = true;
-    for (const auto& sn : s.snapshots)
-      if (sn.first < s.n_new) shaped = shaped && sn.first == next++;
-    if (!shaped || next != s.n_new) continue;
+    for (const auto& [offset, slot] : s.snapshots) {
+      if (offset >= s.n_new) continue;
+      if (offset == static_cast<int64_t>(w.size()) + 1)
+        w.push_back(slot);
+      else
+        shaped = shaped && offset == static_cast<int64_t>(w.size()) && offset > 0;  // a further one
+    }
+    if (!shaped || static_cast<int64_t>(w.size()) + 1 != s.n_new) {
+      w.clear();
+      continue;
+    }
     step_.chain_seq[i] = 1;
     verify = verify || s.n_new > 1;
     n_max = std::max(n_max, s.n_new);
@@ -125,6 +139,11 @@ void Qwen35Model::plan_chain(const Batch& b) {
     step_.chain_seq.assign(n, 0);
     return;
   }
+  for (size_t i = 0; i < n; ++i)
+    if (step_.chain_seq[i])
+      for (const auto& [offset, slot] : b.seqs[i].snapshots)
+        if (offset > 0 && offset < b.seqs[i].n_new && slot != written[i][static_cast<size_t>(offset - 1)])
+          step_.chain_copies.emplace_back(slot, written[i][static_cast<size_t>(offset - 1)]);
   std::vector<int32_t> rows, in, out, pos;
   for (int64_t t = 0; t < n_max; ++t) {
     step_.chain_begin.push_back(static_cast<int64_t>(rows.size()));
@@ -136,8 +155,8 @@ void Qwen35Model::plan_chain(const Batch& b) {
         // tokens: call t reads snapshot t (the live slot at t = 0) and writes snapshot t + 1 (the
         // live slot at the chunk's last token).
         rows.push_back(static_cast<int32_t>(r0 + t));
-        in.push_back(t == 0 ? s.gdn_slot : s.snapshots[static_cast<size_t>(t - 1)].second);
-        out.push_back(t + 1 == s.n_new ? s.gdn_slot : s.snapshots[static_cast<size_t>(t)].second);
+        in.push_back(t == 0 ? s.gdn_slot : written[i][static_cast<size_t>(t - 1)]);
+        out.push_back(t + 1 == s.n_new ? s.gdn_slot : written[i][static_cast<size_t>(t)]);
         pos.push_back(static_cast<int32_t>(s.n_past + t));
       }
       r0 += s.n_new;
@@ -186,7 +205,9 @@ void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResul
     kept_layers_ = b.keep_hidden;
     kept_rows_ = T;
   }
-  // Snapshots at a chunk's end are of the state it ends with: one whole-slot copy each.
+  // A chained chunk's further snapshots inside it (plan_chain), then the snapshots at a chunk's end
+  // (of the state it ends with): one whole-slot copy each.
+  for (const auto& [dst, src] : step_.chain_copies) gdn.copy(dst, src);
   for (const SeqChunk& s : b.seqs)
     for (const auto& [offset, slot] : s.snapshots)
       if (offset == s.n_new) gdn.copy(slot, s.gdn_slot);

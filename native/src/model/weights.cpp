@@ -202,6 +202,10 @@ void WeightStore::mark_present(const std::string& name, DType dtype) {
   if (it == tensors_.end()) fail(PE_ERR_NOT_FOUND, "tensor ", name, ": not a tensor of this model");
   it->second.dtype = dtype;
   it->second.present = true;
+  if (name.rfind("mtp.", 0) == 0 && cfg_ && cfg_->mtp_layers > 0) {  // the head is there once all of it is
+    has_mtp_ = true;
+    for (const auto& [n, t] : tensors_) has_mtp_ = has_mtp_ && (n.rfind("mtp.", 0) != 0 || t.present);
+  }
 }
 
 }  // namespace pe

@@ -55,7 +55,8 @@ class WeightStore {
   void drop_host_matrices();
   // Every tensor this config can hold, present or not (loaders and the dummy generator).
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
-  // Marks a tensor present without host data (weights generated on the device).
+  // Marks a tensor present without host data (weights generated on the device); the MTP head
+  // counts as loaded once every mtp.* tensor is marked.
   void mark_present(const std::string& name, DType dtype);
 
   bool has(const std::string& name) const;
