@@ -13,12 +13,13 @@
 #                       t5 (linear_gemm_tile.cu), libgemm_75.so this tree's linear_gemm.cu as
 #                       compute_75 PTX: preloaded (LD_PRELOAD), they take the place of the library's
 #                       pe::cuda::linear_gemm (an exported symbol its linear calls through the PLT)
-#   test_cuda_linear, bench_kernels, linear_gemm_lab   linked against libpyengine.so
+#   test_backend_ops, bench_kernels, linear_gemm_lab   linked against libpyengine.so
 #   src.tar.xz          this tree's pyengine/, tools/ and native/include/ (bench_gpu.py's Python side)
 # GPU machine (repo root, DEST carried; OUT for the logs):
 #   tools/gpu/lab/linear_gemm/ab_prefill.sh run DEST      (or: bash DEST/ab_prefill.sh run DEST)
 # runs, as time allows (the call ends by ~455 s): the lab (v0 and the tiles on the 27B shapes);
-# test_cuda_linear gemm / tiled / 27b; the GEMM op tests again on the compute_75 PTX (JIT); the
+# the op harness's linear cases on CUDA (test_backend_ops --backend cuda linear: GEMV, GEMM tiles,
+# tile layouts, 27B shapes); its small linear cases again on the compute_75 PTX GEMM (JIT); the
 # engine (bench_gpu.py --prefill-breakdown, 4K and 32K) with the lab's fastest tile of t1 (the
 # library's) / t2 / t5, then with v0 preloaded (the before); bench_kernels --only gemm; the 4K
 # prefill with the GEMM from compute_75 PTX.
@@ -40,13 +41,16 @@ if [ "$mode" = pack ]; then
   $NV $G90 -DPE_LAB_BM=128 -DPE_LAB_BN=128 -DPE_LAB_BK=32 -DPE_LAB_MINB=2 -x cu -c $L/linear_gemm_tile.cu -o "$S/gemm_t2.o" &
   $NV $G90 -DPE_LAB_BM=128 -DPE_LAB_BN=256 -DPE_LAB_BK=64 -DPE_LAB_MINB=1 -x cu -c $L/linear_gemm_tile.cu -o "$S/gemm_t5.o" &
   cp "$B/libpyengine_cuda.a" "$S/" && (cd "$S" && ar r libpyengine_cuda.a linear_gemm.cu.o)
-  cmd=$(ninja -C "$B" -t commands pyengine | tail -1 | sed "s# libpyengine_cuda.a # $S/libpyengine_cuda.a #g; s#-o libpyengine.so#-o $S/libpyengine.so#")
+  # The whole CUDA archive goes in (the library's link takes only the objects core calls): the op
+  # harness calls kernels the engine does not (cuda::kv_write, rope_neox), all from this library.
+  cmd=$(ninja -C "$B" -t commands pyengine | tail -1 | sed "s# libpyengine_cuda.a # -Wl,--whole-archive $S/libpyengine_cuda.a -Wl,--no-whole-archive #;
+    s# libpyengine_cuda.a # $S/libpyengine_cuda.a #g; s#-o libpyengine.so#-o $S/libpyengine.so#")
   (cd "$B" && eval "$cmd")
   wait
   for v in v0 75 t2 t5; do nvcc -shared -Xcompiler=-fPIC "$S/gemm_$v.o" -L"$S" -lpyengine -o "$S/libgemm_$v.so"; done
   LINK="-L$S -lpyengine -Wl,-rpath,\$ORIGIN -L$CU -lcudart_static -lrt -lpthread -ldl"
   g++ -std=c++17 -O2 -DPE_WITH_CUDA=1 -I native/include -I native/src -I native/tests -isystem "$CUDA/include" \
-    native/tests/test_cuda_linear.cpp -o "$S/test_cuda_linear" $LINK &
+    native/tests/test_backend_ops.cpp -o "$S/test_backend_ops" $LINK &
   $NV $G90 -x cu -c tools/gpu/bench_patterns.cu -o "$S/bench_patterns.o" &
   g++ -std=c++17 -O3 -DPE_WITH_CUDA=1 -I native/include -I native/src -isystem "$CUDA/include" -c tools/gpu/bench_kernels.cpp \
     -o "$S/bench_kernels.o" &
@@ -55,7 +59,7 @@ if [ "$mode" = pack ]; then
   wait
   g++ "$S/bench_kernels.o" "$S/bench_patterns.o" -o "$S/bench_kernels" $LINK
   rm -f "$P"/bin/*
-  for f in libpyengine.so libgemm_v0.so libgemm_75.so libgemm_t2.so libgemm_t5.so test_cuda_linear bench_kernels linear_gemm_lab; do
+  for f in libpyengine.so libgemm_v0.so libgemm_75.so libgemm_t2.so libgemm_t5.so test_backend_ops bench_kernels linear_gemm_lab; do
     xz -T2 -9 -c "$S/$f" > "$P/bin/$f.xz"
   done
   git ls-files -co --exclude-standard pyengine tools native/include | grep -v default_model | tar -cJf "$P/src.tar.xz" -T -
@@ -85,20 +89,20 @@ grep -E "FAIL|fp8 gate|bf16 bf16|^  |failures" "$OUT/lab90.log" | head -40
 best=$(awk '/one layer of each/ {f = 1; next} f && /^  (t1|t2|t5) / {print $(NF - 1), $1}' "$OUT/lab90.log" | sort -n | head -1 | cut -d' ' -f2)
 PRE=""; [ -n "$best" ] && [ "$best" != t1 ] && PRE=$W/bin/libgemm_$best.so
 echo "after runs tile ${best:-t1} (${PRE:-no preload})"
+# The op harness's cases whose op name contains "linear" (linear, cuda linear, cuda linear_swiglu);
+# all sizes on the library's GEMM, the small ones (PE_TEST_SMALL) on a preloaded one.
+T="bin/test_backend_ops --backend cuda linear"
 ts tests sm_90
-for f in gemm tiled 27b; do
-  timeout "$(tl 120)" bin/test_cuda_linear $f > "$OUT/test90_$f.log" 2>&1
-  echo "test_cuda_linear $f: rc=$? $(tail -1 "$OUT/test90_$f.log")"; grep -E "FAIL" "$OUT/test90_$f.log" | head -5
-done
+timeout "$(tl 150)" $T > "$OUT/test90.log" 2>&1
+echo "test_backend_ops linear: rc=$? $(tail -1 "$OUT/test90.log")"; grep -E "FAIL" "$OUT/test90.log" | head -5
 if [ -n "$PRE" ]; then
-  LD_PRELOAD=$PRE timeout "$(tl 120)" bin/test_cuda_linear gemm > "$OUT/test90_$best.log" 2>&1
-  echo "test_cuda_linear gemm on $best: rc=$? $(tail -1 "$OUT/test90_$best.log")"
+  LD_PRELOAD=$PRE PE_TEST_SMALL=1 timeout "$(tl 90)" $T > "$OUT/test90_$best.log" 2>&1
+  echo "test_backend_ops linear (small) on $best: rc=$? $(tail -1 "$OUT/test90_$best.log")"
+  grep -E "FAIL" "$OUT/test90_$best.log" | head -5
 fi
 ts tests sm_75 GEMM by PTX JIT
-for f in gemm tiled; do
-  LD_PRELOAD=$W/bin/libgemm_75.so PE_TEST_SMALL=1 timeout "$(tl 150)" bin/test_cuda_linear $f > "$OUT/test75_$f.log" 2>&1
-  echo "sm75 test_cuda_linear $f: rc=$? $(tail -1 "$OUT/test75_$f.log")"; grep -E "FAIL" "$OUT/test75_$f.log" | head -5
-done
+LD_PRELOAD=$W/bin/libgemm_75.so PE_TEST_SMALL=1 timeout "$(tl 120)" $T > "$OUT/test75.log" 2>&1
+echo "sm75 test_backend_ops linear (small): rc=$? $(tail -1 "$OUT/test75.log")"; grep -E "FAIL" "$OUT/test75.log" | head -5
 BG="tools/bench_gpu.py --skip-depth --prefill-sizes 4096 32768 --prefill-breakdown"
 ts engine after
 LD_PRELOAD=$PRE PYENGINE_LIBRARY=$L timeout "$(tl 150)" python3 $BG --out "$OUT/after.json" > "$OUT/after.log" 2>&1
