@@ -9,6 +9,11 @@ Measures in ONE run, on the GPU it runs on:
              written + KV) and that traffic / step time / copy bandwidth = the HBM roofline share
   prefill    tokens/s of one 4K and one 32K prompt (submit -> first token), and the share of the
              bf16 matmul rate (2 * matmul params * tokens/s; attention FLOPs not counted)
+  breakdown  (--prefill-breakdown) where one more prompt of each size spends its prefill: the
+             kernels recorded by CUPTI (torch.profiler), grouped as GEMMs, GDN (chunked rule, gates),
+             conv, attention (inputs, prefill kernel), norms / glue, and the gaps with no kernel
+             running, each with its share of the wall time; the GEMMs also as TFLOP/s and their
+             share of the bf16 matmul rate (2 * matmul params without the lm_head * tokens)
   depth      decode step time at context depth 1K, 8K, 32K, 64K for each KV dtype, on
              --depth-layers layers of the 27B attention-layer shape, all attention (default 8; a
              64K prefill of all 64 layers per dtype would cost minutes of GPU time, and GDN layers
@@ -26,7 +31,7 @@ Every engine runs with the engine option overlap_schedule at its default (on for
 --overlap-schedule on / off says otherwise.
 
   PYTHONPATH=. python3 tools/bench_gpu.py [--hf] [--skip-depth] [--cuda-graphs] [--prefill-sizes N ...]
-                                          [--out results.json]     (--prefill-sizes with no sizes: none)
+                                          [--prefill-breakdown] [--out results.json]     (--prefill-sizes with no sizes: none)
 """
 
 from __future__ import annotations
@@ -204,6 +209,60 @@ def prefill_rate(engine, n: int, seed: int) -> float:
     return n / (times[0][0] - t0)
 
 
+# Kernel groups of the prefill breakdown: the first whose pattern is in the kernel's short name.
+PREFILL_GROUPS = [("gemm", ("gemm",)), ("gdn", ("gdn_",)), ("conv", ("conv",)),
+                  ("attention", ("attention", "prefill_mma", "kv_write"))]  # fmt: skip
+
+
+def prefill_breakdown(engine, n: int, seed: int, gemm_flops: float, mm: float) -> dict:
+    """Profiles one prefill of n tokens (a fresh prompt: no prefix-cache hit) and prints each kernel
+    group's device time (exclusive: while it is the earliest-started kernel running) and share of
+    the wall time from the first kernel's start to the last one's end."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
+    from timeline_decode import load_trace, sweep
+
+    rng = random.Random(seed)
+    prompt = [rng.randrange(1000, 200000) for _ in range(n)]
+    path = os.path.join(tempfile.mkdtemp(prefix="pe_prefill_"), "trace.json")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run(engine, [prompt], 1)
+    prof.export_chrome_trace(path)
+    return summarize_prefill(load_trace(path)[0], sweep, n, gemm_flops, mm)
+
+
+def summarize_prefill(kernels: list[dict], sweep, n: int, gemm_flops: float, mm: float) -> dict:
+    """Prints and returns the kernel groups of one prefill's trace (prefill_breakdown)."""
+    lo, hi = kernels[0]["start"], max(k["start"] + k["dur"] for k in kernels)
+    excl, gap = sweep([(k["start"], k["start"] + k["dur"]) for k in kernels], lo, hi + 1e-3)
+    groups: dict[str, list[float]] = {}
+    gemm_names: dict[str, float] = {}
+    for k, x in zip(kernels, excl):
+        g = next((name for name, pats in PREFILL_GROUPS if any(p in k["short"] for p in pats)), "norms/glue")
+        calls, us = groups.get(g, [0, 0.0])
+        groups[g] = [calls + 1, us + x]
+        if g == "gemm":
+            gemm_names[k["name"]] = gemm_names.get(k["name"], 0.0) + x
+    wall = hi - lo
+    print(f"prefill {n} tokens, kernel timeline (CUPTI): {wall / 1e3:.1f} ms from the first kernel to the last")
+    rows = {}
+    for g in [name for name, _ in PREFILL_GROUPS] + ["norms/glue"]:
+        calls, us = groups.get(g, [0, 0.0])
+        line = f"  {g:12s} {calls:6d} calls {us / 1e3:9.1f} ms {100 * us / wall:5.1f} %"
+        rows[g] = {"calls": calls, "ms": round(us / 1e3, 2)}
+        if g == "gemm" and us > 0:
+            rate = gemm_flops / (us * 1e-6)
+            rows[g]["tflops"] = round(rate / 1e12, 1)
+            line += f"   {rate / 1e12:6.1f} TFLOP/s = {100 * rate / mm:.1f} % of the bf16 matmul rate"
+        print(line, flush=True)
+    print(f"  {'gaps':12s} {'':12s} {gap / 1e3:9.1f} ms {100 * gap / wall:5.1f} %", flush=True)
+    for name in sorted(gemm_names, key=lambda m: -gemm_names[m])[:2]:  # which GEMM kernels ran
+        print(f"    {gemm_names[name] / 1e3:9.1f} ms  {name[:110]}")
+    rows["gaps"] = {"ms": round(gap / 1e3, 2)}
+    return {"tokens": n, "wall_ms": round(wall / 1e3, 2), "groups": rows}
+
+
 def depth_step(engine, prompt: list[int], depth: int) -> float:
     """Decode step time after a prompt of `depth` tokens (a prefix of `prompt`: cached): the median
     step of a 64-token request."""
@@ -251,6 +310,10 @@ def bench_engine(args, out: dict) -> None:
         out["prefill"].append({"tokens": n, "tok_s": round(tps, 1), "bf16_matmul_fraction": round(frac, 3)})
         print(f"prefill {n:6d} tokens: {tps:8.1f} tok/s  = {frac * 100:.1f} % of the bf16 matmul rate "
               f"(2 x {params / 1e9:.2f} G params x tok/s)", flush=True)  # fmt: skip
+    if args.prefill_breakdown:
+        head = c["vocab_size"] * c["hidden_size"]  # one token's logits per prefill
+        out["prefill_breakdown"] = [prefill_breakdown(engine, n, n + 1, 2.0 * ((params - head) * n + head), mm)
+                                    for n in args.prefill_sizes]  # fmt: skip
     engine.close()
     del engine, model
 
@@ -376,6 +439,7 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=48)
     ap.add_argument("--chunk", type=int, default=4096, help="chunked_prefill_size")
     ap.add_argument("--prefill-sizes", type=int, nargs="*", default=[4096, 32768])
+    ap.add_argument("--prefill-breakdown", action="store_true", help="per-kernel-group time of each prefill size")
     ap.add_argument("--cuda-graphs", action="store_true", help="A/B decode with the engine option cuda_graphs")
     ap.add_argument("--depths", type=int, nargs="+", default=[1024, 8192, 32768, 65536])
     ap.add_argument("--depth-rounds", type=int, default=5)
@@ -393,6 +457,12 @@ def main() -> None:
     out["bf16_flops"] = bf16_matmul_rate()
     print(f"{out['gpu']}: copy {out['copy_bytes_per_s'] / 1e12:.2f} TB/s (read + write), "
           f"bf16 matmul {out['bf16_flops'] / 1e12:.0f} TFLOP/s", flush=True)
+    if args.prefill_breakdown:  # CUPTI set up before the engine's work, so it sees the library's kernels
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]):
+            torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
     if args.cuda_graphs:
         bench_default_model_graphs(args, out)
     if not args.skip_engine:

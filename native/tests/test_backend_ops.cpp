@@ -314,9 +314,12 @@ void norm_cases() {
 
 Bound linear_bound(int64_t n) { return n <= 8 ? kF32 : kGemm; }
 
-void check_linear(Backend& be, DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed, int64_t block = 128) {
+// scale_mul multiplies the FP8 block / I8 row scales (the values scale with them).
+void check_linear(Backend& be, DType t, int64_t n, int64_t rows, int64_t cols, uint64_t seed, int64_t block = 128,
+                  float scale_mul = 1.0f) {
   Rng rng(seed);
-  const HostWeight hw = make_weight(t, rows, cols, seed + 1, block);
+  HostWeight hw = make_weight(t, rows, cols, seed + 1, block);
+  for (float& s : hw.scales) s *= scale_mul;
   const Matrix m = be.place_matrix(hw.view, true);
   const auto x = rng.normals(n * cols);
   std::vector<float> ref(n * rows);
@@ -359,17 +362,35 @@ void linear_cases() {
     for (int64_t n : {1, 8})
       for (auto rc : {std::pair<int64_t, int64_t>{48, 5120}, {1024, 640}, {5, 4096}})
         lin(t, n, rc.first, rc.second, 500 + n);
-  // GEMM (n > 8): 64- and 128-token tiles with partial last tiles, grouped tile order.
+  // GEMM (n > 8, linear_gemm.cuh): 64 x 256 block tiles below 128 tokens, 128 x 256 from there, 64 x
+  // 256 on the scalar path (cols % 8 != 0: 111) at any count; partial last token, weight-row (260:
+  // 4 rows in the last 256) and k tiles; grouped tile order.
   for (DType t : kWeightDtypes)
-    for (int64_t n : {9, 17, 63, 65, 1000})
-      if (!small || n <= 65)
+    for (int64_t n : {9, 17, 63, 65, 130, 1000})
+      if (!small || n <= 130)
         for (auto rc : {std::pair<int64_t, int64_t>{96, 128}, {131, 264}, {260, 200}, {33, 111}})
           lin(t, n, rc.first, fit_cols(t, rc.second), 200 + n);
-  for (DType t : {DType::FP8_E4M3, DType::BF16, DType::I8, DType::NVFP4})
+  // Both sides of the tile switch (127 / 128), every weight format.
+  for (DType t : kWeightDtypes)
     for (int64_t n : {127, 128, 129, 300}) lin(t, n, 260, 256, 600 + n);
+  // Odd rows: the epilogue's single stores (pair stores need even rows), both tiles.
+  for (DType t : kWeightDtypes)
+    for (int64_t n : {40, 150}) lin(t, n, 517, 512, 730 + n);
   for (int64_t n : {100, 200}) lin(DType::FP8_E4M3, n, 300, 640, 710 + n, 256);
+  // Scales outside the fp16 product's range (FP8 block scale * 256 > 146, I8 row scale < 6.2e-5):
+  // those weights converted through fp32, the others in fp16, both tiles.
+  for (int64_t n : {40, 150}) {
+    add("linear", fmt("fp8_e4m3 n %lld 300x640 b128, block scales x 50", (long long)n),
+        [=](Backend& be) { check_linear(be, DType::FP8_E4M3, n, 300, 640, 760 + n, 128, 50.0f); });
+    add("linear", fmt("i8 n %lld 300x640 b128, row scales x 0.01", (long long)n),
+        [=](Backend& be) { check_linear(be, DType::I8, n, 300, 640, 770 + n, 128, 0.01f); });
+  }
   if (small) return;
   lin(DType::FP8_E4M3, 2100, 136, 2048, 700);
+  // Several tile groups (group_m = 16 MB of x rows / the tile's row bytes): 4 of one 128-token
+  // tile, 2 of one 64-token tile.
+  lin(DType::FP8_E4M3, 500, 40, 17408, 720);
+  lin(DType::BF16, 100, 24, 34816, 721);
   // The 27B layer shapes (fused projections too; bf16 lm_head slice).
   for (int64_t n : {1, 3, 8, 17}) {
     lin(DType::FP8_E4M3, n, 16480, 5120, 10 + n);   // GDN in_proj qkv | z | a | b

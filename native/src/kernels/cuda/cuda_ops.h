@@ -117,8 +117,8 @@ int gemv_tile_rows(const WeightView& w);
 size_t tiled_weight_bytes(const WeightView& w, int tile);
 WeightView tile_weight(const WeightView& src, void* dst, int tile, cudaStream_t stream);
 // Tuning hook for tools/gpu/bench_kernels (A/B of the GEMM tiles): from this many tokens the GEMM
-// uses 128-token tiles instead of 64 for FP8 and NVFP4 weights (default 128; 64-token tiles are
-// always used for F16/BF16/I8, where they are faster). Not for use while other threads run linear.
+// uses 128-token tiles instead of 64, every weight format (default 128; linear_gemm.cu). Not for
+// use while other threads run linear.
 void linear_gemm_set_big_tile_tokens(int64_t n);
 // The quantized GEMV's (FP8/I8/NVFP4, n <= 8) tuning. The defaults are the fastest measured on the
 // 27B decode step (tools/gpu/KERNELS.md, "Quantized GEMV"); tools/gpu/bench_kernels and the tests
