@@ -19,8 +19,9 @@ cp "$P/BUILD_INFO" "$OUT/" 2> /dev/null && cat "$P/BUILD_INFO"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader |
   tee "$OUT/gpu.txt"
 xz -dc "$P/fp8_gemm_lab.xz" > "$W/fp8_gemm_lab" && chmod +x "$W/fp8_gemm_lab"
-if ! "$W/fp8_gemm_lab" --help 2>&1 | grep -q usage; then
-  echo "packed binary does not start here ($("$W/fp8_gemm_lab" --help 2>&1 | head -1)); building it"
+help="$("$W/fp8_gemm_lab" --help 2>&1)"  # the usage line (exit 2), or the loader's complaint
+if [[ "$help" != *usage:* ]]; then
+  echo "packed binary does not start here (${help%%$'\n'*}); building it"
   for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do [ -d $d ] && PATH=$PATH:$d; done
   mkdir -p "$W/src" && tar -xJf "$P/src.tar.xz" -C "$W/src"
   (cd "$W/src" && BUILD="$W/build" JOBS=$(nproc) bash tools/gpu/lab/fp8_gemm/build.sh -) > "$OUT/build.log" 2>&1 ||
