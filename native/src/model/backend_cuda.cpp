@@ -19,8 +19,9 @@
 // untiled to row-major (the stored GEMV tile layout stays as it is, for decode) and x quantized.
 // One buffer serves every call in stream order; reserve sizes it for the step's token capacity
 // and the largest FP8 matrix placed (gemm_shapes_), before the engine measures the memory left
-// for the pools, so the planner counts it. 27B at 8,192 tokens: 178 MB of untiled gate | up plus
-// 143 MB of quantized x for down (17,408 columns), 0.33 GB in all.
+// for the pools, so the planner counts it: the largest over the FP8 shapes of (untiled weight +
+// quantized x + scales). 27B: 181 MB at the default 512-token chunks (gate | up's 178 MB copy
+// binds), 236 MB at 8,192 tokens (down: 89 MB copy + 143 MB of x at 17,408 columns).
 //
 // Design decision (cuda_graphs, an engine option, off by default): a decode-only step may run as
 // a CUDA graph. The host work and the upload come first; then the step's launches are
