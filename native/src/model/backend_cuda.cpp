@@ -270,8 +270,9 @@ class CudaBackend final : public Backend {
     return &s;
   }
 
-  // A placed matrix's shape, for the GEMM workspace (reserve). Distinct shapes only.
+  // A placed FP8 matrix's shape, for the GEMM workspace (reserve). Distinct shapes only.
   void note_gemm_shape(const WeightView& v) {
+    if (v.dtype != DType::FP8_E4M3) return;  // the one format with a workspace path
     WeightView s;
     s.dtype = v.dtype;
     s.rows = v.rows;
