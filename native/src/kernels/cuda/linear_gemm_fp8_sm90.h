@@ -12,7 +12,7 @@
 //
 // Workspace, carved in this order (256-byte aligned parts): the weight in row-major order when it
 // is in the GEMV tile layout (rows x cols bytes; the kernel's TMA reads K-major rows), xq (n x cols
-// bytes), xs (ceil(cols / 128) x scale_ld(n) floats), CUTLASS's own (0 for these schedules).
+// bytes), xs (ceil(cols / 128) x scale_ld(n) floats), CUTLASS's own (none expected for this schedule).
 #pragma once
 #include <cstddef>
 #include <cstdint>
