@@ -51,8 +51,8 @@ def write_config(layers: int) -> str:
 def measure(model_dir: str, k: int, batch: int, tokens: int) -> dict:
     from pyengine import LLM, SamplingParams
 
-    kw = {"device": "cuda", "load_format": "dummy", "max_model_len": 4096, "max_batch": batch,
-          "prefix_cache": False}
+    kw = {"device": "cuda", "load_format": "dummy", "weight_quant": "fp8", "max_model_len": 4096,
+          "max_batch": batch, "prefix_cache": False}
     if k:
         kw.update(speculative_algorithm="mtp", speculative_num_draft_tokens=k)
     with LLM(model_dir, **kw) as llm:

@@ -495,7 +495,29 @@ void CudaBackend::sample_launch(const ForwardResult&, const std::vector<SampleJo
   float* d_top_lp = reinterpret_cast<float*>(d_top + cap_rows_ * PE_MAX_TOP_LOGPROBS);
   std::vector<int32_t> ids, counts;
   bool any_lp = false;
-  for (int64_t i = 0; i < n; ++i) {
+  // Plain greedy jobs on consecutive rows (a batch's decode rows, a verify's rows) take one two-pass
+  // argmax for the run instead of two launches a row; the rest one job at a time.
+  const auto plain_greedy = [&](const SampleJob& j) {
+    return cuda::greedy_two_pass(j.cfg, V) && !has_penalties(j) && !(j.allowed && token_mask_allows_any(j.allowed, V));
+  };
+  const int64_t run_max = cuda::greedy_rows_max(V, sample_scratch_.size());
+  const auto logprobs = [&](int64_t i) {
+    const SampleJob& j = jobs[i];
+    if (j.n_logprobs < 0) return;
+    any_lp = true;
+    cuda::logprobs(last_logits_ + j.row * V, V, d_tok + i, j.n_logprobs, d_lp + i, d_top + i * PE_MAX_TOP_LOGPROBS,
+                   d_top_lp + i * PE_MAX_TOP_LOGPROBS, st());
+  };
+  for (int64_t i = 0; i < n;) {
+    int64_t len = 0;
+    while (i + len < n && len < run_max && plain_greedy(jobs[i + len]) && jobs[i + len].row == jobs[i].row + len) ++len;
+    if (len >= 2) {
+      cuda::sample_greedy_rows(last_logits_ + jobs[i].row * V, V, len, d_tok + i, sample_scratch_.data(),
+                               sample_scratch_.size(), st());
+      for (int64_t r = i; r < i + len; ++r) logprobs(r);
+      i += len;
+      continue;
+    }
     const SampleJob& j = jobs[i];
     const float* row = last_logits_ + j.row * V;
     const float* src = row;
@@ -522,11 +544,7 @@ void CudaBackend::sample_launch(const ForwardResult&, const std::vector<SampleJo
       src = pen;
     }
     cuda::sample(src, V, j.cfg, j.u, d_tok + i, sample_scratch_.data(), sample_scratch_.size(), st());
-    if (j.n_logprobs >= 0) {
-      any_lp = true;
-      cuda::logprobs(row, V, d_tok + i, j.n_logprobs, d_lp + i, d_top + i * PE_MAX_TOP_LOGPROBS,
-                     d_top_lp + i * PE_MAX_TOP_LOGPROBS, st());
-    }
+    logprobs(i++);
   }
   PendingSample& p = samples_[samples_launched_ % Model::kMaxPendingSamples];
   // The slot's previous launch was collected (the count above), so its copy is done.

@@ -297,6 +297,14 @@ void add(const float* a, const float* b, int64_t n, float* out, cudaStream_t str
 size_t sample_scratch_bytes(int64_t V);
 void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, int32_t* token,
             void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// Whether sample takes the two-pass argmax for p (greedy or top_k 1, vocabularies from 4096; smaller
+// ones: one block's walk a row). Then sample_greedy_rows does `rows` consecutive logits rows
+// [rows, V] in the same two launches whatever the count (a batch's decode rows, a verify's rows):
+// token[i] = sample's id for row i; rows 1 .. greedy_rows_max(V, scratch_bytes).
+bool greedy_two_pass(const SamplingConfig& p, int64_t V);
+int64_t greedy_rows_max(int64_t V, size_t scratch_bytes);
+void sample_greedy_rows(const float* logits, int64_t V, int64_t rows, int32_t* token, void* scratch,
+                        size_t scratch_bytes, cudaStream_t stream);
 
 // In place on device logits [V]: -inf where bit (t % 32) of the device mask allowed[t / 32] is
 // clear (cpu::apply_token_mask's twin; the caller skips masks that allow no token, see

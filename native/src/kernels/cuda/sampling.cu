@@ -271,10 +271,14 @@ constexpr int64_t kArgmaxSlice = 2048;   // logits per block
 constexpr int64_t kArgmaxMinVocab = 4096;  // smaller vocabularies: the one-block kernel
 constexpr int kArgmaxMaxBlocks = 256;
 
+// Rows of a run (blockIdx.y): logits row y at logits + y * V, its partials at y * gridDim.x.
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_partial_kernel(const float* logits, int64_t V, int64_t slice, float* part_max, int* part_id) {
   __shared__ float fred[kArgmaxThreads / 32];
   __shared__ int ired[kArgmaxThreads / 32];
+  logits += blockIdx.y * V;
+  part_max += blockIdx.y * gridDim.x;
+  part_id += blockIdx.y * gridDim.x;
   const int64_t b = blockIdx.x * slice, e = min(V, b + slice);
   float m = -INFINITY;
   for (int64_t i = b + threadIdx.x; i < e; i += kArgmaxThreads) m = fmaxf(m, logits[i]);
@@ -296,7 +300,11 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   }
 }
 
+// One warp a row of the run (blockIdx.x).
 __global__ void argmax_final_kernel(const float* part_max, const int* part_id, int n_parts, int32_t* token) {
+  part_max += blockIdx.x * n_parts;
+  part_id += blockIdx.x * n_parts;
+  token += blockIdx.x;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < n_parts; j += 32) m = fmaxf(m, part_max[j]);
   m = warp_max(m);
@@ -323,22 +331,53 @@ void apply_token_mask(float* logits, int64_t V, const uint32_t* allowed, cudaStr
 
 size_t sample_scratch_bytes(int64_t V) { return static_cast<size_t>(V > 0 ? V : 0) * sizeof(float); }
 
+namespace {
+
+int64_t argmax_slice(int64_t V) { return std::max(kArgmaxSlice, (V + kArgmaxMaxBlocks - 1) / kArgmaxMaxBlocks); }
+
+// The two-pass argmax of `rows` consecutive logits rows into token[0 .. rows); the partials (8
+// bytes a block and row) in the scratch.
+void argmax_rows(const float* logits, int64_t V, int64_t rows, int32_t* token, void* scratch, cudaStream_t stream) {
+  const int64_t slice = argmax_slice(V);
+  const int blocks = static_cast<int>((V + slice - 1) / slice);
+  float* part_max = static_cast<float*>(scratch);
+  int* part_id = reinterpret_cast<int*>(part_max + rows * blocks);
+  argmax_partial_kernel<<<dim3(blocks, static_cast<unsigned>(rows)), kArgmaxThreads, 0, stream>>>(logits, V, slice,
+                                                                                                 part_max, part_id);
+  PE_CUDA_LAUNCH_CHECK();
+  argmax_final_kernel<<<static_cast<unsigned>(rows), 32, 0, stream>>>(part_max, part_id, blocks, token);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool greedy_two_pass(const SamplingConfig& p, int64_t V) {
+  return (!(p.temperature > 0.0f) || p.top_k == 1) && V >= kArgmaxMinVocab && V <= 0x7fffffffLL;
+}
+
+int64_t greedy_rows_max(int64_t V, size_t scratch_bytes) {
+  if (V < kArgmaxMinVocab || V > 0x7fffffffLL) return 0;
+  const int64_t slice = argmax_slice(V), blocks = (V + slice - 1) / slice;
+  return std::min<int64_t>(static_cast<int64_t>(scratch_bytes / (8 * static_cast<size_t>(blocks))), 65535);
+}
+
+void sample_greedy_rows(const float* logits, int64_t V, int64_t rows, int32_t* token, void* scratch,
+                        size_t scratch_bytes, cudaStream_t stream) {
+  if (rows < 1 || rows > greedy_rows_max(V, scratch_bytes))
+    fail(PE_ERR_INVALID_ARGUMENT, "cuda::sample_greedy_rows: ", rows, " rows of vocabulary ", V, " with ",
+         scratch_bytes, " bytes of scratch (at most ", greedy_rows_max(V, scratch_bytes), ")");
+  argmax_rows(logits, V, rows, token, scratch, stream);
+}
+
 void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, int32_t* token,
             void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   if (V <= 0 || V > 0x7fffffffLL) fail(PE_ERR_INVALID_ARGUMENT, "cuda::sample: bad vocabulary size ", V);
   if (scratch_bytes < sample_scratch_bytes(V))
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::sample: scratch of ", scratch_bytes, " bytes, needs ",
          sample_scratch_bytes(V));
-  if ((!(p.temperature > 0.0f) || p.top_k == 1) && V >= kArgmaxMinVocab) {
+  if (greedy_two_pass(p, V)) {
     // Partials in the scratch: 8 bytes a block, <= 4 V bytes (V >= 2 * kArgmaxSlice per 2 blocks).
-    const int64_t slice = std::max(kArgmaxSlice, (V + kArgmaxMaxBlocks - 1) / kArgmaxMaxBlocks);
-    const int blocks = static_cast<int>((V + slice - 1) / slice);
-    float* part_max = static_cast<float*>(scratch);
-    int* part_id = reinterpret_cast<int*>(part_max + blocks);
-    argmax_partial_kernel<<<blocks, kArgmaxThreads, 0, stream>>>(logits, V, slice, part_max, part_id);
-    PE_CUDA_LAUNCH_CHECK();
-    argmax_final_kernel<<<1, 32, 0, stream>>>(part_max, part_id, blocks, token);
-    PE_CUDA_LAUNCH_CHECK();
+    argmax_rows(logits, V, 1, token, scratch, stream);
     return;
   }
   sample_kernel<<<1, kThreads, 0, stream>>>(logits, V, p, u, static_cast<float*>(scratch), token);
