@@ -39,10 +39,12 @@ CUDA_BOUNDS = {  # twice the errors measured on an H100 (short max-abs, long max
 }
 # FP8 checkpoints' prompts of >= 128 tokens (kFp8GemmMinTokens) on an H100 / H200: their FP8
 # GEMMs run W8A8 (x quantized to e4m3 per token per 128 columns, cuda_ops.h linear), so they carry
-# the quantization of x too: (max abs, relative) for those prompts. PROVISIONAL (set without a
-# device run, from the ~2e-2 per GEMM that quantization costs on random data): replace with twice
-# what the test prints on an H100. Other GPUs take the fp16-operand GEMM there (inside these).
-W8A8_BOUNDS = {"ckpt_text_fp8": (3.0, 6e-2)}
+# the quantization of x too: (max abs, relative) for those prompts, twice what an H100 measured
+# (2026-12-06: 150 tokens, max abs 13.7, rel 0.27). The random weights of this checkpoint amplify
+# the ~2e-2 that quantizing x costs a GEMM (the op tests); the trained default model under
+# weight_quant fp8 is the accuracy check (test_weight_quant_on_cuda_matches_the_cpu_quantized_model:
+# 200 tokens rel 2.8e-2, top-1 0.965 measured). Other GPUs take the fp16-operand GEMM there.
+W8A8_BOUNDS = {"ckpt_text_fp8": (27.0, 0.54)}
 REL_TRAINED = 3e-3  # ||cuda - ref|| / ||ref|| on the trained default model
 KV_BYTES = 1 << 30  # each test engine takes this much for KV + GDN state, not the whole GPU
 
@@ -173,9 +175,8 @@ def test_quantized_kv_on_cuda_stays_close_to_fp16_kv(name):
 
 
 # FP8 GEMMs of >= 128 tokens on an H100 / H200 run W8A8 (x quantized to e4m3 per token per 128
-# columns, cuda_ops.h linear), which the CPU does not: bounded on their own. PROVISIONAL: set
-# without a device run (the quantization of x costs ~2e-2 per GEMM on random data); replace with
-# twice what the test prints on an H100.
+# columns, cuda_ops.h linear), which the CPU does not: bounded on their own (an H100, 2026-12-06:
+# the default model, 200 tokens, rel 2.8e-2, top-1 0.965).
 REL_W8A8, TOP1_W8A8 = 5e-2, 0.9
 
 
