@@ -37,6 +37,14 @@ CUDA_BOUNDS = {  # twice the errors measured on an H100 (short max-abs, long max
     "ckpt_interval_f32": (1.0e-4, 1.0, 1.8e-2),
     "ckpt_text_fp8": (7.8e-5, 0.58, 9.6e-3),
 }
+# FP8 checkpoints' prompts of >= 128 tokens (kFp8GemmMinTokens) on an H100 / H200: their FP8
+# GEMMs run W8A8 (x quantized to e4m3 per token per 128 columns, cuda_ops.h linear), so they carry
+# the quantization of x too: (max abs, relative) for those prompts, twice what an H100 measured
+# (2026-12-06: 150 tokens, max abs 13.7, rel 0.27). The random weights of this checkpoint amplify
+# the ~2e-2 that quantizing x costs a GEMM (the op tests); the trained default model under
+# weight_quant fp8 is the accuracy check (test_weight_quant_on_cuda_matches_the_cpu_quantized_model:
+# 200 tokens rel 2.8e-2, top-1 0.965 measured). Other GPUs take the fp16-operand GEMM there.
+W8A8_BOUNDS = {"ckpt_text_fp8": (27.0, 0.54)}
 REL_TRAINED = 3e-3  # ||cuda - ref|| / ||ref|| on the trained default model
 KV_BYTES = 1 << 30  # each test engine takes this much for KV + GDN state, not the whole GPU
 
@@ -75,6 +83,9 @@ def test_prompt_logits_match_transformers_on_cuda(ckpt):
         print(f"{name} prompt {n}: max abs {err:.2e} rel {rel:.2e}")
         if len(ids) <= 8:
             worst["short"] = max(worst["short"], err)
+        elif name in W8A8_BOUNDS and len(ids) >= 128:
+            print(f"W8A8_BOUNDS {name} prompt {n} ({len(ids)} tokens): twice: ({2 * err:.1e}, {2 * rel:.1e})")
+            assert err < W8A8_BOUNDS[name][0] and rel < W8A8_BOUNDS[name][1], (name, n, err, rel)
         else:
             worst["long"], worst["rel"] = max(worst["long"], err), max(worst["rel"], rel)
     print(f"CUDA_BOUNDS {name}: measured short {worst['short']:.2e}, long {worst['long']:.2e} / rel "
@@ -163,22 +174,36 @@ def test_quantized_kv_on_cuda_stays_close_to_fp16_kv(name):
             assert 0 < rel < rel_bound and top1 >= top1_bound, (dtype, rel, top1)
 
 
+# FP8 GEMMs of >= 128 tokens on an H100 / H200 run W8A8 (x quantized to e4m3 per token per 128
+# columns, cuda_ops.h linear), which the CPU does not: bounded on their own (an H100, 2026-12-06:
+# the default model, 200 tokens, rel 2.8e-2, top-1 0.965).
+REL_W8A8, TOP1_W8A8 = 5e-2, 0.9
+
+
 @pytest.mark.parametrize("quant", ["int8", "fp8", "nvfp4"])
 def test_weight_quant_on_cuda_matches_the_cpu_quantized_model(quant):
     """Same quantized weights on both backends (tests/test_weight_quant.py bounds what the
-    quantization itself costs, on the CPU)."""
+    quantization itself costs, on the CPU). fp8: 120 tokens stay below the sm_90 FP8 GEMM's
+    threshold (kFp8GemmMinTokens, the CPU's numerics); 200 tokens run W8A8 where the GPU has it."""
     path = default_model_path()
     with open(os.path.join(os.path.dirname(DATA), "..", "pyengine", "llm.py")) as f:
         text = f.read()[:1500]
+    lengths = (120, 200) if quant == "fp8" else (200,)
     out = {}
     for dev in ("cpu", "cuda"):
         with LLM(path, device=dev, max_model_len=512, weight_quant=quant, kv_cache_bytes=KV_BYTES) as llm:
-            ids = llm.tokenizer.encode(text)[:200]
-            out[dev] = llm.prompt_logits(ids, kv_cache_dtype="fp32")
-    same = np.linalg.norm(out["cuda"] - out["cpu"]) / np.linalg.norm(out["cpu"])
-    top1 = np.mean(out["cuda"].argmax(1) == out["cpu"].argmax(1))
-    print(f"weight_quant {quant}: cuda vs cpu rel {same:.2e} top1 {top1:.3f}")
-    assert same < REL_TRAINED * 3 and top1 >= 0.97
+            ids = llm.tokenizer.encode(text)
+            for n in lengths:
+                out[dev, n] = llm.prompt_logits(ids[:n], kv_cache_dtype="fp32")
+    for n in lengths:
+        cuda, cpu = out["cuda", n], out["cpu", n]
+        same = np.linalg.norm(cuda - cpu) / np.linalg.norm(cpu)
+        top1 = np.mean(cuda.argmax(1) == cpu.argmax(1))
+        print(f"weight_quant {quant}, {n} tokens: cuda vs cpu rel {same:.2e} top1 {top1:.3f}")
+        if quant == "fp8" and n >= 128:
+            assert same < REL_W8A8 and top1 >= TOP1_W8A8
+        else:
+            assert same < REL_TRAINED * 3 and top1 >= 0.97
 
 
 def test_sampling_with_penalties_and_seeds_matches_the_cpu_engine():

@@ -122,6 +122,26 @@ TEST(linear_simple) {
   for (int i = 0; i < 6; ++i) CHECK_EQ(out[i], want[i]);
 }
 
+TEST(fp8_group_quantize_known_values) {
+  // Token 0: group 0 has amax 448 (scale 1): 1.0625 ties to even (1), 0.3 rounds to 0.3125; group
+  // 1 (2 columns) has amax 3.5 (scale 2^-7): 0.001 / 2^-7 = 0.128 rounds to 0.125. Token 1 is all
+  // zeros (the amax floor keeps the scale finite and the values 0).
+  std::vector<float> x(2 * 130, 0.0f), out(x.size(), -1.0f);
+  x[0] = 448.0f;
+  x[1] = 1.0625f;
+  x[2] = 0.3f;
+  x[128] = -3.5f;
+  x[129] = 0.001f;
+  cpu::fp8_group_quantize(x.data(), 2, 130, out.data());
+  CHECK_EQ(out[0], 448.0f);
+  CHECK_EQ(out[1], 1.0f);
+  CHECK_EQ(out[2], 0.3125f);
+  CHECK_EQ(out[3], 0.0f);
+  CHECK_EQ(out[128], -3.5f);
+  CHECK_EQ(out[129], 0.125f / 128.0f);
+  for (int i = 130; i < 260; ++i) CHECK_EQ(out[i], 0.0f);
+}
+
 TEST(linear_f32_sizes) {
   for (int64_t n : {1, 2, 3, 5, 8, 17, 65})
     for (auto rc : {std::pair<int64_t, int64_t>{1, 1}, {3, 17}, {17, 64}, {130, 63}, {257, 96}})

@@ -348,9 +348,16 @@ int main(int argc, char** argv) {
         report(name, ms, double(wb) + 4.0 * n * (w.cols + w.rows), 2.0 * n * w.rows * w.cols);
       }
   // The 27B prefill projections at a 4K chunk with FP8 weights as the model holds them (GEMV tiles
-  // of 32 rows, tile_weight): one weight each, bytes = weights + x + out once.
+  // of 32 rows, tile_weight): one weight each, bytes = weights + x + out once. On compute
+  // capability 9.0 builds with CUTLASS, also the W8A8 wgmma path (cuda_ops.h linear with a
+  // workspace: untiling + quantization + GEMM) at 512 and 4096 tokens, both variants, against the
+  // mma.sync GEMM at 512 (linear_gemm_set_fp8_sm90 is the A/B hook).
   if (!only_attn) {
     float* gout = static_cast<float*>(dalloc(size_t(4096) * 34816 * 4, 6));
+    const bool fp8_sm90 = cuda::linear_fp8_sm90_available();
+    const size_t fp8_ws_bytes = size_t(512) << 20;  // >= linear_workspace_bytes(4096, any shape below)
+    cuda::GemmWorkspace fp8_ws;
+    if (fp8_sm90) fp8_ws = {dalloc(fp8_ws_bytes, 0), fp8_ws_bytes};
     const Shape pshapes[] = {{"gate|up 34816x5120", 34816, 5120}, {"gdn in 16480x5120", 16480, 5120},
                              {"q|k|v 14336x5120", 14336, 5120},   {"down 5120x17408", 5120, 17408},
                              {"out|o 5120x6144", 5120, 6144}};
@@ -367,7 +374,20 @@ int main(int argc, char** argv) {
       char name[96];
       std::snprintf(name, sizeof name, "gemm fp8 tiled %s n=%d", s.name, n);
       report(name, ms, double(s.rows * s.cols) + 4.0 * n * (s.cols + s.rows), 2.0 * n * s.rows * s.cols);
+      if (!fp8_sm90) continue;
+      for (int nn : {512, 4096})
+        for (int v : {0, 1, 2}) {  // 0: the mma.sync GEMM at 512 for the A/B (4096 is the row above)
+          if (v == 0 && nn != 512) continue;
+          if (cuda::linear_workspace_bytes(nn, w) > fp8_ws_bytes) break;
+          cuda::linear_gemm_set_fp8_sm90(v);
+          const float wms = time_ms([&](int) { cuda::linear(x, nn, w, gout, nullptr, nullptr, &fp8_ws); });
+          cuda::linear_gemm_set_fp8_sm90(1);
+          std::snprintf(name, sizeof name, "gemm fp8 %s %s n=%d", v == 0 ? "mma.sync" : v == 1 ? "w8a8 1x1" : "w8a8 1x2",
+                        s.name, nn);
+          report(name, wms, double(s.rows * s.cols) + 4.0 * nn * (s.cols + s.rows), 2.0 * nn * s.rows * s.cols);
+        }
     }
+    if (fp8_sm90) CK(cudaFree(fp8_ws.data));
     CK(cudaFree(gout));
   }
   if (only_gemm) {

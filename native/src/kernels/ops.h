@@ -63,6 +63,12 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // (F32, F16, BF16, FP8_E4M3 with block scales). x and out must not alias.
 void linear(const float* x, int64_t n, const WeightView& w, float* out);
 
+// x as the W8A8 FP8 GEMM sees it (the CPU twin of the sm_90 GEMM's quantizer, cuda_ops.h linear):
+// per token t and group g of 128 columns, s = max(amax(x[t, group]), 1e-10) / 448 and
+// out = e4m3(x / s) * s, e4m3 rounded to nearest even with saturation at +-448, the divisions
+// rounded to nearest. linear(out) is then the GEMM's reference. x and out may alias.
+void fp8_group_quantize(const float* x, int64_t n, int64_t cols, float* out);
+
 // Partial NeoX RoPE in place on x[n_tokens, n_heads, head_dim] (row stride `token_stride`
 // floats between tokens, heads contiguous). Only the first rot_dim dims rotate:
 // for i < rot_dim/2: angle = pos * theta^(-2i/rot_dim),

@@ -14,6 +14,15 @@
 // norm is split over the embedding and the first projection; single-row steps skip dense-row
 // copies; decode logits are read from the hidden rows in place.
 //
+// Design decision (the sm_90 FP8 GEMM's workspace): where cuda::linear can run FP8 GEMMs as W8A8
+// on wgmma (compute capability 9.0, built with CUTLASS), it needs a workspace per call: the weight
+// untiled to row-major (the stored GEMV tile layout stays as it is, for decode) and x quantized.
+// One buffer serves every call in stream order; reserve sizes it for the step's token capacity
+// and the largest FP8 matrix placed (gemm_shapes_), before the engine measures the memory left
+// for the pools, so the planner counts it: the largest over the FP8 shapes of (untiled weight +
+// quantized x + scales). 27B: 181 MB at the default 512-token chunks (gate | up's 178 MB copy
+// binds), 236 MB at 8,192 tokens (down: 89 MB copy + 143 MB of x at 17,408 columns).
+//
 // Design decision (cuda_graphs, an engine option, off by default): a decode-only step may run as
 // a CUDA graph. The host work and the upload come first; then the step's launches are
 // stream-captured, applied to the cached executable graph of that shape with cudaGraphExecUpdate
@@ -193,7 +202,7 @@ class CudaBackend final : public Backend {
     cuda::l2_norm_heads(x, n_tokens, token_stride, n_heads, dim, eps, scale, st());
   }
   void linear(const float* x, int64_t n, const WeightView& w, float* out, NormState norm) override {
-    cuda::linear(x, n, w, out, st(), static_cast<const cuda::SplitNorm*>(norm.pending));
+    cuda::linear(x, n, w, out, st(), static_cast<const cuda::SplitNorm*>(norm.pending), &gemm_ws_);
   }
   void swiglu(const float* gate_up, int64_t n, int64_t I, float* out) override { cuda::swiglu(gate_up, n, I, out, st()); }
   void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t width,
@@ -261,12 +270,34 @@ class CudaBackend final : public Backend {
     return &s;
   }
 
+  // A placed FP8 matrix's shape, for the GEMM workspace (reserve). Distinct shapes only.
+  void note_gemm_shape(const WeightView& v) {
+    if (v.dtype != DType::FP8_E4M3) return;  // the one format with a workspace path
+    WeightView s;
+    s.dtype = v.dtype;
+    s.rows = v.rows;
+    s.cols = v.cols;
+    s.tile = v.tile;
+    s.block = v.block;
+    s.data = v.data;  // only its alignment is read
+    s.block_scale = v.block_scale;
+    for (const WeightView& o : gemm_shapes_)
+      if (o.dtype == s.dtype && o.rows == s.rows && o.cols == s.cols && o.tile == s.tile && o.block == s.block) return;
+    gemm_shapes_.push_back(s);
+    gemm_shapes_added_ = true;  // sized again at the next reserve
+  }
+
   static constexpr int64_t kSplitTokens = 8;  // the split norm's GEMVs take up to 8 tokens
   std::vector<Buffer> vectors_;
   int64_t weight_bytes_ = 0, dummy_vectors_ = 0;
   Buffer norm_partial_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_,
       penalty_ids_, penalty_row_, token_mask_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
+  std::vector<WeightView> gemm_shapes_;
+  Buffer gemm_ws_buf_;
+  cuda::GemmWorkspace gemm_ws_;  // views gemm_ws_buf_
+  int64_t gemm_ws_tokens_ = 0;    // the most tokens a reserve asked for
+  bool gemm_shapes_added_ = false;
   cuda::SplitNorm splits_[2];
   int n_split_ = 0;
   const float* last_logits_ = nullptr;
@@ -322,6 +353,7 @@ Matrix CudaBackend::place_matrix(const WeightView& host, bool gemv_layout) {
   Matrix m = to_device(host);
   if (gemv_layout) tile_for_gemv(m);
   weight_bytes_ += m.bytes();
+  note_gemm_shape(m.view);
   return m;
 }
 
@@ -347,6 +379,7 @@ Matrix CudaBackend::place_dummy(const WeightStore& w, const std::vector<RunPart>
   }
   tile_for_gemv(m);  // random bytes either way; tiled as real weights are, for the same kernels
   weight_bytes_ += m.bytes();
+  note_gemm_shape(m.view);
   return m;
 }
 
@@ -368,6 +401,17 @@ void CudaBackend::reserve(const ModelConfig& c, int64_t tokens, int64_t rows, in
     cap_ints_ = ints;
   }
   if (attn_scratch > attn_scratch_.size()) attn_scratch_ = Buffer(Device::CUDA, attn_scratch);
+  if (tokens > gemm_ws_tokens_ || gemm_shapes_added_) {  // the sm_90 FP8 GEMM's (0 bytes where it does not run)
+    gemm_ws_tokens_ = std::max(tokens, gemm_ws_tokens_);
+    gemm_shapes_added_ = false;
+    size_t need = 0;
+    for (const WeightView& v : gemm_shapes_) need = std::max(need, cuda::linear_workspace_bytes(gemm_ws_tokens_, v));
+    if (need > gemm_ws_buf_.size()) {
+      gemm_ws_buf_ = Buffer();  // freed before the larger one is taken
+      gemm_ws_buf_ = Buffer(Device::CUDA, need);
+    }
+    gemm_ws_ = {gemm_ws_buf_.data(), gemm_ws_buf_.size()};
+  }
   const size_t ss = cuda::sample_scratch_bytes(c.vocab);
   if (sample_scratch_.size() < ss) {
     sample_scratch_ = Buffer(Device::CUDA, ss);

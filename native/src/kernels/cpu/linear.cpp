@@ -15,6 +15,7 @@
 // converted to fp32 in scratch first: the same dequantization as the GEMM's panels). Chunks
 // carry a minimum of work (constants below), so small calls stay on one thread. Nothing else is fused: the caller applies activations/residuals.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -394,6 +395,18 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out) {
   if (w.dtype == DType::BF16) return linear_w16_decode<DType::BF16>(x, n, w, out);
   if (w.dtype == DType::F16) return linear_w16_decode<DType::F16>(x, n, w, out);
   linear_rows_decode(x, n, w, out);
+}
+
+void fp8_group_quantize(const float* x, int64_t n, int64_t cols, float* out) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+      const float* xr = x + t * cols;
+      const int64_t c1 = std::min(c0 + 128, cols);
+      float amax = 0.0f;
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(xr[c]));
+      const float s = std::max(amax, 1e-10f) / 448.0f;
+      for (int64_t c = c0; c < c1; ++c) out[t * cols + c] = fp8e4m3_to_f32(f32_to_fp8e4m3(xr[c] / s)) * s;
+    }
 }
 
 }  // namespace cpu

@@ -39,6 +39,7 @@ __device__ __forceinline__ void pdl_trigger() {
 // architectures was built from compute_90+ PTX), so griddepcontrol is in them (device.cu).
 bool pdl_supported();
 int sm_count();    // of the current device (device.cu)
+int compute_capability();  // of the current device, 10 * major + minor (device.cu)
 int smem_optin();  // the current device's shared memory a block may opt in to, bytes (device.cu)
 int smem_per_sm();  // the current device's shared memory per SM, bytes (device.cu)
 

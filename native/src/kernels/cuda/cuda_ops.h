@@ -11,7 +11,9 @@
 // rounds its inputs to fp16 (x and the weights converted to fp16 in shared memory, fp32
 // accumulation; |x| is clamped to 65504). FP8 weights are dequantized as fp8 * block_scale (the
 // bf16-reference numbers of MODEL_SPEC §5, not W8A8). Code runs on sm_75 (no bf16/fp8 mma, no
-// cp.async); newer GPUs take the same path.
+// cp.async); newer GPUs take the same path. One exception, where a caller passes a workspace: on
+// compute capability 9.0, FP8 GEMMs of >= kFp8GemmMinTokens tokens run W8A8 (x quantized to e4m3
+// per token per 128 columns; linear below), the numerics vLLM / SGLang use for these checkpoints.
 //
 // Tolerances against the CPU twin, normalized error ||gpu - cpu|| / ||cpu|| (tests enforce them):
 //   embedding, kv_write, swiglu, add, conv1d, gdn_gates      exact .. 1e-5
@@ -19,6 +21,9 @@
 //   add_rms_norm                                            1e-5 (bit-equal to add + rms_norm)
 //   linear n <= 8 (GEMV: fp32 FMA; FP8/I8/NVFP4 mma, x hi+lo) 1e-5
 //   linear n > 8  (GEMM, fp16 operands)                     3e-3 (fp16 rounding of x and W)
+//   linear FP8 W8A8 (sm_90, workspace given, n >= 128)      1e-3 against cpu::linear of
+//     cpu::fp8_group_quantize(x) (measured 1.4e-4 on an H100); 5e-2 against cpu::linear of x
+//     (the quantization of x itself: 2.1e-2 measured on random data)
 //   attention_paged (fp32 SIMT, online softmax)             1e-5 (F32 cache), 1e-4 (others);
 //     chunks of >= kAttentionMmaMinQueries go to attention_prefill_mma: 3e-3
 //   attention_prefill_mma (fp16 mma, fp32 softmax)          3e-3 (fp16 rounding of q, K, V, P)
@@ -61,12 +66,40 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // by integer ops and x as an fp16 hi + lo pair (fp32-level accuracy, |x| clamped to 65504), cost
 // independent of n (linear_gemv_q.cu). Unaligned or odd shapes take a scalar kernel.
 // n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
-// No scratch. x and out must not alias.
+// No scratch, except for the sm_90 FP8 GEMM below. x and out must not alias.
 // norm: x is a split norm's h (SplitNorm below), each token's sums are scaled by its 1 / rms;
 // only where linear_split_norm_supported.
+// workspace (optional; linear_workspace_bytes): where it is given and large enough, the device is
+// compute capability 9.0 exactly and the build has the sm_90 FP8 GEMM (CMake found CUTLASS; see
+// linear_fp8_sm90_available), FP8 weights with 128 x 128 block scales, rows % 4 == 0, cols % 16
+// == 0, n >= the FP8 GEMM's token threshold (kFp8GemmMinTokens) and 16-byte aligned x and out run
+// W8A8 on wgmma (linear_gemm_fp8_sm90.h: per call the weight untiled into the workspace, x
+// quantized per token per 128 columns, CUTLASS's blockwise-scaled GEMM); every other call ignores
+// it. The workspace must not be in use by another call in flight on another stream.
 struct SplitNorm;
+struct GemmWorkspace {
+  void* data = nullptr;  // device memory, 256-byte aligned
+  size_t bytes = 0;
+};
 void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream,
-            const SplitNorm* norm = nullptr);
+            const SplitNorm* norm = nullptr, const GemmWorkspace* workspace = nullptr);
+// Design decision (threshold, tools/gpu/KERNELS.md "Prefill"): from 128 tokens. The untiling costs
+// a copy of the weight per call (~0.1 ms for the 27B gate | up on an H100), which the GEMM repays
+// many times from a few hundred tokens (gate | up at 512 tokens: 0.185 ms against 1.109); below 128
+// the mma.sync GEMM's smaller tiles and no weight copy are likely as fast (not measured in the
+// engine).
+constexpr int64_t kFp8GemmMinTokens = 128;
+// Whether the sm_90 FP8 GEMM is compiled in and the current device is compute capability 9.0.
+bool linear_fp8_sm90_available();
+// The workspace linear needs for calls of up to n tokens on w (0 where no path would use one:
+// not available, another format or shape, n below the threshold). Monotonic in n.
+size_t linear_workspace_bytes(int64_t n, const WeightView& w);
+// Tuning hook for tools/gpu/bench_kernels and the tests (A/B of the sm_90 FP8 GEMM): variant 0 =
+// off (the mma.sync GEMM for every FP8 call), 1 = 128 x 128 x 128 tiles, cluster 1 x 1 (the
+// default), 2 = cluster 1 x 2; min_tokens = the threshold (a workspace reserved for a larger one
+// may be too small for the calls it lets in: those fall back). Not for use while other threads run
+// linear.
+void linear_gemm_set_fp8_sm90(int variant, int64_t min_tokens = kFp8GemmMinTokens);
 // The mlp's gate | up GEMV with the swiglu in its epilogue: w holds the gate rows [0, inter) and
 // the up rows [up0, up0 + inter); out[n, inter] = silu(x W_gate^T) * (x W_up^T), without the
 // [n, 2 inter] round trip or a launch: the same bits as linear into [n, rows] followed by swiglu

@@ -45,6 +45,20 @@ int sm_count() {
   return device_attr(known, cudaDevAttrMultiProcessorCount);
 }
 
+int compute_capability() {
+  static std::atomic<int> known[64] = {};
+  int dev = 0, major = 0, minor = 0;
+  PE_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < 64;
+  int v = cached ? known[dev].load(std::memory_order_relaxed) : 0;
+  if (v > 0) return v;
+  PE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  PE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  v = 10 * major + minor;
+  if (cached) known[dev].store(v, std::memory_order_relaxed);
+  return v;
+}
+
 int smem_optin() {
   static std::atomic<int> known[64] = {};
   return device_attr(known, cudaDevAttrMaxSharedMemoryPerBlockOptin);

@@ -16,7 +16,8 @@
 namespace pe {
 namespace cuda {
 
-void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
+void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream,
+                 const GemmWorkspace* workspace);
 bool gemv_q_supported(const float* x, const WeightView& w);
 bool gemv_q_swiglu_supported(const float* x, const WeightView& w, int64_t up0, int64_t inter);
 int linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvEpilogue& ep, float* out,
@@ -183,7 +184,8 @@ GemvEpilogue norm_epilogue(const float* x, int64_t n, const WeightView& w, const
 
 }  // namespace
 
-void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream, const SplitNorm* norm) {
+void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream, const SplitNorm* norm,
+            const GemmWorkspace* workspace) {
   check_weight(w, "cuda::linear");
   if (n <= 0 || w.rows <= 0) return;
   if (norm) {
@@ -195,7 +197,7 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
     PE_CUDA_CHECK(cudaMemsetAsync(out, 0, n * w.rows * sizeof(float), stream));
     return;
   }
-  if (n > 8) return linear_gemm(x, n, w, out, stream);
+  if (n > 8) return linear_gemm(x, n, w, out, stream, workspace);
   const int nn = static_cast<int>(n);
   if (quantized_weight(w) && gemv_q_supported(x, w)) {
     linear_gemv_q(x, n, w, GemvEpilogue{}, out, stream);
