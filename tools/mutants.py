@@ -156,9 +156,14 @@ MUTANTS: list[Mutant] = [
       "r.drafts[static_cast<size_t>(a)] == samples_[job + a].token", "r.drafts[static_cast<size_t>(a)] != samples_[job + a].token",
       ["tests/test_speculative.py::test_test_checkpoint_spec_equals_plain_at_temperature_0"]),
     m("a chained verify call writes the state back to the slot it read", "native/src/model/qwen35_forward.cpp",
-      "out.push_back(t + 1 == s.n_new ? s.gdn_slot : s.snapshots[static_cast<size_t>(t)].second);",
-      "out.push_back(t == 0 ? s.gdn_slot : s.snapshots[static_cast<size_t>(t - 1)].second);",
+      "out.push_back(t + 1 == s.n_new ? s.gdn_slot : written[i][static_cast<size_t>(t)]);",
+      "out.push_back(t == 0 ? s.gdn_slot : written[i][static_cast<size_t>(t - 1)]);",
       ["tests/test_speculative.py::test_test_checkpoint_spec_equals_plain_at_temperature_0"]),
+    m("a verify chunk's further snapshot at an inside offset (a prefix-cache block boundary) is not copied",
+      "native/src/model/qwen35_forward.cpp",
+      "for (const auto& [dst, src] : step_.chain_copies) gdn.copy(dst, src);",
+      "for (const auto& [dst, src] : step_.chain_copies) (void)dst, (void)src;",
+      ["tests/test_speculative.py::test_default_model_spec_equals_plain_at_temperature_0"]),
 ]
 
 
