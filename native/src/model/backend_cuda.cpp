@@ -273,17 +273,9 @@ class CudaBackend final : public Backend {
   // A placed FP8 matrix's shape, for the GEMM workspace (reserve). Distinct shapes only.
   void note_gemm_shape(const WeightView& v) {
     if (v.dtype != DType::FP8_E4M3) return;  // the one format with a workspace path
-    WeightView s;
-    s.dtype = v.dtype;
-    s.rows = v.rows;
-    s.cols = v.cols;
-    s.tile = v.tile;
-    s.block = v.block;
-    s.data = v.data;  // only its alignment is read
-    s.block_scale = v.block_scale;
     for (const WeightView& o : gemm_shapes_)
-      if (o.dtype == s.dtype && o.rows == s.rows && o.cols == s.cols && o.tile == s.tile && o.block == s.block) return;
-    gemm_shapes_.push_back(s);
+      if (o.rows == v.rows && o.cols == v.cols && o.tile == v.tile && o.block == v.block) return;
+    gemm_shapes_.push_back(v);  // of its data, only the alignment is read
     gemm_shapes_added_ = true;  // sized again at the next reserve
   }
 

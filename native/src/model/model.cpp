@@ -33,7 +33,7 @@ void Model::load_dummy(DType matrix_dtype, uint64_t seed) {
     fail(PE_ERR_INVALID_ARGUMENT, "dummy weights: matrix dtype ", dtype_name(matrix_dtype), " is not supported");
   std::vector<std::pair<std::string, Tensor>> todo;
   for (const auto& [name, t] : weights_.tensors())
-    if (t.required || name.rfind("mtp.", 0) == 0) todo.emplace_back(name, t);  // the MTP head too, when configured
+    if (WeightStore::used(name, t)) todo.emplace_back(name, t);
   uint64_t index = 0;
   for (const auto& [name, t] : todo) {
     const float scale = dummy_scale(name, t);

@@ -83,7 +83,7 @@ void Qwen35Model::load_dummy(DType matrix_dtype, uint64_t seed) {
   // Embeddings and lm_head stay 16-bit, as in the FP8 checkpoints.
   const DType big = matrix_dtype == DType::FP8_E4M3 ? DType::BF16 : matrix_dtype;
   for (const auto& [name, t] : weights_.tensors())
-    if (t.required || name.rfind("mtp.", 0) == 0)  // the MTP head too, when configured
+    if (WeightStore::used(name, t))
       weights_.mark_present(name, t.kind == TensorKind::Vector ? DType::F32
                                   : (name == "embed_tokens.weight" || name == "lm_head.weight") ? big
                                                                                                 : matrix_dtype);

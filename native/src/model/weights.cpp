@@ -122,7 +122,7 @@ void WeightStore::finalize() {
   bool any_mtp = false, all_mtp = cfg_ && cfg_->mtp_layers > 0;
   std::string first_missing_mtp;
   for (auto& [name, t] : tensors_) {
-    bool mtp = name.rfind("mtp.", 0) == 0;
+    const bool mtp = is_mtp(name);
     if (!t.present) {
       if (t.required) fail(PE_ERR_NOT_FOUND, "tensor ", name, " is missing from the checkpoint");
       if (mtp) {
@@ -202,9 +202,9 @@ void WeightStore::mark_present(const std::string& name, DType dtype) {
   if (it == tensors_.end()) fail(PE_ERR_NOT_FOUND, "tensor ", name, ": not a tensor of this model");
   it->second.dtype = dtype;
   it->second.present = true;
-  if (name.rfind("mtp.", 0) == 0 && cfg_ && cfg_->mtp_layers > 0) {  // the head is there once all of it is
+  if (is_mtp(name) && cfg_ && cfg_->mtp_layers > 0) {  // the head is there once all of it is
     has_mtp_ = true;
-    for (const auto& [n, t] : tensors_) has_mtp_ = has_mtp_ && (n.rfind("mtp.", 0) != 0 || t.present);
+    for (const auto& [n, t] : tensors_) has_mtp_ = has_mtp_ && (!is_mtp(n) || t.present);
   }
 }
 

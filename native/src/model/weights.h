@@ -64,6 +64,10 @@ class WeightStore {
   WeightView matrix(const std::string& name) const;        // view over a Matrix tensor
   const float* vec(const std::string& name) const;         // fp32 data of a Vector tensor
   bool has_mtp() const { return has_mtp_; }
+  // A tensor of the MTP head (mtp.*; expected only where the config has one).
+  static bool is_mtp(const std::string& name) { return name.rfind("mtp.", 0) == 0; }
+  // Whether the config uses the tensor: a required one or one of its MTP head (what dummy weights fill).
+  static bool used(const std::string& name, const Tensor& t) { return t.required || is_mtp(name); }
   int64_t bytes_total() const;
 
  private:

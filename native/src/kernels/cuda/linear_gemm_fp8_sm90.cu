@@ -24,13 +24,11 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/numeric_types.h"
 #include "cutlass/util/packed_stride.hpp"
+#include "kernels/cuda/linear_common.cuh"
 #include "kernels/cuda/linear_gemm_fp8_sm90.h"
 
 namespace pe {
 namespace cuda {
-
-int sm_count();  // of the current device, cached (device.cu)
-
 namespace fp8sm90 {
 namespace {
 
@@ -147,23 +145,20 @@ __global__ void quantize_kernel(const float* __restrict__ x, int64_t n, int64_t 
   }
 }
 
-// The GEMV tile layout (linear_common.cuh tiled_offset: tiles of R rows, each 4 KB step holding
+// The GEMV tile layout (tiled_offset, linear_common.cuh: tiles of R rows, each 4 KB step holding
 // 512-byte runs of 8 rows x 64 bytes) -> row-major. One warp per (8 rows, 64 columns): lane l
 // copies row 8 i + l / 4, bytes 64 j + 16 (l % 4) .. + 15, so the warp reads one 512-byte run and
 // writes 8 rows of 64 bytes. row_bytes (= cols) is a multiple of 4096 / R >= 128.
 __global__ void untile_kernel(const uint8_t* __restrict__ src, int64_t rows, int64_t row_bytes, int tile,
                               uint8_t* __restrict__ dst) {
   const int lane = threadIdx.x & 31;
-  const int lr = tile == 32 ? 5 : tile == 16 ? 4 : 3, ls = 12 - lr;  // log2 R, log2 of a step's row bytes
   const int64_t blocks64 = row_bytes >> 6, items = ((rows + 7) >> 3) * blocks64;
   const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t n_warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t item = warp0; item < items; item += n_warps) {
     const int64_t row = (item / blocks64) * 8 + (lane >> 2), b = (item % blocks64) * 64 + (lane & 3) * 16;
     if (row >= rows) continue;
-    const int rr = static_cast<int>(row & (tile - 1)), bb = static_cast<int>(b & ((1 << ls) - 1));
-    const int chunk = (((rr >> 3) << (6 - lr)) + (bb >> 6)) * 32 + (rr & 7) * 4 + ((bb >> 4) & 3);
-    const int64_t off = (((row >> lr) * (row_bytes >> ls) + (b >> ls)) << 12) + chunk * 16;
+    const int64_t off = tiled_offset(row, b, row_bytes, tile);
     *reinterpret_cast<uint4*>(dst + row * row_bytes + b) = __ldg(reinterpret_cast<const uint4*>(src + off));
   }
 }
