@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_kernels.h"
 #include "kernels/cuda/cuda_ops.h"
 
 using namespace pe;
@@ -26,20 +27,32 @@ using namespace pe;
 bool launch_weight_pattern(int kind, const void* w, int64_t rows, int64_t cols, int blocks_per_sm, uint32_t* sink,
                            cudaStream_t stream);
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
 namespace {
+
+// Device time per call of fn (k calls captured into one CUDA graph on a stream, median of
+// g_reps replays / k): no host launch cost, as the model runs its decode step.
+float graph_ms(const std::function<void(int, cudaStream_t)>& fn, int k) {
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  fn(0, st);  // warm-up (first-call setup outside the capture)
+  CK(cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < k; ++i) fn(i, st);
+  CK(cudaStreamEndCapture(st, &graph));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms = time_ms([&](int) { CK(cudaGraphLaunch(exec, st)); });  // st syncs with the legacy stream
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaStreamDestroy(st));
+  return ms / k;
+}
+
+}  // namespace
 
 int g_reps = 20;
 
-// Median milliseconds of fn() over g_reps runs (3 warm-ups first).
 float time_ms(const std::function<void(int)>& fn) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
@@ -71,37 +84,15 @@ void* dalloc(size_t bytes, uint8_t fill_seed) {
   return p;
 }
 
-// Device time per call of fn (k calls captured into one CUDA graph on a stream, median of
-// g_reps replays / k): no host launch cost, as the model runs its decode step.
-float graph_ms(const std::function<void(int, cudaStream_t)>& fn, int k) {
-  cudaStream_t st;
-  CK(cudaStreamCreate(&st));
-  fn(0, st);  // warm-up (first-call setup outside the capture)
-  CK(cudaStreamSynchronize(st));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < k; ++i) fn(i, st);
-  CK(cudaStreamEndCapture(st, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  const float ms = time_ms([&](int) { CK(cudaGraphLaunch(exec, st)); });  // st syncs with the legacy stream
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
-  CK(cudaStreamDestroy(st));
-  return ms / k;
-}
-
 double g_copy_gbs = 0;
 
-void report(const char* name, float ms, double bytes, double flops = 0) {
+void report(const char* name, float ms, double bytes, double flops) {
   const double gbs = bytes / (ms * 1e-3) / 1e9;
   std::printf("%-44s %9.4f ms %10.1f MB %8.0f GB/s %6.1f%% of copy", name, ms, bytes / 1e6, gbs,
               100.0 * gbs / g_copy_gbs);
   if (flops > 0) std::printf("  %7.1f TFLOP/s", flops / (ms * 1e-3) / 1e12);
   std::printf("\n");
 }
-
-}  // namespace
 
 // name contains one of the '|'-separated parts of filter (PE_BENCH_GEMV_FILTER="a|b"; none: all).
 bool name_selected(const char* name, const char* filter) {
@@ -324,72 +315,8 @@ int main(int argc, char** argv) {
     std::printf("bench done\n");
     return 0;
   }
-  // 3. Prefill GEMM; at n >= 128 both token tiles (128 = the default, 64 forced through the tuning
-  // hook) for the A/B of the tile size.
-  for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::F16, DType::I8, DType::NVFP4})
-    for (int n : {512, 4096})
-      for (int tile : {128, 64}) {
-        if (only_attn) break;
-        WeightView w;
-        w.dtype = dt;
-        w.rows = 17408;
-        w.cols = 5120;
-        w.block_scale = scale;
-        w.row_scale = scale;
-        w.group_scale = static_cast<const uint8_t*>(gscale);
-        w.global_scale = 0.01f;
-        w.data = pool;
-        cuda::linear_gemm_set_big_tile_tokens(tile == 128 ? 128 : (int64_t(1) << 40));
-        const float ms = time_ms([&](int) { cuda::linear(x, n, w, out, nullptr); });
-        cuda::linear_gemm_set_big_tile_tokens(128);
-        char name[96];
-        std::snprintf(name, sizeof name, "gemm %s 17408x5120 n=%d tile %d", dtype_name(dt), n, tile);
-        const size_t wb = dtype_bytes_for(dt, w.rows * w.cols);
-        report(name, ms, double(wb) + 4.0 * n * (w.cols + w.rows), 2.0 * n * w.rows * w.cols);
-      }
-  // The 27B prefill projections at a 4K chunk with FP8 weights as the model holds them (GEMV tiles
-  // of 32 rows, tile_weight): one weight each, bytes = weights + x + out once. On compute
-  // capability 9.0 builds with CUTLASS, also the W8A8 wgmma path (cuda_ops.h linear with a
-  // workspace: untiling + quantization + GEMM) at 512 and 4096 tokens, both variants, against the
-  // mma.sync GEMM at 512 (linear_gemm_set_fp8_sm90 is the A/B hook).
-  if (!only_attn) {
-    float* gout = static_cast<float*>(dalloc(size_t(4096) * 34816 * 4, 6));
-    const bool fp8_sm90 = cuda::linear_fp8_sm90_available();
-    const size_t fp8_ws_bytes = size_t(512) << 20;  // >= linear_workspace_bytes(4096, any shape below)
-    cuda::GemmWorkspace fp8_ws;
-    if (fp8_sm90) fp8_ws = {dalloc(fp8_ws_bytes, 0), fp8_ws_bytes};
-    const Shape pshapes[] = {{"gate|up 34816x5120", 34816, 5120}, {"gdn in 16480x5120", 16480, 5120},
-                             {"q|k|v 14336x5120", 14336, 5120},   {"down 5120x17408", 5120, 17408},
-                             {"out|o 5120x6144", 5120, 6144}};
-    for (const Shape& s : pshapes) {
-      WeightView w;
-      w.dtype = DType::FP8_E4M3;
-      w.rows = s.rows;
-      w.cols = s.cols;
-      w.block_scale = scale;
-      w.data = pool;
-      w = cuda::tile_weight(w, static_cast<char*>(pool) + (size_t(3) << 30), 32, nullptr);
-      const int n = 4096;
-      const float ms = time_ms([&](int) { cuda::linear(x, n, w, gout, nullptr); });
-      char name[96];
-      std::snprintf(name, sizeof name, "gemm fp8 tiled %s n=%d", s.name, n);
-      report(name, ms, double(s.rows * s.cols) + 4.0 * n * (s.cols + s.rows), 2.0 * n * s.rows * s.cols);
-      if (!fp8_sm90) continue;
-      for (int nn : {512, 4096})
-        for (int v : {0, 1, 2}) {  // 0: the mma.sync GEMM at 512 for the A/B (4096 is the row above)
-          if (v == 0 && nn != 512) continue;
-          if (cuda::linear_workspace_bytes(nn, w) > fp8_ws_bytes) break;
-          cuda::linear_gemm_set_fp8_sm90(v);
-          const float wms = time_ms([&](int) { cuda::linear(x, nn, w, gout, nullptr, nullptr, &fp8_ws); });
-          cuda::linear_gemm_set_fp8_sm90(1);
-          std::snprintf(name, sizeof name, "gemm fp8 %s %s n=%d", v == 0 ? "mma.sync" : v == 1 ? "w8a8 1x1" : "w8a8 1x2",
-                        s.name, nn);
-          report(name, wms, double(s.rows * s.cols) + 4.0 * nn * (s.cols + s.rows), 2.0 * nn * s.rows * s.cols);
-        }
-    }
-    if (fp8_sm90) CK(cudaFree(fp8_ws.data));
-    CK(cudaFree(gout));
-  }
+  // 3. Prefill GEMM (bench_kernels_gemm.cpp).
+  if (!only_attn) bench_prefill_gemm(x, pool, scale, gscale);
   if (only_gemm) {
     CK(cudaDeviceSynchronize());
     std::printf("bench done\n");

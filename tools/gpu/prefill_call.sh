@@ -30,9 +30,9 @@ if [ "$mode" = pack ]; then
   shift
   B90="$(cd "$1" && pwd)"; B75=""; [ $# -ge 3 ] && B75="$(cd "$2" && pwd)"
   DEST="${!#}"; mkdir -p "$DEST/whl"; P="$(cd "$DEST" && pwd)"; S="$B90/prefill_call"; mkdir -p "$S"
-  CU=$(ninja -C "$B90" -t commands pyengine | tail -1 | tr ' ' '\n' | grep '^-L.*/lib$' | grep -v stubs | head -1 | cut -c3-)
-  cmd=$(ninja -C "$B90" -t commands pyengine | tail -1 | sed "s#-Wl,--no-whole-archive  libpyengine_cuda.a#libpyengine_cuda.a -Wl,--no-whole-archive#; s#-o libpyengine.so#-o $S/libpyengine.so#")
-  (cd "$B90" && eval "$cmd")
+  . "$(dirname "$0")/relink.sh"
+  CU=$(cuda_lib_dir "$B90")
+  relink_whole "$B90" libpyengine_cuda.a "$S/libpyengine.so"
   c++ -O3 "$B90/native/CMakeFiles/test_backend_ops.dir/tests/test_backend_ops.cpp.o" -o "$S/test_backend_ops" \
     -L"$S" -lpyengine -Wl,-rpath,'$ORIGIN' -L"$CU" -lcudart_static -lrt -lpthread -ldl
   strip -o "$S/lib90.so" "$S/libpyengine.so" && xz -9 -T2 -c "$S/lib90.so" > "$P/lib90.so.xz"

@@ -28,8 +28,8 @@ mode="${1:?pack BUILD DEST | run DEST}"
 if [ "$mode" = pack ]; then
   set -e
   B="$(cd "$2" && pwd)"; mkdir -p "$3"; P="$(cd "$3" && pwd)"; S="$B/ab_prefill"; mkdir -p "$S" "$P/bin" "$P/whl"
-  # The CUDA runtime's folder: the one BUILD's library links from (its -L that is not the stubs').
-  CU=$(ninja -C "$B" -t commands pyengine | tail -1 | tr ' ' '\n' | grep '^-L.*/lib$' | grep -v stubs | head -1 | cut -c3-)
+  . tools/gpu/relink.sh
+  CU=$(cuda_lib_dir "$B")
   CUDA="$CU/.."
   NV="nvcc -DPE_WITH_CUDA=1 -I native/include -I native/src -O3 -DNDEBUG -Xcompiler=-fPIC --use_fast_math -lineinfo -std=c++17"
   G90="--generate-code=arch=compute_90,code=[compute_90,sm_90]"; G75="--generate-code=arch=compute_75,code=[compute_75]"
@@ -41,23 +41,21 @@ if [ "$mode" = pack ]; then
   $NV $G90 -DPE_LAB_BM=128 -DPE_LAB_BN=128 -DPE_LAB_BK=32 -DPE_LAB_MINB=2 -x cu -c $L/linear_gemm_tile.cu -o "$S/gemm_t2.o" &
   $NV $G90 -DPE_LAB_BM=128 -DPE_LAB_BN=256 -DPE_LAB_BK=64 -DPE_LAB_MINB=1 -x cu -c $L/linear_gemm_tile.cu -o "$S/gemm_t5.o" &
   cp "$B/libpyengine_cuda.a" "$S/" && (cd "$S" && ar r libpyengine_cuda.a linear_gemm.cu.o)
-  # The whole CUDA archive goes in (the library's link takes only the objects core calls): the op
-  # harness calls kernels the engine does not (cuda::kv_write, rope_neox), all from this library.
-  cmd=$(ninja -C "$B" -t commands pyengine | tail -1 | sed "s# libpyengine_cuda.a # -Wl,--whole-archive $S/libpyengine_cuda.a -Wl,--no-whole-archive #;
-    s# libpyengine_cuda.a # $S/libpyengine_cuda.a #g; s#-o libpyengine.so#-o $S/libpyengine.so#")
-  (cd "$B" && eval "$cmd")
+  relink_whole "$B" "$S/libpyengine_cuda.a" "$S/libpyengine.so"  # with this tree's linear_gemm.cu
   wait
   for v in v0 75 t2 t5; do nvcc -shared -Xcompiler=-fPIC "$S/gemm_$v.o" -L"$S" -lpyengine -o "$S/libgemm_$v.so"; done
   LINK="-L$S -lpyengine -Wl,-rpath,\$ORIGIN -L$CU -lcudart_static -lrt -lpthread -ldl"
   g++ -std=c++17 -O2 -DPE_WITH_CUDA=1 -I native/include -I native/src -I native/tests -isystem "$CUDA/include" \
     native/tests/test_backend_ops.cpp -o "$S/test_backend_ops" $LINK &
   $NV $G90 -x cu -c tools/gpu/bench_patterns.cu -o "$S/bench_patterns.o" &
-  g++ -std=c++17 -O3 -DPE_WITH_CUDA=1 -I native/include -I native/src -isystem "$CUDA/include" -c tools/gpu/bench_kernels.cpp \
-    -o "$S/bench_kernels.o" &
+  for f in bench_kernels bench_kernels_gemm; do
+    g++ -std=c++17 -O3 -DPE_WITH_CUDA=1 -I native/include -I native/src -isystem "$CUDA/include" -c tools/gpu/$f.cpp \
+      -o "$S/$f.o" &
+  done
   nvcc -O3 -std=c++17 -arch=sm_90 --use_fast_math -lineinfo -I native/include -I native/src $L/linear_gemm_lab.cu \
     -o "$S/linear_gemm_lab" -L"$S" -lpyengine -Xlinker -rpath -Xlinker '$ORIGIN' &
   wait
-  g++ "$S/bench_kernels.o" "$S/bench_patterns.o" -o "$S/bench_kernels" $LINK
+  g++ "$S/bench_kernels.o" "$S/bench_kernels_gemm.o" "$S/bench_patterns.o" -o "$S/bench_kernels" $LINK
   rm -f "$P"/bin/*
   for f in libpyengine.so libgemm_v0.so libgemm_75.so libgemm_t2.so libgemm_t5.so test_backend_ops bench_kernels linear_gemm_lab; do
     xz -T2 -9 -c "$S/$f" > "$P/bin/$f.xz"

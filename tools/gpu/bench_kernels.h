@@ -1,0 +1,29 @@
+// Shared by the kernel micro-benchmark's files (bench_kernels.cpp, bench_kernels_gemm.cpp).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+extern int g_reps;         // timed runs a case (--quick: 5)
+extern double g_copy_gbs;  // the copy bandwidth measured first, GB/s (read + written)
+// Median milliseconds of fn() over g_reps runs (3 warm-ups first).
+float time_ms(const std::function<void(int)>& fn);
+// Device memory filled with a finite byte pattern (METHOD.md: not zeros).
+void* dalloc(size_t bytes, uint8_t fill_seed);
+// One line: time, bytes moved, GB/s, share of the copy bandwidth, TFLOP/s where flops > 0.
+void report(const char* name, float ms, double bytes, double flops = 0);
+// Section 3, the prefill GEMM (bench_kernels_gemm.cpp): x [4096, 17408] fp32, pool (>= 3 GiB + the
+// tiled weights) of weight bytes, scale / gscale the block / group scales.
+void bench_prefill_gemm(const float* x, void* pool, const float* scale, const void* gscale);
