@@ -119,31 +119,31 @@ void Qwen35Model::plan_chain(const Batch& b) {
     // Snapshots come in offset order: a verify-shaped chunk has offsets 1 .. n_new - 1 inside,
     // each at least once.
     std::vector<int32_t>& w = written[i];
+    std::vector<std::pair<int32_t, int32_t>> further;  // (its slot, the chain's slot at that offset)
     bool shaped = true;
     for (const auto& [offset, slot] : s.snapshots) {
       if (offset >= s.n_new) continue;
       if (offset == static_cast<int64_t>(w.size()) + 1)
         w.push_back(slot);
+      else if (offset > 0 && offset == static_cast<int64_t>(w.size()))
+        further.emplace_back(slot, w.back());
       else
-        shaped = shaped && offset == static_cast<int64_t>(w.size()) && offset > 0;  // a further one
+        shaped = false;
     }
     if (!shaped || static_cast<int64_t>(w.size()) + 1 != s.n_new) {
       w.clear();
       continue;
     }
+    step_.chain_copies.insert(step_.chain_copies.end(), further.begin(), further.end());
     step_.chain_seq[i] = 1;
     verify = verify || s.n_new > 1;
     n_max = std::max(n_max, s.n_new);
   }
   if (!verify) {
     step_.chain_seq.assign(n, 0);
+    step_.chain_copies.clear();
     return;
   }
-  for (size_t i = 0; i < n; ++i)
-    if (step_.chain_seq[i])
-      for (const auto& [offset, slot] : b.seqs[i].snapshots)
-        if (offset > 0 && offset < b.seqs[i].n_new && slot != written[i][static_cast<size_t>(offset - 1)])
-          step_.chain_copies.emplace_back(slot, written[i][static_cast<size_t>(offset - 1)]);
   std::vector<int32_t> rows, in, out, pos;
   for (int64_t t = 0; t < n_max; ++t) {
     step_.chain_begin.push_back(static_cast<int64_t>(rows.size()));

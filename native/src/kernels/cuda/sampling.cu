@@ -335,20 +335,6 @@ namespace {
 
 int64_t argmax_slice(int64_t V) { return std::max(kArgmaxSlice, (V + kArgmaxMaxBlocks - 1) / kArgmaxMaxBlocks); }
 
-// The two-pass argmax of `rows` consecutive logits rows into token[0 .. rows); the partials (8
-// bytes a block and row) in the scratch.
-void argmax_rows(const float* logits, int64_t V, int64_t rows, int32_t* token, void* scratch, cudaStream_t stream) {
-  const int64_t slice = argmax_slice(V);
-  const int blocks = static_cast<int>((V + slice - 1) / slice);
-  float* part_max = static_cast<float*>(scratch);
-  int* part_id = reinterpret_cast<int*>(part_max + rows * blocks);
-  argmax_partial_kernel<<<dim3(blocks, static_cast<unsigned>(rows)), kArgmaxThreads, 0, stream>>>(logits, V, slice,
-                                                                                                 part_max, part_id);
-  PE_CUDA_LAUNCH_CHECK();
-  argmax_final_kernel<<<static_cast<unsigned>(rows), 32, 0, stream>>>(part_max, part_id, blocks, token);
-  PE_CUDA_LAUNCH_CHECK();
-}
-
 }  // namespace
 
 bool greedy_two_pass(const SamplingConfig& p, int64_t V) {
@@ -366,7 +352,16 @@ void sample_greedy_rows(const float* logits, int64_t V, int64_t rows, int32_t* t
   if (rows < 1 || rows > greedy_rows_max(V, scratch_bytes))
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::sample_greedy_rows: ", rows, " rows of vocabulary ", V, " with ",
          scratch_bytes, " bytes of scratch (at most ", greedy_rows_max(V, scratch_bytes), ")");
-  argmax_rows(logits, V, rows, token, scratch, stream);
+  // The partials in the scratch: 8 bytes a block and row.
+  const int64_t slice = argmax_slice(V);
+  const int blocks = static_cast<int>((V + slice - 1) / slice);
+  float* part_max = static_cast<float*>(scratch);
+  int* part_id = reinterpret_cast<int*>(part_max + rows * blocks);
+  argmax_partial_kernel<<<dim3(blocks, static_cast<unsigned>(rows)), kArgmaxThreads, 0, stream>>>(logits, V, slice,
+                                                                                                 part_max, part_id);
+  PE_CUDA_LAUNCH_CHECK();
+  argmax_final_kernel<<<static_cast<unsigned>(rows), 32, 0, stream>>>(part_max, part_id, blocks, token);
+  PE_CUDA_LAUNCH_CHECK();
 }
 
 void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, int32_t* token,
@@ -375,11 +370,8 @@ void sample(const float* logits, int64_t V, const SamplingConfig& p, float u, in
   if (scratch_bytes < sample_scratch_bytes(V))
     fail(PE_ERR_INVALID_ARGUMENT, "cuda::sample: scratch of ", scratch_bytes, " bytes, needs ",
          sample_scratch_bytes(V));
-  if (greedy_two_pass(p, V)) {
-    // Partials in the scratch: 8 bytes a block, <= 4 V bytes (V >= 2 * kArgmaxSlice per 2 blocks).
-    argmax_rows(logits, V, 1, token, scratch, stream);
-    return;
-  }
+  if (greedy_two_pass(p, V))  // one row's partials fit the scratch (4 V bytes >= 8 bytes a block)
+    return sample_greedy_rows(logits, V, 1, token, scratch, scratch_bytes, stream);
   sample_kernel<<<1, kThreads, 0, stream>>>(logits, V, p, u, static_cast<float*>(scratch), token);
   PE_CUDA_LAUNCH_CHECK();
 }
