@@ -165,6 +165,10 @@ def add_engine_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
                    help="quantize 16-bit weights at load (embeddings and lm_head stay as loaded)")
     p.add_argument("--load_format", default="auto", choices=["auto", "dummy"],
                    help="dummy: random weights of the config's shapes (benchmarks)")
+    p.add_argument("--prefill_weight_copy", default="auto", choices=["auto", "on", "off"],
+                   help="FP8 weights on an H100 / H200: keep a row-major copy of each layer matrix for the prefill "
+                        "GEMM (no per-step weight untiling; costs the FP8 weights' memory again). auto: where the "
+                        "copies take at most a quarter of the GPU's memory")
     p.add_argument("--threads", type=non_negative_int, default=0,
                    help="CPU threads of the engine (default 0: all cores)")
     p.add_argument("--overlap_schedule", default="auto", choices=["auto", "on", "off"],
@@ -205,6 +209,7 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
         kv_cache_dtype=args.kv_cache_dtype,
         weight_quant=args.weight_quant,
         load_format=args.load_format,
+        prefill_weight_copy=None if args.prefill_weight_copy == "auto" else args.prefill_weight_copy == "on",
         overlap_schedule=None if args.overlap_schedule == "auto" else args.overlap_schedule == "on",
         max_step_ms=args.max_step_ms,
         tensor_parallel_size=args.tensor_parallel_size,

@@ -33,6 +33,8 @@ class EngineArgs:
     kv_cache_dtype: str = "auto"  # auto (fp32 on the CPU, fp16 on CUDA), fp32, fp16, bf16, fp8_e4m3, int8, fp4
     weight_quant: str | None = None  # on-load quantization of 16-bit weights: int8, fp8, nvfp4
     load_format: str = "auto"  # auto (the checkpoint's safetensors) or dummy (random weights, benchmarks)
+    # FP8 layer matrices keep a row-major copy for the sm_90 prefill GEMM (None: auto, pyengine.h)
+    prefill_weight_copy: bool | None = None
     cuda_graphs: bool = False  # CUDA: replay decode steps from captured graphs
     # Queue the next decode step before the current one's tokens are read (None: on for CUDA, off
     # at tensor_parallel_size > 1).

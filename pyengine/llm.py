@@ -69,9 +69,9 @@ class LLM:
         try:
             if tp_size > 1 or group_of_one():
                 self._tp = TpGroup(self.model_path, tp_size, device, args.weight_quant, args.load_format,
-                                   args.num_threads)  # fmt: skip
+                                   args.num_threads, args.prefill_weight_copy)  # fmt: skip
             self._model = NativeModel(self.model_path, self.config, device, weight_quant=args.weight_quant,
-                                      load_format=args.load_format,
+                                      load_format=args.load_format, prefill_weight_copy=args.prefill_weight_copy,
                                       tp=(self._tp.data, self._tp.control) if self._tp else None)  # fmt: skip
             self._draft = None
             if args.speculative_algorithm == "dflash":

@@ -32,9 +32,11 @@ class NativeModel:
     """Owns a pe_model handle."""
 
     def __init__(self, model_dir: str, config: ModelConfig, device: str = "cpu", weight_quant: str | None = None,
-                 load_format: str = "auto", tp=None):  # fmt: skip
+                 load_format: str = "auto", tp=None, prefill_weight_copy: bool | None = None):  # fmt: skip
         """tp: (data, control) communicators (pyengine.tp.Comm) of this rank of a tensor-parallel
-        group; the checkpoint's tensors are then cut to the rank's shard as they load."""
+        group; the checkpoint's tensors are then cut to the rank's shard as they load.
+        prefill_weight_copy: FP8 layer matrices keep a row-major copy for the sm_90 prefill GEMM
+        (None: where the copies take at most a quarter of the GPU's memory; pyengine.h)."""
         n = native()
         self._n = n
         self.config = config
@@ -69,6 +71,10 @@ class NativeModel:
                 raise CheckpointError(f"{os.path.join(model_dir, 'config.json')}: {e}") from None
         # Dummy FP8 weights are generated as FP8 directly; any other quantization applies at
         # finalize (after the checkpoint or the dummy bf16 weights are in).
+        if prefill_weight_copy is not None and not isinstance(prefill_weight_copy, bool):
+            raise ValueError(f"prefill_weight_copy must be True, False or None (auto); got {prefill_weight_copy!r}")
+        copy_mode = -1 if prefill_weight_copy is None else int(prefill_weight_copy)
+        n.check(n.lib.pe_model_set_prefill_weight_copy(self.handle, copy_mode), "prefill_weight_copy")
         fp8_dummy = load_format == "dummy" and quant == _FP8
         if quant is not None and not fp8_dummy:
             n.check(n.lib.pe_model_set_weight_quant(self.handle, quant), "weight_quant")

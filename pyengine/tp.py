@@ -83,7 +83,7 @@ class TpGroup:
     """Rank 0's side: starts the workers and holds the communicators (`data`, `control`)."""
 
     def __init__(self, model_dir: str, size: int, device: str, weight_quant: str | None, load_format: str,
-                 num_threads: int = 0):  # fmt: skip
+                 num_threads: int = 0, prefill_weight_copy: bool | None = None):  # fmt: skip
         if size < 1:
             raise ValueError(f"a tensor-parallel group needs at least 1 rank, got {size}")
         self.size = size
@@ -100,6 +100,8 @@ class TpGroup:
                        "--threads", str(threads)]  # fmt: skip
                 if weight_quant:
                     cmd += ["--weight_quant", weight_quant]
+                if prefill_weight_copy is not None:
+                    cmd += ["--prefill_weight_copy", "on" if prefill_weight_copy else "off"]
                 if nccl_id is not None:
                     cmd += ["--nccl_id", nccl_id.hex()]
                 env = dict(os.environ, PYENGINE_NUM_THREADS=str(threads))

@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--weight_quant", default=None)
     p.add_argument("--load_format", default="auto")
+    p.add_argument("--prefill_weight_copy", default="auto", choices=["auto", "on", "off"])
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--nccl_id", default=None, help="the NCCL group id rank 0 made, in hex")
     a = p.parse_args(argv)
@@ -33,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = Comm.nccl(bytes.fromhex(a.nccl_id), a.rank, a.size) if a.nccl_id else control
         config = ModelConfig.from_dir(a.model)
+        copy = None if a.prefill_weight_copy == "auto" else a.prefill_weight_copy == "on"
         model = NativeModel(a.model, config, a.device, weight_quant=a.weight_quant, load_format=a.load_format,
-                            tp=(data, control))  # fmt: skip
+                            tp=(data, control), prefill_weight_copy=copy)  # fmt: skip
         n = native()
         n.check(n.lib.pe_model_serve_tp_worker(model.handle), "tensor-parallel worker")
     except Exception as e:  # noqa: BLE001 (any failure ends the group with its reason)

@@ -8,12 +8,14 @@ checkpoints amplify any perturbation chaotically), 200 tokens of this repository
 rel = ||logits - logits_bf16|| / ||logits_bf16||. Bounds sit ~2x above.
 """
 
+import argparse
 import os
 
 import numpy as np
 import pytest
 
 from pyengine import LLM, SamplingParams
+from pyengine.cli_args import add_engine_arguments, engine_kwargs
 from pyengine.llm import default_model_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,3 +71,20 @@ def test_dummy_weights_load_and_generate_on_the_cpu():
             assert tokens == llm.prompt_logits([1, 2, 3] + tokens[:-1])[-4:].argmax(1).tolist(), quant
     with pytest.raises(ValueError, match="load_format"):
         LLM(ckpt, max_model_len=64, load_format="npz")
+
+
+def test_prefill_weight_copy_is_checked_and_changes_nothing_on_the_cpu():
+    """The option only matters on a CUDA device with the sm_90 FP8 GEMM (pyengine.h); elsewhere
+    every value loads and gives the same logits; bad values are named."""
+    ckpt = os.path.join(ROOT, "tests", "data", "ckpt_text_bf16")
+    logits = []
+    for copy in (None, True, False):
+        with LLM(ckpt, max_model_len=64, weight_quant="fp8", prefill_weight_copy=copy) as llm:
+            logits.append(llm.prompt_logits([1, 2, 3, 4]))
+    assert np.array_equal(logits[0], logits[1]) and np.array_equal(logits[0], logits[2])
+    with pytest.raises(ValueError, match="prefill_weight_copy"):
+        LLM(ckpt, max_model_len=64, prefill_weight_copy="yes")
+    p = argparse.ArgumentParser()  # the CLI flag maps to the option
+    add_engine_arguments(p)
+    for flag, want in (("auto", None), ("on", True), ("off", False)):
+        assert engine_kwargs(p.parse_args(["--prefill_weight_copy", flag]))["prefill_weight_copy"] is want

@@ -144,7 +144,16 @@ def make_model(cfg_dir: str):
     from pyengine.config import ModelConfig
     from pyengine.model_loader import NativeModel
 
-    return NativeModel(cfg_dir, ModelConfig.from_dir(cfg_dir), "cuda", weight_quant="fp8", load_format="dummy")
+    return NativeModel(cfg_dir, ModelConfig.from_dir(cfg_dir), "cuda", weight_quant="fp8", load_format="dummy",
+                       prefill_weight_copy=weight_copy(PREFILL_WEIGHT_COPY))
+
+
+PREFILL_WEIGHT_COPY = "auto"  # --prefill-weight-copy
+
+
+def weight_copy(flag: str) -> bool | None:
+    """The model option prefill_weight_copy of an auto / on / off flag."""
+    return None if flag == "auto" else flag == "on"
 
 
 def make_engine(cfg_dir: str, kv: str, max_len: int, max_batch: int, chunk: int, **kw):
@@ -446,10 +455,13 @@ def main() -> None:
     ap.add_argument("--depth-kv-bytes", type=int, default=6 << 30, help="kv_cache_bytes of each depth engine")
     ap.add_argument("--overlap-schedule", choices=["auto", "on", "off"], default="auto",
                     help="the engines' overlap_schedule option (auto: the engine's default)")
+    ap.add_argument("--prefill-weight-copy", choices=["auto", "on", "off"], default="auto",
+                    help="the model option prefill_weight_copy (FP8 row-major copies for the sm_90 prefill GEMM)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    global OVERLAP_SCHEDULE
+    global OVERLAP_SCHEDULE, PREFILL_WEIGHT_COPY
     OVERLAP_SCHEDULE = args.overlap_schedule
+    PREFILL_WEIGHT_COPY = args.prefill_weight_copy
     import torch
 
     out: dict = {"gpu": torch.cuda.get_device_name(0), "command": " ".join(sys.argv)}

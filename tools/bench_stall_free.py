@@ -117,11 +117,11 @@ def load_model(args):
     from pyengine.model_loader import NativeModel
 
     if args.shape27b:
-        from tools.bench_gpu import write_config
+        from tools.bench_gpu import weight_copy, write_config
 
         cfg_dir = write_config(args.layers)
         model = NativeModel(cfg_dir, ModelConfig.from_dir(cfg_dir), args.device or "cuda", weight_quant="fp8",
-                            load_format="dummy")  # fmt: skip
+                            load_format="dummy", prefill_weight_copy=weight_copy(args.prefill_weight_copy))  # fmt: skip
         return model, (1000, 200000), cfg_dir
     from pyengine.llm import default_model_path
 
@@ -192,6 +192,8 @@ def main() -> None:
     ap.add_argument("--solo-tokens", type=int, default=24, help="tokens each decoder makes before the long prompt")
     ap.add_argument("--ttft-after", type=int, default=3, help="steps of the long prefill before the short request")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--prefill-weight-copy", choices=["auto", "on", "off"], default="auto",
+                    help="--shape27b: the model option prefill_weight_copy (FP8 row-major copies, sm_90 prefill GEMM)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     model, vocab, source = load_model(args)

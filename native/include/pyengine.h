@@ -126,6 +126,14 @@ int32_t pe_model_finalize(pe_model* model);
  * embed_tokens and lm_head are kept as loaded. Call before pe_model_finalize. */
 int32_t pe_model_set_weight_quant(pe_model* model, int32_t dtype);
 
+/* Whether FP8 layer matrices keep a row-major copy beside the GEMV layout, for the W8A8 prefill
+ * GEMM of a CUDA device of compute capability 9.0 (built with CUTLASS): each prefill GEMM then
+ * reads the copy instead of untiling its weight first (on the 27B shape ~18 ms of every
+ * prefill-holding step on an H100), for the FP8 matrices' bytes again in device memory.
+ * -1 auto (default: where the copies take at most a quarter of the GPU's memory), 0 off, 1 on;
+ * nothing is kept where that GEMM does not run. Call before pe_model_finalize / pe_model_load_dummy. */
+int32_t pe_model_set_prefill_weight_copy(pe_model* model, int32_t mode);
+
 /* load_format "dummy": fills every tensor of the config with random values (matrices as
  * matrix_dtype: F32, F16, BF16 or FP8_E4M3 with block scales; on a CUDA model generated on the
  * GPU) and finalizes, instead of pe_model_set_tensor + pe_model_finalize. For benchmarks. */

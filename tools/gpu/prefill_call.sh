@@ -16,13 +16,15 @@
 # GPU machine (repo root, DEST carried): tools/gpu/prefill_call.sh run DEST
 # runs, each part within its cap and what is left of LIMIT (default 590 s), into OUT/summary.txt:
 #   ops       test_backend_ops --backend cuda "linear fp8 sm90" and (PE_TEST_SMALL) "cuda linear"
-#   prefill   bench_gpu.py 4K / 32K with the per-kernel breakdown (42 must-show 1, 3's decode)
+#   prefill   bench_gpu.py 4K / 32K with the per-kernel breakdown (42 must-show 1, 3's decode), the
+#             model option prefill_weight_copy on; prefill_untile: 4K with it off (A/B)
 #   hf        transformers bf16 eager at 4K in the same call (42 must-show 1's baseline)
 #   sm75      the 75-only library's 4K prefill and its breakdown (42 must-show 2)
 #   scene54k  bench_stall_free.py --shape27b --long 54000: the prefill time and a short request's
 #             first-token time during it (42 must-show 4)
 #   stall     bench_stall_free.py --shape27b --long 32768 --chunk 512, 1 and 4 decoders, max_step_ms
 #             0 / 30 / 60 / off (47 must-show 1)
+# PARTS (names above, in the order to run; default: all in this order) picks and orders them.
 set -u -o pipefail
 mode="${1:?pack BUILD90 [BUILD75] DEST | run DEST}"
 if [ "$mode" = pack ]; then
@@ -60,15 +62,24 @@ run() { local name=$1 limit=$2; shift 2; local left=$((LIMIT - $(el))); [ "$left
   [ "$limit" -le 5 ] && { echo "== $name skipped (no time left)" >> "$S"; return; }
   timeout "$limit" "$@" 2>&1 | grep -vE "memory plan|UserWarning|_warn_once" > $L/$name.log
   echo "== $name rc $? at $(el) s" >> "$S"; grep -vE '^\{| ok$' $L/$name.log | tail -40 >> "$S"; }
-run ops_fp8 40 $L/b/test_backend_ops --backend cuda "linear fp8 sm90"
-PE_TEST_SMALL=1 run ops_linear 60 $L/b/test_backend_ops --backend cuda "cuda linear"
-run prefill 110 python3 tools/bench_gpu.py --skip-depth --prefill-sizes 4096 32768 --prefill-breakdown --out $L/prefill.json
-run hf 110 python3 tools/bench_gpu.py --skip-engine --skip-depth --prefill-sizes 4096 --hf --out $L/hf.json
-[ -f $L/b/lib75.so ] && PYENGINE_LIBRARY=$L/b/lib75.so run sm75 120 python3 tools/bench_gpu.py --skip-depth \
-  --prefill-sizes 4096 --prefill-breakdown --out $L/sm75.json
-run scene54k 90 python3 tools/bench_stall_free.py --shape27b --long 54000 --chunk 512 --decoders 1 --max_step_ms 0 \
-  --out $L/scene54k.json
-run stall 200 python3 tools/bench_stall_free.py --shape27b --long 32768 --chunk 512 --decoders 1 4 \
-  --max_step_ms 0 30 60 -1 --out $L/stall.json
+part() {
+  case $1 in
+    ops_fp8) run ops_fp8 40 $L/b/test_backend_ops --backend cuda "linear fp8 sm90" ;;
+    ops_linear) PE_TEST_SMALL=1 run ops_linear 60 $L/b/test_backend_ops --backend cuda "cuda linear" ;;
+    prefill) run prefill 110 python3 tools/bench_gpu.py --skip-depth --prefill-sizes 4096 32768 --prefill-breakdown \
+      --prefill-weight-copy on --out $L/prefill.json ;;
+    prefill_untile) run prefill_untile 60 python3 tools/bench_gpu.py --skip-depth --prefill-sizes 4096 \
+      --prefill-breakdown --prefill-weight-copy off --out $L/prefill_untile.json ;;
+    hf) run hf 110 python3 tools/bench_gpu.py --skip-engine --skip-depth --prefill-sizes 4096 --hf --out $L/hf.json ;;
+    sm75) [ -f $L/b/lib75.so ] && PYENGINE_LIBRARY=$L/b/lib75.so run sm75 120 python3 tools/bench_gpu.py --skip-depth \
+      --prefill-sizes 4096 --prefill-breakdown --out $L/sm75.json ;;
+    scene54k) run scene54k 90 python3 tools/bench_stall_free.py --shape27b --long 54000 --chunk 512 --decoders 1 \
+      --max_step_ms 0 --prefill-weight-copy on --out $L/scene54k.json ;;
+    stall) run stall 200 python3 tools/bench_stall_free.py --shape27b --long 32768 --chunk 512 --decoders 1 4 \
+      --max_step_ms 0 30 60 -1 --prefill-weight-copy on --out $L/stall.json ;;
+    *) echo "== unknown part $1" >> "$S" ;;
+  esac
+}
+for p in ${PARTS:-ops_fp8 ops_linear prefill prefill_untile hf sm75 scene54k stall}; do part $p; done
 tar czf "$OUT/prefill_call_logs.tgz" -C $L --exclude=b .
 cat "$S"

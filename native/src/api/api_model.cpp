@@ -132,6 +132,14 @@ int32_t pe_model_set_weight_quant(pe_model* model, int32_t dtype) {
   });
 }
 
+int32_t pe_model_set_prefill_weight_copy(pe_model* model, int32_t mode) {
+  return pe::api::guarded([&] {
+    if (!model) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_set_prefill_weight_copy: null model");
+    if (model->finalized) fail(PE_ERR_STATE, "prefill_weight_copy must be set before the model is finalized");
+    model->model->set_prefill_weight_copy(mode);
+  });
+}
+
 int32_t pe_model_load_dummy(pe_model* model, int32_t matrix_dtype, uint64_t seed) {
   return pe::api::guarded([&] {
     if (!model) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_load_dummy: null model");

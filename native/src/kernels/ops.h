@@ -36,6 +36,9 @@ struct WeightView {
   // 4096 / R bytes of a row block lie in one 4 KB tile, in the order the quantized GEMV's lanes
   // load them (cuda/linear_common.cuh, tiled_offset; cuda_ops.h, tile_weight).
   int32_t tile = 0;
+  // CUDA FP8 weights in the tile layout only: the same matrix row-major, kept where the engine
+  // keeps it for the sm_90 W8A8 prefill GEMM (model option prefill_weight_copy), else null.
+  const void* rowmajor = nullptr;
 };
 
 namespace cpu {

@@ -38,7 +38,10 @@ inline int64_t aligned_floats(int64_t n) { return (n + kAlignFloats - 1) / kAlig
 struct Matrix {
   WeightView view;
   Buffer data, scales, group;
-  int64_t bytes() const { return static_cast<int64_t>(data.size() + scales.size() + group.size()); }
+  Buffer rowmajor;  // CUDA: view.rowmajor's bytes (a tiled FP8 matrix's row-major copy) or empty
+  int64_t bytes() const {
+    return static_cast<int64_t>(data.size() + scales.size() + group.size() + rowmajor.size());
+  }
 };
 
 // Checkpoint matrices that read the same input, one after another by rows in runs (a backend that
@@ -94,6 +97,10 @@ class Backend {
   // ---- Weights ----
   // Whether projections are joined into runs of several matrices (one GEMV streams them all).
   virtual bool joins_runs() const = 0;
+  // Before the layer runs are placed: whether FP8 layer matrices keep a row-major copy beside their
+  // GEMV layout for the prefill GEMM (model option prefill_weight_copy: -1 auto, 0 off, 1 on;
+  // fp8_bytes: what the copies would take). A backend without such a GEMM ignores it.
+  virtual void plan_prefill_copies(int mode, int64_t fp8_bytes) {}
   // A run from the WeightStore's matrices (final format: checkpoint or on-load quantized).
   // gemv_layout: the backend may lay it out for its GEMV (not for tables read by row: embeddings).
   virtual Matrix place(const WeightStore& w, const std::vector<RunPart>& parts, bool gemv_layout) = 0;

@@ -80,13 +80,19 @@ Matrix to_device(const WeightView& v) {
 }
 
 // A layer matrix in the GEMV tile layout where it tiles (cuda_ops.h gemv_tile_rows): every linear
-// path reads the layout; the decode GEMVs then stream each step's 4 KB in one run.
-void tile_for_gemv(Matrix& m) {
+// path reads the layout; the decode GEMVs then stream each step's 4 KB in one run. keep_rowmajor:
+// an FP8 matrix keeps its row-major upload as view.rowmajor (the prefill copy), else it is freed.
+void tile_for_gemv(Matrix& m, bool keep_rowmajor) {
   const int tile = cuda::gemv_tile_rows(m.view);
   if (tile == 0) return;
   Buffer tiled(Device::CUDA, cuda::tiled_weight_bytes(m.view, tile));  // zero-filled: the padding rows
+  const void* rowmajor = m.view.data;
   m.view = cuda::tile_weight(m.view, tiled.data(), tile, cuda::stream());
   cuda::stream_sync();  // the row-major copy is read until here
+  if (keep_rowmajor && m.view.dtype == DType::FP8_E4M3) {
+    m.rowmajor = std::move(m.data);
+    m.view.rowmajor = rowmajor;
+  }
   m.data = std::move(tiled);
 }
 
@@ -128,6 +134,11 @@ class CudaBackend final : public Backend {
     return keep(std::move(b));
   }
   bool dummy_on_device() const override { return true; }
+  void plan_prefill_copies(int mode, int64_t fp8_bytes) override {
+    size_t free_b = 0, total_b = 0;
+    if (mode != 0 && fp8_bytes > 0 && cuda::linear_fp8_sm90_available()) cuda::mem_info(&free_b, &total_b);
+    keep_rowmajor_ = total_b > 0 && (mode == 1 || static_cast<size_t>(fp8_bytes) <= total_b / 4);
+  }
   Matrix place_dummy(const WeightStore& w, const std::vector<RunPart>& parts, DType dtype, uint64_t seed) override;
   const float* place_dummy_vector(const WeightStore& w, const std::string& name, uint64_t seed) override {
     const Tensor& t = w.tensors().at(name);
@@ -274,7 +285,9 @@ class CudaBackend final : public Backend {
   void note_gemm_shape(const WeightView& v) {
     if (v.dtype != DType::FP8_E4M3) return;  // the one format with a workspace path
     for (const WeightView& o : gemm_shapes_)
-      if (o.rows == v.rows && o.cols == v.cols && o.tile == v.tile && o.block == v.block) return;
+      if (o.rows == v.rows && o.cols == v.cols && o.tile == v.tile && o.block == v.block &&
+          !o.rowmajor == !v.rowmajor)
+        return;
     gemm_shapes_.push_back(v);  // of its data, only the alignment is read
     gemm_shapes_added_ = true;  // sized again at the next reserve
   }
@@ -285,6 +298,7 @@ class CudaBackend final : public Backend {
   Buffer norm_partial_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_,
       penalty_ids_, penalty_row_, token_mask_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
+  bool keep_rowmajor_ = false;  // plan_prefill_copies
   std::vector<WeightView> gemm_shapes_;
   Buffer gemm_ws_buf_;
   cuda::GemmWorkspace gemm_ws_;  // views gemm_ws_buf_
@@ -343,7 +357,7 @@ Matrix CudaBackend::place(const WeightStore& w, const std::vector<RunPart>& part
 
 Matrix CudaBackend::place_matrix(const WeightView& host, bool gemv_layout) {
   Matrix m = to_device(host);
-  if (gemv_layout) tile_for_gemv(m);
+  if (gemv_layout) tile_for_gemv(m, keep_rowmajor_);
   weight_bytes_ += m.bytes();
   note_gemm_shape(m.view);
   return m;
@@ -369,7 +383,7 @@ Matrix CudaBackend::place_dummy(const WeightStore& w, const std::vector<RunPart>
   } else {
     cuda::fill_random(m.data.data(), dtype, n, seed, scale);
   }
-  tile_for_gemv(m);  // random bytes either way; tiled as real weights are, for the same kernels
+  tile_for_gemv(m, keep_rowmajor_);  // random bytes either way; tiled as real weights are, for the same kernels
   weight_bytes_ += m.bytes();
   note_gemm_shape(m.view);
   return m;

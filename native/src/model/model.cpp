@@ -18,6 +18,11 @@ void Model::set_weight_quant(DType target) {
   weight_quant_ = target;
 }
 
+void Model::set_prefill_weight_copy(int mode) {
+  if (mode < -1 || mode > 1) fail(PE_ERR_INVALID_ARGUMENT, "prefill_weight_copy must be -1 (auto), 0 or 1, got ", mode);
+  prefill_weight_copy_ = mode;
+}
+
 // Value ranges of the dummy tensors: small enough that 64 random layers keep the residual stream
 // finite, varied enough that nothing is a special case (zeros, ones) for the kernels.
 float dummy_scale(const std::string& name, const Tensor& t) {

@@ -120,6 +120,11 @@ class Model {
   // Set before finalize. Embeddings and lm_head stay as loaded.
   void set_weight_quant(DType target);
   DType weight_quant() const { return weight_quant_; }
+  // Whether FP8 layer matrices keep a row-major copy for the sm_90 prefill GEMM (CUDA, compute
+  // capability 9.0 with the CUTLASS GEMM built in; elsewhere nothing to keep): -1 auto (where the
+  // copies take at most a quarter of the GPU's memory), 0 off (each prefill GEMM untiles its weight
+  // into the workspace), 1 on. Set before finalize / load_dummy.
+  void set_prefill_weight_copy(int mode);
 
   // After all tensors are set: validates, converts, quantizes and places the weights.
   virtual void finalize() = 0;
@@ -188,6 +193,7 @@ class Model {
   Communicator* tp_data_ = nullptr;
   Communicator* tp_control_ = nullptr;
   DType weight_quant_ = DType::F32;
+  int prefill_weight_copy_ = -1;
 };
 
 }  // namespace pe

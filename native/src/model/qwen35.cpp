@@ -60,9 +60,27 @@ void Qwen35Model::place_weights(const RunSource& run, const VectorSource& vec) {
   }
 }
 
+// The FP8 layer runs' bytes (a dry run of place_weights that places nothing), for the backend's
+// choice of prefill copies.
+void Qwen35Model::plan_prefill_copies() {
+  int64_t bytes = 0;
+  place_weights(
+      [&](const std::vector<RunPart>& parts) {
+        if (weights_.tensors().at(parts.front().name).dtype == DType::FP8_E4M3)
+          for (const RunPart& p : parts) {
+            const Tensor& t = weights_.tensors().at(p.name);
+            bytes += (t.shape[0] + p.pad_rows) * t.shape[1];
+          }
+        return Matrix{};
+      },
+      [](const std::string&) -> const float* { return nullptr; });
+  be_->plan_prefill_copies(prefill_weight_copy_, bytes);
+}
+
 void Qwen35Model::finalize() {
   weights_.finalize();
   if (weight_quant_ != DType::F32) weights_.quantize(weight_quant_);  // per tensor, on the host
+  plan_prefill_copies();
   place_weights([&](const std::vector<RunPart>& parts) { return be_->place(weights_, parts, true); },
                 [&](const std::string& name) { return be_->place_vector(weights_, name); });
   embed_ = be_->place(weights_, {{"embed_tokens.weight"}}, false);
@@ -87,6 +105,7 @@ void Qwen35Model::load_dummy(DType matrix_dtype, uint64_t seed) {
       weights_.mark_present(name, t.kind == TensorKind::Vector ? DType::F32
                                   : (name == "embed_tokens.weight" || name == "lm_head.weight") ? big
                                                                                                 : matrix_dtype);
+  plan_prefill_copies();
   place_weights([&](const std::vector<RunPart>& parts) { return be_->place_dummy(weights_, parts, matrix_dtype, seed); },
                 [&](const std::string& name) { return be_->place_dummy_vector(weights_, name, seed); });
   embed_ = be_->place_dummy(weights_, {{"embed_tokens.weight"}}, big, seed);

@@ -92,6 +92,7 @@ class Qwen35Model : public Model {
 
   // Weight placement (qwen35.cpp).
   void place_weights(const RunSource& run, const VectorSource& vec);
+  void plan_prefill_copies();
   Projection projection(const std::vector<std::string>& names, const RunSource& run) const;
   Layer layer(const std::string& prefix, bool full, const RunSource& run, const VectorSource& vec) const;
   int64_t act_floats(int64_t T) const;

@@ -60,7 +60,7 @@ bool linear_fp8_sm90_available() {
 size_t linear_workspace_bytes(int64_t n, const WeightView& w) {
 #ifdef PE_WITH_CUTLASS_SM90
   if (n >= g_fp8_min_tokens && fp8sm90::weight_supported(w) && linear_fp8_sm90_available())
-    return fp8sm90::workspace_bytes(n, w.rows, w.cols, w.tile != 0);
+    return fp8sm90::workspace_bytes(n, w.rows, w.cols, fp8sm90::untiles(w));
 #endif
   (void)n;
   (void)w;
@@ -72,7 +72,7 @@ void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cud
   auto al = [](const void* p, int a) { return (reinterpret_cast<uintptr_t>(p) % a) == 0; };
 #ifdef PE_WITH_CUTLASS_SM90
   if (workspace && workspace->data && al(x, 16) && al(out, 16) && fp8_sm90_takes(n, w) &&
-      workspace->bytes >= fp8sm90::workspace_bytes(n, w.rows, w.cols, w.tile != 0))
+      workspace->bytes >= fp8sm90::workspace_bytes(n, w.rows, w.cols, fp8sm90::untiles(w)))
     return fp8sm90::linear(x, n, w, out, workspace->data, workspace->bytes, g_fp8_variant, stream);
 #else
   (void)workspace;

@@ -172,7 +172,8 @@ unsigned grid_for(int64_t warps) {
 bool weight_supported(const WeightView& w) {
   return w.dtype == DType::FP8_E4M3 && w.block == 128 && w.block_scale && w.data && aligned16(w.data) &&
          w.rows > 0 && w.rows % 4 == 0 && w.rows < (int64_t(1) << 31) && w.cols > 0 && w.cols % 16 == 0 &&
-         w.cols < (int64_t(1) << 31) && (w.tile == 0 || (w.cols % 128 == 0 && (w.tile == 8 || w.tile == 16 || w.tile == 32)));
+         w.cols < (int64_t(1) << 31) && (w.tile == 0 || (w.cols % 128 == 0 && (w.tile == 8 || w.tile == 16 || w.tile == 32))) &&
+         (!w.rowmajor || aligned16(w.rowmajor));
 }
 
 size_t workspace_bytes(int64_t n, int64_t rows, int64_t cols, bool tiled) {
@@ -184,12 +185,12 @@ size_t workspace_bytes(int64_t n, int64_t rows, int64_t cols, bool tiled) {
 void linear(const float* x, int64_t n, const WeightView& w, float* out, void* workspace, size_t workspace_size,
             int variant, cudaStream_t stream) {
   if (n <= 0 || n >= (int64_t(1) << 31) || !weight_supported(w) || !aligned16(x) || !aligned16(out) ||
-      !aligned16(workspace) || workspace_size < workspace_bytes(n, w.rows, w.cols, w.tile != 0))
+      !aligned16(workspace) || workspace_size < workspace_bytes(n, w.rows, w.cols, untiles(w)))
     fail(PE_ERR_INTERNAL, "cuda::linear (sm_90 FP8 GEMM): arguments it does not take (", w.rows, "x", w.cols,
          " tile ", w.tile, ", ", n, " tokens, workspace ", workspace_size, " bytes)");
   uint8_t* p = static_cast<uint8_t*>(workspace);
-  const void* wdata = w.data;
-  if (w.tile) {
+  const void* wdata = w.tile ? w.rowmajor : w.data;
+  if (untiles(w)) {
     untile_kernel<<<grid_for(((w.rows + 7) / 8) * (w.cols / 64)), 256, 0, stream>>>(
         static_cast<const uint8_t*>(w.data), w.rows, w.cols, w.tile, p);
     PE_CUDA_LAUNCH_CHECK();

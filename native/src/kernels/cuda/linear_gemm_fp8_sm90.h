@@ -11,8 +11,9 @@
 // registers (CUTLASS 4's KernelTmaWarpSpecializedCooperativeFP8Blockwise).
 //
 // Workspace, carved in this order (256-byte aligned parts): the weight in row-major order when it
-// is in the GEMV tile layout (rows x cols bytes; the kernel's TMA reads K-major rows), xq (n x cols
-// bytes), xs (ceil(cols / 128) x scale_ld(n) floats), CUTLASS's own (none expected for this schedule).
+// is in the GEMV tile layout without a row-major copy (w.rowmajor; rows x cols bytes; the kernel's
+// TMA reads K-major rows), xq (n x cols bytes), xs (ceil(cols / 128) x scale_ld(n) floats),
+// CUTLASS's own (none expected for this schedule).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,8 @@ constexpr int kCoop128 = 1, kCoop128Cluster2 = 2, kVariants = 2;
 // 16-byte aligned data; row-major or any GEMV tile layout. n and 16-byte alignment of x and out
 // are the caller's to check.
 bool weight_supported(const WeightView& w);
+// Whether a call untiles w into the workspace (tiled, no row-major copy).
+inline bool untiles(const WeightView& w) { return w.tile != 0 && !w.rowmajor; }
 size_t workspace_bytes(int64_t n, int64_t rows, int64_t cols, bool tiled);
 // out[n, w.rows] as above. Throws pe::Error where CUTLASS refuses or a launch fails.
 void linear(const float* x, int64_t n, const WeightView& w, float* out, void* workspace, size_t workspace_size,
