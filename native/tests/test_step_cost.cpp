@@ -271,3 +271,29 @@ TEST(derived_limit_of_a_step_without_decode_rows_leaves_the_long_prefill_one_blo
   CHECK_EQ(pacer.fit(short_prompt, 4096, 512, limit, true), 16);
   CHECK_EQ(pacer.fit(short_prompt, 4100, 512, limit, true), 12);
 }
+
+TEST(one_prefill_size_counts_per_token_so_pacing_can_learn_the_slices) {
+  // A long prompt in full chunks with decode steps beside it (an H100's 27B numbers: 10 ms a decode
+  // row, ~0.11 ms a prefill token, no cost for holding prefill at all): the per-step and per-token
+  // costs are the same column. The model must call a small slice what it costs (an unbiased fit
+  // split it 25 ms a step + 0.05 a token: a 128-token slice 1.5x its time), so the pacer cuts one;
+  // slices of other sizes then recover the device.
+  Device dev{0.0, 0.010, 0.0, 0.11e-3, 5.6e-9};
+  StepCostModel m;
+  std::mt19937 rng(5);
+  std::normal_distribution<double> noise(1.0, 0.03);
+  for (int i = 0; i < 64; ++i) {
+    m.observe(mixed_step(0, 512 * i, 512), dev.time(mixed_step(0, 512 * i, 512)) * noise(rng));
+    if (i % 8 == 0) m.observe(decode_step(1, 64), dev.time(decode_step(1, 64)) * noise(rng));
+  }
+  CHECK(m.ready());
+  const StepShape slice = mixed_step(1, 16384, 128), chunk = mixed_step(1, 16384, 512);
+  CHECK(near(m.predict_seconds(slice), dev.time(slice), 0.1));
+  std::uniform_int_distribution<int64_t> tokens(16, 512);
+  for (int i = 0; i < 60; ++i) {
+    const StepShape s = mixed_step(1, 16384 + 256 * i, tokens(rng));
+    m.observe(s, dev.time(s));
+  }
+  CHECK(near(m.predict_seconds(slice), dev.time(slice), 0.05));
+  CHECK(near(m.predict_seconds(chunk), dev.time(chunk), 0.05));
+}

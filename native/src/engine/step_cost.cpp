@@ -109,6 +109,8 @@ void StepCostModel::refit() {
     b[i] = 0.0;
     for (const Sums& c : classes_) b[i] += c.xy[i];
   }
+  // The ridge on prefill_step (step_cost.h): what the data cannot tell apart goes per token.
+  a[2][2] *= 1.0 + kStepRidge;
   coef_ = nonnegative_least_squares(a, b);
   // A class's scale f minimizes sum w (f k.x - t)^2 with w = 1 / t^2: f = k.xy / k' xx k.
   for (int c = 0; c < kClasses; ++c) {
@@ -129,13 +131,18 @@ double StepCostModel::predict_seconds(const StepShape& s) const {
   return t * scale_[class_of(s)];
 }
 
-bool StepCostModel::ready() const {
-  double lo = 0.0, hi = -1.0;  // prefill sizes seen
+double StepCostModel::prefill_size(bool largest) const {
+  double lo = 0.0, hi = -1.0;
   for (const Sums* c : {&classes_[kPrefillOnly], &classes_[kMixed]}) {
     if (c->weight <= 0.0) continue;
     lo = hi < lo ? c->prefill_min : std::min(lo, c->prefill_min);
     hi = std::max(hi, c->prefill_max);
   }
+  return largest ? hi : lo;
+}
+
+bool StepCostModel::ready() const {
+  const double lo = prefill_size(false), hi = prefill_size(true);
   if (hi < lo) return false;
   return classes_[kDecodeOnly].weight > 0.0 || hi - lo >= min_spread_;
 }
