@@ -5,9 +5,11 @@
 // and the fraction of the copy bandwidth (memory-bound kernels) or TFLOP/s (GEMM).
 // Weights are random bytes (fp8 kept finite), rotated over copies larger than L2.
 // Build: the CMake target bench_kernels (CUDA build with PYENGINE_TESTS).
-// Usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm|pattern] (--only gemv: sections 1-2
-// alone, a short device call; --only norm: the decode-row norms warm and behind an L2-flushing
-// memset; --only pattern: the GEMV's weight-load order alone, bench_patterns.cu.)
+// Usage: bench_kernels [--quick] [--only gemv|attn|attn_prefill|gemm|norm|pattern] (--only gemv:
+// sections 1-2 alone, a short device call; --only attn: the decode attention, then the prefill
+// attention's variants; --only attn_prefill: those alone; --only norm: the decode-row norms warm
+// and behind an L2-flushing memset; --only pattern: the GEMV's weight-load order alone,
+// bench_patterns.cu.)
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
@@ -103,15 +105,16 @@ bool name_selected(const char* name, const char* filter) {
 }
 
 int main(int argc, char** argv) {
-  bool quick = false, only_gemv = false, only_attn = false, only_gemm = false, only_norm = false, only_pattern = false;
+  bool quick = false, only_gemv = false, only_attn = false, only_attn_prefill = false, only_gemm = false, only_norm = false, only_pattern = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemv") == 0) only_gemv = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "attn") == 0) only_attn = true, ++i;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "attn_prefill") == 0) only_attn_prefill = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemm") == 0) only_gemm = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "norm") == 0) only_norm = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "pattern") == 0) only_pattern = true, ++i;
-    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm|pattern]\n"); return 2; }
+    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|attn_prefill|gemm|norm|pattern]\n"); return 2; }
   }
   if (quick) g_reps = 5;
   if (!cuda::device_available()) {
@@ -130,6 +133,12 @@ int main(int argc, char** argv) {
   g_copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
   std::printf("%-44s %9.4f ms  copy bandwidth %.0f GB/s (read + write)\n", "d2d copy 2 GiB", copy_ms, g_copy_gbs);
   CK(cudaFree(dst));
+  if (only_attn_prefill) {
+    bench_prefill_attention(quick, false);
+    CK(cudaDeviceSynchronize());
+    std::printf("bench done\n");
+    return 0;
+  }
   if (only_norm) {
     // add_rms_norm / rms_norm on decode-sized rows (27B hidden 5120): warm (back to back) and
     // behind a 256 MB memset per call, as in a decode step where each norm follows ~190 MB of
@@ -390,6 +399,7 @@ int main(int argc, char** argv) {
       if (ks) { CK(cudaFree(ks)); CK(cudaFree(vs)); }
     }
   if (only_attn) {
+    bench_prefill_attention(quick, false);  // section 6 without the SIMT kernel
     CK(cudaDeviceSynchronize());
     std::printf("bench done\n");
     return 0;
@@ -428,56 +438,8 @@ int main(int argc, char** argv) {
     }
     CK(cudaFree(state)); CK(cudaFree(gb));
   }
-  // 6. Attention prefill of one layer from position 0 (27B: 24 q heads, 4 kv heads, D 256, output
-  // gate), F16 cache: the fp32 SIMT tiled kernel behind attention_paged vs the tensor-core
-  // attention_prefill_mma. FLOPs causal: 2 * 2 * n^2 / 2 * D * Hq (Q K^T and P V). q, gate and
-  // out get their own buffers (32K tokens x 24 x 256 floats = 805 MB each). The old kernel at 32K
-  // runs for seconds: timed once (after one warm-up at 4K). Scratch: none (prefill of this size
-  // takes one key split; attention_paged_scratch_bytes' bound is for the split-K worst case).
-  {
-    const int64_t Hq = 24, Hkv = 4, D = 256, page = 16, n_max = quick ? 4096 : 32768;
-    const size_t act = size_t(n_max) * Hq * D * 4;
-    float* aq = static_cast<float*>(dalloc(act, 10));  // finite floats, |x| < 2
-    float* agate = static_cast<float*>(dalloc(act, 11));
-    float* aout = static_cast<float*>(dalloc(act, 12));
-    void* kc = dalloc(size_t(n_max) * Hkv * D * 2, 7);
-    void* vc = dalloc(size_t(n_max) * Hkv * D * 2, 8);
-    std::vector<int32_t> hpt(n_max / page);
-    for (size_t i = 0; i < hpt.size(); ++i) hpt[i] = static_cast<int32_t>(i);
-    int32_t* pt;
-    CK(cudaMalloc(&pt, hpt.size() * 4));
-    CK(cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice));
-    const cpu::PagedKV kv{DType::F16, kc, vc, nullptr, nullptr, page, Hkv, D};
-    for (const int64_t n : {quick ? int64_t(1024) : int64_t(4096), n_max}) {
-      const double flops = 4.0 * n * n / 2 * D * Hq, bytes = 2.0 * n * Hkv * D * 2 + 12.0 * n * Hq * D;
-      auto old_kernel = [&](int) {
-        cuda::attention_paged(aq, n, 0, Hq, kv, pt, 0.0625f, agate, aout, nullptr, 0, nullptr);
-      };
-      float ms;
-      if (n > 8192) {  // one timed run
-        cudaEvent_t a, b;
-        CK(cudaEventCreate(&a));
-        CK(cudaEventCreate(&b));
-        CK(cudaEventRecord(a));
-        old_kernel(0);
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        CK(cudaEventElapsedTime(&ms, a, b));
-        CK(cudaGetLastError());
-      } else {
-        ms = time_ms(old_kernel);
-      }
-      char name[96];
-      std::snprintf(name, sizeof name, "attn prefill tiled F16 n=%lld (%.0f tok/s/layer)", (long long)n, n / (ms * 1e-3));
-      report(name, ms, bytes, flops);
-      ms = time_ms([&](int) {
-        cuda::attention_prefill_mma(aq, n, 0, Hq, kv, pt, 0.0625f, agate, aout, nullptr);
-      });
-      std::snprintf(name, sizeof name, "attn prefill mma F16 n=%lld (%.0f tok/s/layer)", (long long)n, n / (ms * 1e-3));
-      report(name, ms, bytes, flops);
-    }
-    CK(cudaFree(aq)); CK(cudaFree(agate)); CK(cudaFree(aout)); CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt));
-  }
+  // 6. Attention prefill (bench_kernels_attn.cpp), with the SIMT tiled kernel.
+  bench_prefill_attention(quick, true);
   // 7. GDN decode step batched over sequences (27B shape): gdn_decode (1 launch per layer for
   // all sequences) vs the per-sequence ops the model calls today (conv1d, 2 l2_norms, gates,
   // recurrent: 6 launches per sequence). States live in a pool of 48 layers per slot (slot stride

@@ -1,4 +1,5 @@
-// Shared by the kernel micro-benchmark's files (bench_kernels.cpp, bench_kernels_gemm.cpp).
+// Shared by the kernel micro-benchmark's files (bench_kernels.cpp, bench_kernels_gemm.cpp,
+// bench_kernels_attn.cpp).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -27,3 +28,7 @@ void report(const char* name, float ms, double bytes, double flops = 0);
 // Section 3, the prefill GEMM (bench_kernels_gemm.cpp): x [4096, 17408] fp32, pool (>= 3 GiB + the
 // tiled weights) of weight bytes, scale / gscale the block / group scales.
 void bench_prefill_gemm(const float* x, void* pool, const float* scale, const void* gscale);
+// Section 6, the prefill attention (bench_kernels_attn.cpp): attention_prefill_mma's variants on the
+// 27B shape, whole prompts and chunks at the end of 4K / 32K contexts; with_tiled: also the SIMT
+// kernel behind attention_paged on the whole prompts.
+void bench_prefill_attention(bool quick, bool with_tiled);

@@ -26,14 +26,17 @@
 // once, 2^-11 relative); all sums are fp32. Expected normalized error vs the fp32 CPU twin
 // ~1e-4 .. 1e-3 (test limit 3e-3, as the fp16 GEMM). q * scale, K and V must fit fp16 (clamped to
 // +-65504): true for these models' normed q/k.
+// On sm_80+ devices F16 / BF16 caches take attention_prefill_sm80.cu instead (attention_prefill_sm80_applies).
 #include <algorithm>
 
-#include "kernels/cuda/kv_codec.cuh"
+#include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/linear_common.cuh"
 
 namespace pe {
 namespace cuda {
 namespace {
+
+using namespace prefill;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32, kBM = kWarps * 16, kMaxD = 256;
 
@@ -50,41 +53,6 @@ struct Cfg {
   static_assert(CHUNKS * KPP == BN && 32 % KPP == 0 && BN % 16 == 0, "tile shape");
 };
 
-struct PrefillParams {
-  const float* q;
-  const float* gate;
-  float* out;
-  const int32_t* pt;
-  PagedKV kv;
-  int n_q, q_start_pos, n_heads, group, D;
-  float q_mul;  // scale * log2(e)
-};
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Fragment loads (layouts as linear_gemm.cu). "memory": keep them after the tile stores.
-__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p))
-               : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p))
-               : "memory");
-}
-
-__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
-  lo = fminf(fmaxf(lo, -65504.0f), 65504.0f);
-  hi = fminf(fmaxf(hi, -65504.0f), 65504.0f);
-  const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits (lower column)
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
 // One K or V tile in flight: raw chunk words + the chunk's scale (times the decoder's unit).
 template <DType KV, int DP>
 struct TileRegs {
@@ -92,13 +60,6 @@ struct TileRegs {
   uint32_t w[Cfg<DP>::CHUNKS][W];
   float mul[Cfg<DP>::CHUNKS];
 };
-
-// Cache row of (position t, kv head g).
-__device__ __forceinline__ int64_t cache_row(const PrefillParams& p, int t, int g) {
-  const int ps = static_cast<int>(p.kv.page_size);
-  const int page = __ldg(p.pt + t / ps);
-  return (static_cast<int64_t>(page) * ps + t % ps) * p.kv.n_kv_heads + g;
-}
 
 // Lane l holds the cache rows of keys t0 + l + 32 r (r < RR), -1 past n_keys.
 template <int DP>
@@ -405,6 +366,7 @@ void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int
   p.group = static_cast<int>(n_heads / kv.n_kv_heads);
   p.D = static_cast<int>(kv.head_dim);
   p.q_mul = scale * 1.4426950408889634f;
+  if (attention_prefill_sm80_applies(kv)) return run_sm80(p, stream);  // attention_prefill_sm80.cu
   const int n_qt = static_cast<int>((n_q + kBM - 1) / kBM);
   switch (kv.dtype) {
     case DType::F32: launch_d<DType::F32>(p, n_qt, stream); break;

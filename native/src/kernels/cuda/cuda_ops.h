@@ -11,9 +11,11 @@
 // rounds its inputs to fp16 (x and the weights converted to fp16 in shared memory, fp32
 // accumulation; |x| is clamped to 65504). FP8 weights are dequantized as fp8 * block_scale (the
 // bf16-reference numbers of MODEL_SPEC §5, not W8A8). Code runs on sm_75 (no bf16/fp8 mma, no
-// cp.async); newer GPUs take the same path. One exception, where a caller passes a workspace: on
-// compute capability 9.0, FP8 GEMMs of >= kFp8GemmMinTokens tokens run W8A8 (x quantized to e4m3
-// per token per 128 columns; linear below), the numerics vLLM / SGLang use for these checkpoints.
+// cp.async); newer GPUs take the same path, except the prefill attention's sm_80 kernel (F16 / BF16
+// caches: cp.async, the same fp16 roundings; attention_prefill_sm80_applies) and, where a caller
+// passes a workspace: on compute capability 9.0, FP8 GEMMs of >= kFp8GemmMinTokens tokens run
+// W8A8 (x quantized to e4m3 per token per 128 columns; linear below), the numerics vLLM / SGLang
+// use for these checkpoints.
 //
 // Tolerances against the CPU twin, normalized error ||gpu - cpu|| / ||cpu|| (tests enforce them):
 //   embedding, kv_write, swiglu, add, conv1d, gdn_gates      exact .. 1e-5
@@ -26,7 +28,8 @@
 //     (the quantization of x itself: 2.1e-2 measured on random data)
 //   attention_paged (fp32 SIMT, online softmax)             1e-5 (F32 cache), 1e-4 (others);
 //     chunks of >= kAttentionMmaMinQueries go to attention_prefill_mma: 3e-3
-//   attention_prefill_mma (fp16 mma, fp32 softmax)          3e-3 (fp16 rounding of q, K, V, P)
+//   attention_prefill_mma (fp16 mma, fp32 softmax)          3e-3 (fp16 rounding of q, K, V, P),
+//     both kernels (sm_75, sm_80)
 //   gdn_recurrent, gdn_chunked                              1e-4 (chunked vs recurrent order)
 //   sample: same token as the CPU except where u falls within ~1e-6 of a CDF step;
 //   logprobs: 1e-5 absolute, same top ids.
@@ -262,6 +265,16 @@ bool attention_prefill_mma_supported(int64_t n_q, const PagedKV& kv);
 void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                            const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
                            float* out, cudaStream_t stream);
+// Where attention_prefill_sm80_applies (F16 / BF16 cache, a device of compute capability >= 8.0
+// running code built for it, enough shared memory to opt in to: H100 / H200 for head_dim > 128),
+// attention_prefill_mma runs attention_prefill_sm80.cu instead: 128-query blocks, 64-key tiles
+// double-buffered by cp.async, one barrier per tile. Same semantics and tolerance (the same fp16
+// roundings). Tuning hook for tools/gpu/bench_kernels and the tests: variant 0 = the sm_75 kernel
+// for every call, 1 = the sm_80 kernel where it applies (the default). Not for use while other
+// threads run attention.
+constexpr int kAttentionPrefillVariants = 2;
+void attention_prefill_set_variant(int variant);
+bool attention_prefill_sm80_applies(const PagedKV& kv);
 
 // K <= 16; state: the ring [K, C] of ops.h. One launch (the ring's readers of a channel write
 // its new rows, after their reads); u, out and state must not alias.

@@ -1,0 +1,391 @@
+// Causal GQA prefill attention on sm_80+ (A100 .. H200) for F16 / BF16 caches: the math, the fp16
+// roundings and the outputs of attention_prefill_mma.cu (read its header), with the tiles and the
+// copy engine that sm_75 lacks. attention_prefill_mma takes this kernel where
+// attention_prefill_sm80_applies (cuda_ops.h).
+//
+// Block = 128 consecutive queries of ONE q head, 8 warps of 16 query rows (grid: heads x query
+// tiles, the longest tiles first, the heads of a GQA group neighbours: their K/V tiles are L2
+// hits). Per block, for each tile of 64 keys (0 .. the block's last position):
+//   K and V rows copied from the paged cache to shared memory by cp.async (16 bytes a copy,
+//   straight from the page table's rows; keys past the block's last position and columns past
+//   head_dim zero-filled by the copy); BF16 tiles converted to fp16 in place by the thread that
+//   copied them (exact in fp16's normal range, clamped to +-65504, as the sm_75 kernel does);
+//   S = Q K^T by m16n8k16 (fp16 in, fp32 accumulate), the causal mask on diagonal tiles, the
+//   online softmax in fp32 (log2 domain), P -> fp16 A fragments, O += P V (ldmatrix.trans),
+//   exactly as the sm_75 kernel; at the end O / l, times sigmoid(gate), fp32 out.
+// Pipeline (design decision): K and V double-buffered, ONE barrier per tile. At the top of tile
+// i every thread waits for its own copies of tile i, then the barrier makes them (and Q) visible
+// and proves every warp is past tile i - 1, whose buffers then take tile i + 1's copies, issued
+// before tile i's products: each tile's loads have a whole tile of math (~2 x 4.2 MFLOP a block)
+// to land in; the page-table reads of a tile's rows are issued a tile earlier still. The sm_75
+// kernel moves 16 keys per two barriers, through registers.
+// Why 128 x 64 tiles: a warp reads the whole K and V tile per tile (and its Q fragments, unless
+// held in registers), so shared-memory reads per mma fall with the keys per tile (Q's share) and
+// L2 reads per mma with the queries per block; 128 queries halve the sm_75 kernel's L2 traffic.
+// Registers: O of 16 rows x Dp in fp32 = Dp / 2 per thread (128 at Dp 256), S 32, P 16: one block
+// of 8 warps per SM (launch bounds 256 x 1). Q fragments stay in registers for Dp <= 128 (32 more),
+// are reloaded from shared memory each tile at 256. (Rows of a block = (query, head) pairs of a
+// GQA group would not cut these reads: a tile serves as many rows either way.)
+// Shared memory (opt-in): Q [128][Dp+8] + 2 x (K, V) [64][Dp+8] fp16, rows padded by 8 halves
+// (ldmatrix and the 16-byte copies conflict free): Dp 64 -> 54 KB, 128 -> 102 KB, 256 -> 198 KB
+// (H100 / H200: 227 KB; A100's 163 KB takes Dp <= 128, the sm_75 kernel runs the rest).
+// Accuracy: that of the sm_75 kernel, bit for bit in the operands (the same fp16 values of Q * scale,
+// K, V and P); the sums differ in order only (64-key tiles, m16n8k16).
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/cuda/attention_prefill.cuh"
+#include "kernels/cuda/linear_common.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#pragma nv_diag_suppress 177  // the kernel's body is compiled for sm_80+ only: its helpers go unused here
+#endif
+
+namespace pe {
+namespace cuda {
+namespace prefill {
+namespace {
+
+constexpr int kWarps = 8, kThreads = kWarps * 32, kBM = kWarps * 16, kBN = 64;
+
+template <int DP>
+struct Cfg {
+  static constexpr int LD = DP + 8;             // shared row stride in halves
+  static constexpr int CPR = DP / 8;            // 16-byte chunks per row
+  static constexpr int RPP = kThreads / CPR;    // key rows per pass of the block
+  static constexpr int CHUNKS = kBN / RPP;      // chunks per thread per K (or V) tile
+  static constexpr int NT = kBN / 8;            // n tiles of S per warp
+  static constexpr int RR = kBN / 32;           // cache rows held per lane
+  static constexpr int kTile = kBN * LD;        // halves of one K or V buffer
+  static constexpr bool kQRegs = DP <= 128;     // Q fragments held in registers
+  static constexpr size_t kSmem = static_cast<size_t>(kBM + 4 * kBN) * LD * sizeof(__half);
+  static_assert(CHUNKS * RPP == kBN && 32 % RPP == 0, "tile shape");
+};
+
+// cp.async exists from sm_80; the kernel's body is compiled there only.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
+// Lane l resolves the cache rows of keys t0 + l + 32 r (r < RR), -1 past n_keys: the page-table
+// loads of the tile after next, issued a tile before issue_tile needs them.
+template <int DP>
+__device__ __forceinline__ void tile_rows(const PrefillParams& p, int t0, int n_keys, int g, int lane,
+                                          int64_t (&rows)[Cfg<DP>::RR]) {
+#pragma unroll
+  for (int r = 0; r < Cfg<DP>::RR; ++r) {
+    const int t = t0 + lane + 32 * r;
+    rows[r] = t < n_keys ? cache_row(p, t, g) : -1;
+  }
+}
+
+// Issues this thread's copies of the K and V tile whose rows tile_rows resolved into Kb / Vb:
+// chunk i is key j = i * RPP + tid / CPR (its row shuffled from lane j % 32), values
+// c * 8 .. c * 8 + 7 with c = tid % CPR. Missing keys and columns past head_dim: zeros.
+template <int DP>
+__device__ __forceinline__ void issue_tile(const PrefillParams& p, const int64_t (&rows)[Cfg<DP>::RR], int tid,
+                                           __half* Kb, __half* Vb) {
+  using C = Cfg<DP>;
+  const int c = tid % C::CPR;
+  const int64_t rb = 2 * static_cast<int64_t>(p.D);  // bytes of a 16-bit cache row
+  const bool col = c * 8 < p.D;
+  const uint8_t* kbase = static_cast<const uint8_t*>(p.kv.k);
+  const uint8_t* vbase = static_cast<const uint8_t*>(p.kv.v);
+#pragma unroll
+  for (int i = 0; i < C::CHUNKS; ++i) {
+    const int j = i * C::RPP + tid / C::CPR;
+    const int64_t row = __shfl_sync(0xffffffffu, rows[(i * C::RPP) / 32], j & 31);
+    const bool ok = row >= 0 && col;
+    const int64_t off = ok ? row * rb + c * 16 : 0;
+    cp_async16(Kb + j * C::LD + c * 8, kbase + off, ok ? 16 : 0);
+    cp_async16(Vb + j * C::LD + c * 8, vbase + off, ok ? 16 : 0);
+  }
+  cp_async_commit();
+}
+
+// BF16 -> fp16 in place, of the chunks issue_tile gave this thread (after its wait: its own
+// copies are visible to it).
+template <int DP>
+__device__ __forceinline__ void bf16_tile_to_f16(int tid, __half* buf) {
+  using C = Cfg<DP>;
+  const int c = tid % C::CPR;
+#pragma unroll
+  for (int i = 0; i < C::CHUNKS; ++i) {
+    uint4* ptr = reinterpret_cast<uint4*>(buf + (i * C::RPP + tid / C::CPR) * C::LD + c * 8);
+    const uint4 w = *ptr;
+    auto cvt = [](uint32_t u) { return half2_bits(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u)); };
+    *ptr = make_uint4(cvt(w.x), cvt(w.y), cvt(w.z), cvt(w.w));
+  }
+}
+
+template <int DP, bool BF16>
+__global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using C = Cfg<DP>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __half* Qs = reinterpret_cast<__half*>(smem_raw);
+  __half* KV = Qs + kBM * C::LD;  // buffer b: K at KV + 2b kTile, V at KV + (2b + 1) kTile
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;  // fragment row group / thread in quad
+  const int h = blockIdx.x, g = h / p.group;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * kBM;  // longest query tiles first
+  const int D = p.D;
+  const int n_keys = p.q_start_pos + min(i0 + kBM, p.n_q);  // the block's keys (>= 1)
+  const int n_tiles = (n_keys + kBN - 1) / kBN;
+
+  int64_t rows[C::RR];  // cache rows of the next tile to issue
+  tile_rows<DP>(p, 0, n_keys, g, lane, rows);
+  issue_tile<DP>(p, rows, tid, KV, KV + C::kTile);  // in flight during the Q staging
+  tile_rows<DP>(p, kBN, n_keys, g, lane, rows);
+
+  // Q * scale * log2(e) as fp16 (zero rows past n_q, zero columns past head_dim).
+  for (int e = tid; e < kBM * C::CPR; e += kThreads) {
+    const int r = e / C::CPR, c = e % C::CPR, i = i0 + r;
+    uint4 hv = make_uint4(0, 0, 0, 0);
+    if (i < p.n_q && c * 8 < D) {
+      const float* src = p.q + (static_cast<int64_t>(i) * p.n_heads + h) * D + c * 8;
+      float x[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[k] = src[k] * p.q_mul;
+      hv = make_uint4(half2_bits(x[0], x[1]), half2_bits(x[2], x[3]), half2_bits(x[4], x[5]),
+                      half2_bits(x[6], x[7]));
+    }
+    *reinterpret_cast<uint4*>(Qs + r * C::LD + c * 8) = hv;
+  }
+
+  // This warp's rows: queries i0 + 16 warp + (gq, gq + 8).
+  const int wi0 = i0 + 16 * warp;
+  const bool warp_rows = wi0 < p.n_q;
+  const int pos_first = p.q_start_pos + wi0;                       // warp's first row
+  const int pos_last = p.q_start_pos + min(wi0 + 15, p.n_q - 1);  // warp's last real row
+  const int pos0 = pos_first + gq, pos1 = pos0 + 8;                // this thread's rows
+  const int n_ks = min(DP, (D + 15) & ~15) / 16;                    // k steps of 16 dims with data
+
+  float o[DP / 8][4];
+#pragma unroll
+  for (int d = 0; d < DP / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  uint32_t qf[C::kQRegs ? DP / 16 : 1][4];  // Q fragments (Dp <= 128)
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int t0 = it * kBN;
+    __half* Ks = KV + (it & 1) * 2 * C::kTile;
+    __half* Vs = Ks + C::kTile;
+    cp_async_wait_all();
+    if constexpr (BF16) {
+      bf16_tile_to_f16<DP>(tid, Ks);
+      bf16_tile_to_f16<DP>(tid, Vs);
+    }
+    __syncthreads();  // tile it (and Q) visible; every warp is past tile it - 1 (its buffers free)
+    if (it + 1 < n_tiles) {
+      __half* Kn = KV + ((it + 1) & 1) * 2 * C::kTile;
+      issue_tile<DP>(p, rows, tid, Kn, Kn + C::kTile);
+      tile_rows<DP>(p, t0 + 2 * kBN, n_keys, g, lane, rows);
+    }
+    if constexpr (C::kQRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int ks = 0; ks < DP / 16; ++ks)
+          ldsm_x4(qf[ks], Qs + (warp * 16 + (lane & 15)) * C::LD + ks * 16 + (lane >> 4) * 8);
+      }
+    }
+    // Warp-uniform: does any of this warp's rows see a key of this tile?
+    if (!warp_rows || t0 > pos_last) continue;
+
+    float s[C::NT][4];
+#pragma unroll
+    for (int n = 0; n < C::NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < DP / 16; ++ks) {
+      if (ks >= n_ks) break;
+      uint32_t a[4];
+      if constexpr (C::kQRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[e] = qf[ks][e];
+      } else {
+        ldsm_x4(a, Qs + (warp * 16 + (lane & 15)) * C::LD + ks * 16 + (lane >> 4) * 8);
+      }
+#pragma unroll
+      for (int np = 0; np < kBN / 16; ++np) {
+        uint32_t r[4];
+        ldsm_x4(r, Ks + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * C::LD + ks * 16 + ((lane >> 3) & 1) * 8);
+        const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+        mma_16816(s[2 * np], a, b0);
+        mma_16816(s[2 * np + 1], a, b1);
+      }
+    }
+    // Causal mask on diagonal tiles: s[n][0..1] are row gq, keys t0 + 8n + 2tq + (0, 1);
+    // s[n][2..3] row gq + 8. Keys past the block's n_keys are past every row too.
+    if (t0 + kBN - 1 > pos_first) {
+#pragma unroll
+      for (int n = 0; n < C::NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = t0 + 8 * n + 2 * tq + (e & 1);
+          if (key > (e < 2 ? pos0 : pos1)) s[n][e] = -INFINITY;
+        }
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < C::NT; ++n) {
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+    // A row's 8 columns of an n tile live in the 4 threads of a quad.
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // Every row sees key 0 in tile 0, so the max is finite from then on; guard anyway.
+    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
+    const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
+    const bool moved = mn0 != m0 || mn1 != m1;
+    m0 = mn0;
+    m1 = mn1;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < C::NT; ++n) {
+      s[n][0] = exp2f(s[n][0] - b0);
+      s[n][1] = exp2f(s[n][1] - b0);
+      s[n][2] = exp2f(s[n][2] - b1);
+      s[n][3] = exp2f(s[n][3] - b1);
+      sum0 += s[n][0] + s[n][1];
+      sum1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * c0 + sum0;  // this thread's columns only; the quad is summed at the end
+    l1 = l1 * c1 + sum1;
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int d = 0; d < DP / 8; ++d) {
+        o[d][0] *= c0;
+        o[d][1] *= c0;
+        o[d][2] *= c1;
+        o[d][3] *= c1;
+      }
+    }
+    // P as A fragments of k steps of 16 keys (the C layout of n tiles 2k, 2k+1), then O += P V.
+#pragma unroll
+    for (int k = 0; k < kBN / 16; ++k) {
+      const uint32_t pa[4] = {half2_bits(s[2 * k][0], s[2 * k][1]), half2_bits(s[2 * k][2], s[2 * k][3]),
+                              half2_bits(s[2 * k + 1][0], s[2 * k + 1][1]),
+                              half2_bits(s[2 * k + 1][2], s[2 * k + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < DP / 16; ++dp) {
+        if (dp >= n_ks) break;
+        // Matrices: keys 16k + 0..7 / 8..15 of dims 16dp + 0..7, then of dims + 8..15.
+        uint32_t r[4];
+        ldsm_x4_trans(r, Vs + (k * 16 + (lane & 15)) * C::LD + dp * 16 + (lane >> 4) * 8);
+        const uint32_t v0[2] = {r[0], r[1]}, v1[2] = {r[2], r[3]};
+        mma_16816(o[2 * dp], pa, v0);
+        mma_16816(o[2 * dp + 1], pa, v1);
+      }
+    }
+  }
+
+  if (!warp_rows) return;
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int i = wi0 + gq + (e >> 1) * 8;
+    if (i >= p.n_q) continue;
+    const int64_t base = (static_cast<int64_t>(i) * p.n_heads + h) * D;
+    const float inv = e < 2 ? inv0 : inv1;
+#pragma unroll
+    for (int d = 0; d < DP / 8; ++d) {
+      const int col = 8 * d + 2 * tq + (e & 1);
+      if (col >= D) break;
+      float v = o[d][e] * inv;
+      if (p.gate) v *= sigmoid_f(p.gate[base + col]);
+      p.out[base + col] = v;
+    }
+  }
+#else
+  (void)p;  // never launched: run_sm80 only where the device runs sm_80+ code (sm80_code)
+#endif
+}
+
+int padded_dim(int64_t D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+
+size_t smem_bytes(int dp) {
+  return dp == 64 ? Cfg<64>::kSmem : dp == 128 ? Cfg<128>::kSmem : Cfg<256>::kSmem;
+}
+
+// Whether the current device runs this build's sm_80+ code: a device of compute capability >= 8.0
+// may still run sm_75 PTX (a "75;90" build on an A100), where the kernel is empty.
+bool sm80_code() {
+  static std::atomic<int> known[64] = {};  // per device: 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  PE_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < 64;
+  int v = cached ? known[dev].load(std::memory_order_relaxed) : 0;
+  if (v) return v == 2;
+  cudaFuncAttributes a;
+  PE_CUDA_CHECK(cudaFuncGetAttributes(&a, prefill_sm80_kernel<64, false>));
+  v = a.ptxVersion >= 80 && a.binaryVersion >= 80 ? 2 : 1;
+  if (cached) known[dev].store(v, std::memory_order_relaxed);
+  return v == 2;
+}
+
+std::atomic<int> g_variant{1};
+
+template <int DP, bool BF16>
+void launch(const PrefillParams& p, cudaStream_t stream) {
+  constexpr size_t smem = Cfg<DP>::kSmem;
+  PE_CUDA_CHECK(cudaFuncSetAttribute(prefill_sm80_kernel<DP, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));  // per call: the attribute is per device
+  const unsigned n_qt = static_cast<unsigned>((p.n_q + kBM - 1) / kBM);
+  prefill_sm80_kernel<DP, BF16><<<dim3(static_cast<unsigned>(p.n_heads), n_qt), kThreads, smem, stream>>>(p);
+  PE_CUDA_LAUNCH_CHECK();
+}
+
+template <bool BF16>
+void launch_d(const PrefillParams& p, cudaStream_t stream) {
+  switch (padded_dim(p.D)) {
+    case 64: return launch<64, BF16>(p, stream);
+    case 128: return launch<128, BF16>(p, stream);
+    default: return launch<256, BF16>(p, stream);
+  }
+}
+
+}  // namespace
+
+void run_sm80(const PrefillParams& p, cudaStream_t stream) {
+  if (p.kv.dtype == DType::BF16) launch_d<true>(p, stream);
+  else launch_d<false>(p, stream);
+}
+
+}  // namespace prefill
+
+void attention_prefill_set_variant(int variant) {
+  prefill::g_variant.store(std::clamp(variant, 0, kAttentionPrefillVariants - 1), std::memory_order_relaxed);
+}
+
+bool attention_prefill_sm80_applies(const PagedKV& kv) {
+  if (prefill::g_variant.load(std::memory_order_relaxed) == 0) return false;
+  if (kv.dtype != DType::F16 && kv.dtype != DType::BF16) return false;
+  if (kv.head_dim < 1 || kv.head_dim > 256 || compute_capability() < 80) return false;
+  return prefill::smem_bytes(prefill::padded_dim(kv.head_dim)) <= static_cast<size_t>(smem_optin()) &&
+         prefill::sm80_code();
+}
+
+}  // namespace cuda
+}  // namespace pe
