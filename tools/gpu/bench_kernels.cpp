@@ -6,7 +6,7 @@
 // Weights are random bytes (fp8 kept finite), rotated over copies larger than L2.
 // Build: the CMake target bench_kernels (CUDA build with PYENGINE_TESTS).
 // Usage: bench_kernels [--quick] [--only gemv|attn|gemm|norm|pattern] (--only gemv: sections 1-2
-// alone, a short device call; --only norm: the decode-row norms warm and behind an L2-flushing
+// and 2b (the verify step's 16 / 32 tokens, bench_kernels_verify.cpp) alone, a short device call; --only norm: the decode-row norms warm and behind an L2-flushing
 // memset; --only pattern: the GEMV's weight-load order alone, bench_patterns.cu.)
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -27,8 +27,6 @@ using namespace pe;
 bool launch_weight_pattern(int kind, const void* w, int64_t rows, int64_t cols, int blocks_per_sm, uint32_t* sink,
                            cudaStream_t stream);
 
-namespace {
-
 // Device time per call of fn (k calls captured into one CUDA graph on a stream, median of
 // g_reps replays / k): no host launch cost, as the model runs its decode step.
 float graph_ms(const std::function<void(int, cudaStream_t)>& fn, int k) {
@@ -48,8 +46,6 @@ float graph_ms(const std::function<void(int, cudaStream_t)>& fn, int k) {
   CK(cudaStreamDestroy(st));
   return ms / k;
 }
-
-}  // namespace
 
 int g_reps = 20;
 
@@ -310,6 +306,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (!only_attn && !only_gemm) bench_verify_gemv(x, out, pool, pool_bytes, scale, gscale, gemv_filter);
   if (only_gemv) {
     CK(cudaDeviceSynchronize());
     std::printf("bench done\n");
