@@ -370,8 +370,8 @@ void run(const float* x, int n, const WeightView& w, float* out, cudaStream_t st
 }
 
 // The register budget: 2 blocks per SM for 16 tokens (no spills at sm_90); for 32 tokens 2 or 1
-// (GemvTuning::wide_min_blocks; at 2 ptxas spills a little for FP8 / I8 at T >= 2 and ~200
-// bytes for NVFP4, whose default is 1).
+// (GemvTuning::wide_min_blocks; at 2 ptxas spills 24..48 bytes for FP8 / I8 at T = 4 and up to
+// 272 for NVFP4, whose default is 1: tools/gpu/KERNELS.md).
 template <DType DT, int T, bool kTiled>
 void run_mb(const float* x, int n, const WeightView& w, float* out, cudaStream_t stream) {
   if (n <= 16) return run<DT, T, 1, kTiled, 2>(x, n, w, out, stream);
