@@ -4,7 +4,8 @@
 // (linear_gemv_q_wide.cu, "gemv") against the mma.sync GEMM that took them before
 // (linear_gemv_set_max_tokens(8), "gemm"), each from a CUDA graph, weights rotating over the pool
 // (> L2). Bytes = weights + their scales + x + out; the line's "% of copy" is the A/B's number
-// (the GEMV aims at the decode step's, n = 8 above).
+// (the GEMV aims at the decode step's, n = 8 above). At 32 tokens the GEMV also at both register
+// budgets ("mb1" / "mb2": GemvTuning::wide_min_blocks; the default's line has none).
 #include <algorithm>
 #include <cstdio>
 
@@ -24,10 +25,13 @@ void bench_verify_gemv(const float* x, float* out, void* pool, size_t pool_bytes
   for (DType dt : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
     for (const Shape& s : shapes)
       for (int n : {16, 32})
-        for (int max_tokens : {cuda::kGemvMaxTokens, 8}) {
+        for (int variant = 0; variant < (n > 16 ? 4 : 2); ++variant) {
+          const int max_tokens = variant == 1 ? 8 : cuda::kGemvMaxTokens;
+          cuda::GemvTuning tn;
+          tn.wide_min_blocks = variant == 2 ? 1 : variant == 3 ? 2 : 0;
           char name[112];
           std::snprintf(name, sizeof name, "verify %s %s n=%d %s", dtype_name(dt), s.name, n,
-                        max_tokens == 8 ? "gemm" : "gemv");
+                        variant == 1 ? "gemm" : variant == 2 ? "gemv mb1" : variant == 3 ? "gemv mb2" : "gemv");
           if (!name_selected(name, filter)) continue;
           const size_t wbytes = dtype_bytes_for(dt, s.rows * s.cols);
           const double sbytes = dt == DType::FP8_E4M3 ? 4.0 * ((s.rows + 127) / 128) * ((s.cols + 127) / 128)
@@ -45,11 +49,13 @@ void bench_verify_gemv(const float* x, float* out, void* pool, size_t pool_bytes
           w.tile = cuda::gemv_tile_rows(w);  // the model's layout (random bytes either way)
           if (w.tile && s.rows % w.tile != 0) w.tile = 0;
           cuda::linear_gemv_set_max_tokens(max_tokens);
+          cuda::linear_gemv_set_tuning(tn);
           const float ms = graph_ms([&](int i, cudaStream_t st) {
             w.data = static_cast<char*>(pool) + (i % copies) * wbytes;
             cuda::linear(x, n, w, out, st);
           }, 16);
           cuda::linear_gemv_set_max_tokens(cuda::kGemvMaxTokens);
+          cuda::linear_gemv_set_tuning(cuda::GemvTuning{});
           report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
         }
 }
