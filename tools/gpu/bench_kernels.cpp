@@ -6,10 +6,10 @@
 // Weights are random bytes (fp8 kept finite), rotated over copies larger than L2.
 // Build: the CMake target bench_kernels (CUDA build with PYENGINE_TESTS).
 // Usage: bench_kernels [--quick] [--only gemv|attn|attn_prefill|gemm|norm|pattern] (--only gemv:
-// sections 1-2 alone, a short device call; --only attn: the decode attention, then the prefill
-// attention's variants; --only attn_prefill: those alone; --only norm: the decode-row norms warm
-// and behind an L2-flushing memset; --only pattern: the GEMV's weight-load order alone,
-// bench_patterns.cu.)
+// sections 1-2 and 2b (the verify step's 16 / 32 tokens, bench_kernels_verify.cpp) alone, a short
+// device call; --only attn: the decode attention, then the prefill attention's variants;
+// --only attn_prefill: those alone; --only norm: the decode-row norms warm and behind an
+// L2-flushing memset; --only pattern: the GEMV's weight-load order alone, bench_patterns.cu.)
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
@@ -28,8 +28,6 @@ using namespace pe;
 // tools/gpu/bench_patterns.cu
 bool launch_weight_pattern(int kind, const void* w, int64_t rows, int64_t cols, int blocks_per_sm, uint32_t* sink,
                            cudaStream_t stream);
-
-namespace {
 
 // Device time per call of fn (k calls captured into one CUDA graph on a stream, median of
 // g_reps replays / k): no host launch cost, as the model runs its decode step.
@@ -50,8 +48,6 @@ float graph_ms(const std::function<void(int, cudaStream_t)>& fn, int k) {
   CK(cudaStreamDestroy(st));
   return ms / k;
 }
-
-}  // namespace
 
 int g_reps = 20;
 
@@ -319,6 +315,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (!only_attn && !only_gemm) bench_verify_gemv(x, out, pool, pool_bytes, scale, gscale, gemv_filter);
   if (only_gemv) {
     CK(cudaDeviceSynchronize());
     std::printf("bench done\n");

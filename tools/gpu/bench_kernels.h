@@ -21,6 +21,10 @@ extern int g_reps;         // timed runs a case (--quick: 5)
 extern double g_copy_gbs;  // the copy bandwidth measured first, GB/s (read + written)
 // Median milliseconds of fn() over g_reps runs (3 warm-ups first).
 float time_ms(const std::function<void(int)>& fn);
+// Milliseconds per call of fn(i, stream) from a CUDA graph of k calls (device time).
+float graph_ms(const std::function<void(int, cudaStream_t)>& fn, int k);
+// Whether name holds one of the '|'-separated parts of filter (all names without one).
+bool name_selected(const char* name, const char* filter);
 // Device memory filled with a finite byte pattern (METHOD.md: not zeros).
 void* dalloc(size_t bytes, uint8_t fill_seed);
 // One line: time, bytes moved, GB/s, share of the copy bandwidth, TFLOP/s where flops > 0.
@@ -32,3 +36,8 @@ void bench_prefill_gemm(const float* x, void* pool, const float* scale, const vo
 // 27B shape, whole prompts and chunks at the end of 4K / 32K contexts; with_tiled: also the SIMT
 // kernel behind attention_paged on the whole prompts.
 void bench_prefill_attention(bool quick, bool with_tiled);
+// Section 2b, the verify step's GEMV (bench_kernels_verify.cpp): 16 and 32 tokens on the 27B
+// shapes, the quantized GEMV against the GEMM (linear_gemv_set_max_tokens), names filtered as
+// PE_BENCH_GEMV_FILTER.
+void bench_verify_gemv(const float* x, float* out, void* pool, size_t pool_bytes, const float* scale,
+                       const void* gscale, const char* filter);

@@ -7,8 +7,8 @@
 // WeightView / PagedKV / GdnArgs are the CPU structs with device pointers inside (block_scale too).
 //
 // Design decision (activations): activations, the residual stream, norms, softmax, GDN state and
-// every accumulator are fp32, exactly as on the CPU; only the tensor-core GEMM (n > 8 tokens)
-// rounds its inputs to fp16 (x and the weights converted to fp16 in shared memory, fp32
+// every accumulator are fp32, exactly as on the CPU; only the tensor-core paths for n > 8 tokens
+// (the GEMM, and the quantized GEMV of 9..32 tokens) round their inputs to fp16 (x and the weights converted to fp16 in shared memory, fp32
 // accumulation; |x| is clamped to 65504). FP8 weights are dequantized as fp8 * block_scale (the
 // bf16-reference numbers of MODEL_SPEC §5, not W8A8). Code runs on sm_75 (no bf16/fp8 mma, no
 // cp.async); newer GPUs take the same path, except the prefill attention's sm_80 kernel (F16 / BF16
@@ -23,6 +23,8 @@
 //   add_rms_norm                                            1e-5 (bit-equal to add + rms_norm)
 //   linear n <= 8 (GEMV: fp32 FMA; FP8/I8/NVFP4 mma, x hi+lo) 1e-5
 //   linear n > 8  (GEMM, fp16 operands)                     3e-3 (fp16 rounding of x and W)
+//   linear 9 <= n <= 32, FP8/I8/NVFP4 (GEMV, x as fp16)      3e-3 (the GEMM's bound: fp16 rounding of
+//     x alone, the weights decode exactly; FP8 block scales applied in fp32)
 //   linear FP8 W8A8 (sm_90, workspace given, n >= 128)      1e-3 against cpu::linear of
 //     cpu::fp8_group_quantize(x) (measured 1.4e-4 on an H100); 5e-2 against cpu::linear of x
 //     (the quantization of x itself: 2.1e-2 measured on random data)
@@ -68,7 +70,10 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // split the columns over warps. FP8/I8/NVFP4: mma.sync with the weights decoded to fp16 exactly
 // by integer ops and x as an fp16 hi + lo pair (fp32-level accuracy, |x| clamped to 65504), cost
 // independent of n (linear_gemv_q.cu). Unaligned or odd shapes take a scalar kernel.
-// n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
+// 9 <= n <= linear_gemv_max_tokens() (32), FP8/I8/NVFP4 where the n <= 8 GEMV takes the weight:
+// the quantized GEMV with x rounded to fp16, 16 tokens an mma (linear_gemv_q_wide.cu: speculative
+// decoding's verify rows at the decode step's weight bandwidth).
+// Other n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch, except for the sm_90 FP8 GEMM below. x and out must not alias.
 // norm: x is a split norm's h (SplitNorm below), each token's sums are scaled by its 1 / rms;
 // only where linear_split_norm_supported.
@@ -108,7 +113,8 @@ void linear_gemm_set_fp8_sm90(int variant, int64_t min_tokens = kFp8GemmMinToken
 // [n, 2 inter] round trip or a launch: the same bits as linear into [n, rows] followed by swiglu
 // where that GEMV also takes >= 16 rows per warp (tiled at 16 / 32 rows, or >= 2048 rows).
 // Supported for n <= 8 and quantized weights the GEMV takes at >= 16 rows per warp (up0 a multiple
-// of 8, of the tile rows when tiled and of the FP8 block); linear_swiglu fails otherwise.
+// of 8, of the tile rows when tiled and of the FP8 block); linear_swiglu fails otherwise. (The
+// GEMV of 9..32 tokens has no fused epilogue: callers take linear, then swiglu.)
 bool linear_swiglu_supported(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter);
 void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, int64_t inter, float* out,
                    cudaStream_t stream, const SplitNorm* norm = nullptr);
@@ -123,7 +129,8 @@ void linear_swiglu(const float* x, int64_t n, const WeightView& w, int64_t up0, 
 // Summed in a fixed order (no atomics): deterministic. x and h match add_rms_norm's x and its
 // output before the 1 / rms (the same fp32 add); the consumer's output matches add_rms_norm +
 // linear within the GEMV's 1e-5 (the 1 / rms applied after the sum instead of before).
-// Supported (both sides) for n <= 8 and the weights of the quantized GEMV (FP8 / I8 / NVFP4);
+// Supported (both sides) for n <= 8 (not the GEMV of 9..32 tokens) and the weights of the
+// quantized GEMV (FP8 / I8 / NVFP4);
 // the producer's weight has dim rows.
 struct SplitNorm {
   float* x = nullptr;        // [n, dim] residual rows
@@ -156,7 +163,14 @@ WeightView tile_weight(const WeightView& src, void* dst, int tile, cudaStream_t 
 // uses 128-token tiles instead of 64, every weight format (default 128; linear_gemm.cu). Not for
 // use while other threads run linear.
 void linear_gemm_set_big_tile_tokens(int64_t n);
-// The quantized GEMV's (FP8/I8/NVFP4, n <= 8) tuning. The defaults are the fastest measured on the
+// Tuning hook for tools/gpu/bench_kernels and the tests (A/B of the quantized GEMV past 8 tokens):
+// linear takes the quantized GEMV up to this many tokens, 8 .. kGemvMaxTokens (clamped; default
+// kGemvMaxTokens; 8: every n > 8 on the GEMM, as before linear_gemv_q_wide.cu). The sm_90 FP8
+// GEMM's threshold stays above kGemvMaxTokens. Not for use while other threads run linear.
+constexpr int kGemvMaxTokens = 32;
+void linear_gemv_set_max_tokens(int n);
+int linear_gemv_max_tokens();
+// The quantized GEMV's (FP8/I8/NVFP4, n <= 8; pdl and wide_split also 9..32) tuning. The defaults are the fastest measured on the
 // 27B decode step (tools/gpu/KERNELS.md, "Quantized GEMV"); tools/gpu/bench_kernels and the tests
 // set others through linear_gemv_set_tuning. Every setting gives the same results within the GEMV
 // tolerance. Not for use while other threads run linear.
@@ -200,6 +214,10 @@ struct GemvTuning {
   int x_early = 3;                     // after pdl_wait, loads in flight together: 1 the split
                                        // norm's partials (one a thread) with x's; 2 two of x's
                                        // chunks a thread where x is staged
+  int wide_split = 0;                  // 9..32 tokens (linear_gemv_q_wide.cu): column splits per
+                                       // block row; 0: as many as fill one wave of the GPU
+  int wide_min_blocks = 0;             // 17..32 tokens: the register budget, 1 or 2 blocks per SM;
+                                       // 0: 1 for NVFP4 (it spills at 2), 2 for FP8 / I8
 };
 void linear_gemv_set_tuning(const GemvTuning& t);
 GemvTuning linear_gemv_tuning();

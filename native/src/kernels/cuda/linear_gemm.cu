@@ -1,4 +1,5 @@
-// linear for prefill-sized batches (n > 8 tokens): out[n, rows] = x[n, cols] * W^T on the fp16
+// linear for prefill-sized batches (n > 8 tokens; quantized weights from 33, or past
+// linear_gemv_max_tokens): out[n, rows] = x[n, cols] * W^T on the fp16
 // tensor cores, fp32 accumulation. The kernel and its design: linear_gemm.cuh.
 //
 // Tiles (measured on the 27B prefill shapes, tools/gpu/KERNELS.md "Prefill"): 128 tokens x 256
@@ -46,7 +47,7 @@ void linear_gemm_set_big_tile_tokens(int64_t n) { g_big_tile_tokens = n; }
 
 void linear_gemm_set_fp8_sm90(int variant, int64_t min_tokens) {
   g_fp8_variant = std::clamp(variant, 0, fp8sm90::kVariants);
-  g_fp8_min_tokens = std::max<int64_t>(min_tokens, 9);  // n <= 8 is the GEMV's
+  g_fp8_min_tokens = std::max<int64_t>(min_tokens, kGemvMaxTokens + 1);  // the quantized GEMV's below
 }
 
 bool linear_fp8_sm90_available() {

@@ -1,5 +1,6 @@
 // linear for decode-sized batches (n <= 8 tokens): out[n, rows] = x[n, cols] * W^T, and the
-// dispatcher pe::cuda::linear (GEMV here or in linear_gemv_q.cu, GEMM in linear_gemm.cu).
+// dispatcher pe::cuda::linear (GEMV here or in linear_gemv_q.cu; quantized weights at 9..32
+// tokens in linear_gemv_q_wide.cu; GEMM in linear_gemm.cu).
 //
 // F32 / F16 / BF16 weights (this file): memory bound, every weight byte is read once, so the
 // kernel streams W with 16-byte loads (4 fp32 / 8 fp16|bf16 per lane), R = 4 rows per warp (4
@@ -22,6 +23,7 @@ bool gemv_q_supported(const float* x, const WeightView& w);
 bool gemv_q_swiglu_supported(const float* x, const WeightView& w, int64_t up0, int64_t inter);
 int linear_gemv_q(const float* x, int64_t n, const WeightView& w, const GemvEpilogue& ep, float* out,
                   cudaStream_t stream);
+void linear_gemv_q_wide(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);
 
 namespace {
 
@@ -197,7 +199,14 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
     PE_CUDA_CHECK(cudaMemsetAsync(out, 0, n * w.rows * sizeof(float), stream));
     return;
   }
-  if (n > 8) return linear_gemm(x, n, w, out, stream, workspace);
+  if (n > 8) {  // 9 .. linear_gemv_max_tokens(): the quantized GEMV where it takes the weight
+    if (n <= linear_gemv_max_tokens() && quantized_weight(w) && gemv_q_supported(x, w)) {
+      linear_gemv_q_wide(x, n, w, out, stream);
+      PE_CUDA_LAUNCH_CHECK();
+      return;
+    }
+    return linear_gemm(x, n, w, out, stream, workspace);
+  }
   const int nn = static_cast<int>(n);
   if (quantized_weight(w) && gemv_q_supported(x, w)) {
     linear_gemv_q(x, n, w, GemvEpilogue{}, out, stream);
