@@ -111,6 +111,14 @@ class NativeModel:
         self._n.check(self._n.lib.pe_model_weight_bytes(self.handle, out), "weight_bytes")
         return int(out[0])
 
+    def prefill_copy_bytes(self) -> int:
+        """Of weight_bytes, the row-major copies kept for the prefill GEMM (prefill_weight_copy)."""
+        if self.handle is None:
+            raise RuntimeError("the model is closed")
+        out = self._n.ffi.new("int64_t*")
+        self._n.check(self._n.lib.pe_model_prefill_copy_bytes(self.handle, out), "prefill_copy_bytes")
+        return int(out[0])
+
     def _run(self, fn, token_ids, min_len: int, rows: int, *extra):
         """Calls a pe_model_*_logits function on token_ids; returns float32 [len + rows, vocab]."""
         import numpy as np

@@ -206,6 +206,26 @@ def test_weight_quant_on_cuda_matches_the_cpu_quantized_model(quant):
             assert same < REL_TRAINED * 3 and top1 >= 0.97
 
 
+def test_prefill_weight_copy_gives_the_untiled_products():
+    """prefill_weight_copy on: the W8A8 prefill GEMM reads the kept row-major copies (an H100 /
+    H200 keeps them: compute capability 9.0 with the CUTLASS GEMM); the same logits, bit for bit,
+    as untiling the weights per call (off), and decode unchanged."""
+    path = default_model_path()
+    ids = list(range(100, 300))  # 200 tokens: over the FP8 GEMM's threshold
+    out, copies = {}, {}
+    for copy in (True, False):
+        with LLM(path, device="cuda", max_model_len=512, weight_quant="fp8", kv_cache_bytes=KV_BYTES,
+                 prefill_weight_copy=copy) as llm:  # fmt: skip
+            copies[copy] = llm._model.prefill_copy_bytes()
+            out[copy] = llm.prompt_logits(ids, kv_cache_dtype="fp32")
+            sp = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+            out[copy, "gen"] = llm.generate(prompt_token_ids=[ids], sampling_params=sp)[0].token_ids
+    print(f"prefill copies: {copies[True]} bytes")
+    assert copies[False] == 0
+    if copies[True]:  # kept: the FP8 layer matrices once more
+        assert np.array_equal(out[True], out[False]) and out[True, "gen"] == out[False, "gen"]
+
+
 def test_sampling_with_penalties_and_seeds_matches_the_cpu_engine():
     ids = goldens("ckpt_text_bf16")["prompt_7_ids"].tolist()
     sps = [SamplingParams(max_tokens=24, temperature=0.0, repetition_penalty=1.3, presence_penalty=0.5,

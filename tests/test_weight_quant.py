@@ -81,6 +81,7 @@ def test_prefill_weight_copy_is_checked_and_changes_nothing_on_the_cpu():
     for copy in (None, True, False):
         with LLM(ckpt, max_model_len=64, weight_quant="fp8", prefill_weight_copy=copy) as llm:
             logits.append(llm.prompt_logits([1, 2, 3, 4]))
+            assert llm._model.prefill_copy_bytes() == 0  # the CPU keeps no copies
     assert np.array_equal(logits[0], logits[1]) and np.array_equal(logits[0], logits[2])
     with pytest.raises(ValueError, match="prefill_weight_copy"):
         LLM(ckpt, max_model_len=64, prefill_weight_copy="yes")

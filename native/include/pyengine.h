@@ -142,6 +142,10 @@ int32_t pe_model_load_dummy(pe_model* model, int32_t matrix_dtype, uint64_t seed
 /* Bytes the model's weights take (device memory for a CUDA model). */
 int32_t pe_model_weight_bytes(pe_model* model, int64_t* out_bytes);
 
+/* Of those, the bytes of the row-major copies kept for the prefill GEMM (pe_model_set_prefill_weight_copy;
+ * 0 where none were kept): a decode step reads the weights without them. */
+int32_t pe_model_prefill_copy_bytes(pe_model* model, int64_t* out_bytes);
+
 /* Frees the model. Engines using it must be freed first. NULL is allowed. */
 void pe_model_free(pe_model* model);
 

@@ -157,6 +157,13 @@ int32_t pe_model_weight_bytes(pe_model* model, int64_t* out_bytes) {
   });
 }
 
+int32_t pe_model_prefill_copy_bytes(pe_model* model, int64_t* out_bytes) {
+  return pe::api::guarded([&] {
+    if (!model || !out_bytes) fail(PE_ERR_INVALID_ARGUMENT, "pe_model_prefill_copy_bytes: null argument");
+    *out_bytes = model->model->prefill_copy_bytes();
+  });
+}
+
 void pe_model_free(pe_model* model) { delete model; }
 
 }  // extern "C"

@@ -114,6 +114,8 @@ class Backend {
   virtual const float* place_dummy_vector(const WeightStore& w, const std::string& name, uint64_t seed);
   // Bytes of placed weights (CPU: the WeightStore's).
   virtual int64_t weight_bytes(const WeightStore& w) const { return w.bytes_total(); }
+  // Of those, the row-major copies plan_prefill_copies kept.
+  virtual int64_t prefill_copy_bytes() const { return 0; }
 
   // ---- Step memory and inputs ----
   // Scratch of one attention_paged call, for sizing.

@@ -147,6 +147,7 @@ class CudaBackend final : public Backend {
     return keep(std::move(b));
   }
   int64_t weight_bytes(const WeightStore&) const override { return weight_bytes_; }
+  int64_t prefill_copy_bytes() const override { return copy_bytes_; }
 
   size_t attention_scratch_bytes(int64_t n_q, int64_t start, const ModelConfig& c) const override {
     return cuda::attention_paged_scratch_bytes(n_q, start, c.n_heads, c.n_kv_heads, c.head_dim);
@@ -294,7 +295,7 @@ class CudaBackend final : public Backend {
 
   static constexpr int64_t kSplitTokens = 8;  // the split norm's GEMVs take up to 8 tokens
   std::vector<Buffer> vectors_;
-  int64_t weight_bytes_ = 0, dummy_vectors_ = 0;
+  int64_t weight_bytes_ = 0, dummy_vectors_ = 0, copy_bytes_ = 0;
   Buffer norm_partial_, logits_, logits_host_, ints_, attn_scratch_, gdn_scratch_, sample_scratch_, sample_out_,
       penalty_ids_, penalty_row_, token_mask_;
   int64_t cap_tokens_ = 0, cap_rows_ = 0, cap_ints_ = 0;
@@ -359,6 +360,7 @@ Matrix CudaBackend::place_matrix(const WeightView& host, bool gemv_layout) {
   Matrix m = to_device(host);
   if (gemv_layout) tile_for_gemv(m, keep_rowmajor_);
   weight_bytes_ += m.bytes();
+  copy_bytes_ += static_cast<int64_t>(m.rowmajor.size());
   note_gemm_shape(m.view);
   return m;
 }
@@ -385,6 +387,7 @@ Matrix CudaBackend::place_dummy(const WeightStore& w, const std::vector<RunPart>
   }
   tile_for_gemv(m, keep_rowmajor_);  // random bytes either way; tiled as real weights are, for the same kernels
   weight_bytes_ += m.bytes();
+  copy_bytes_ += static_cast<int64_t>(m.rowmajor.size());
   note_gemm_shape(m.view);
   return m;
 }

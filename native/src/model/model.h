@@ -186,6 +186,8 @@ class Model {
   virtual const float* kept_hidden(int32_t layer, int64_t* n_rows) const { return nullptr; }
   // Bytes of device memory the weights take (CUDA), or of host memory (CPU).
   virtual int64_t weight_bytes() const { return weights_.bytes_total(); }
+  // Of weight_bytes, the row-major copies kept for the prefill GEMM (set_prefill_weight_copy).
+  virtual int64_t prefill_copy_bytes() const { return 0; }
 
  protected:
   ModelConfig cfg_;
