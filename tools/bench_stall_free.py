@@ -40,6 +40,18 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(q / 100.0 * len(s) + 0.5)) - 1))]
 
 
+def histogram_delta(a: dict, b: dict) -> dict:
+    """What an engine histogram (EngineStats) counted between two stats() calls."""
+    return {"upper_bounds": b["upper_bounds"], "counts": [y - x for x, y in zip(a["counts"], b["counts"])],
+            "count": b["count"] - a["count"], "sum": b["sum"] - a["sum"]}  # fmt: skip
+
+
+def histogram_line(h: dict, scale: float, unit: str) -> str:
+    """Non-empty buckets as '<= bound: count' (scale: bound multiplier for printing)."""
+    bounds = [f"<={b * scale:g}{unit}" for b in h["upper_bounds"]] + [">"]
+    return " ".join(f"{lab}:{c}" for lab, c in zip(bounds, h["counts"]) if c)
+
+
 class Bench:
     def __init__(self, engine, vocab: tuple[int, int]):
         self.engine = engine
@@ -91,15 +103,21 @@ class Bench:
         short_first = self.token_times(qs)[0]
         return short_first - t_short, self.token_times(q)[0] - t0
 
+    def histograms(self) -> dict:
+        st = self.engine.stats()
+        return {k: st[k] for k in ("step_seconds", "prefill_tokens_per_step")}
+
     def decoders_during(self, n_decoders: int, n: int, solo_tokens: int) -> dict:
         ids = [self.submit(16, 1 << 20) for _ in range(n_decoders)]
         solo = [self.token_times(q, solo_tokens) for _, q in ids]
         start = max(ts[1] for ts in solo)  # after every decoder's first gap
         solo_rate = statistics.median(sum(1 for t in ts if t > start) / (ts[-1] - start) for ts in solo
                                       if ts[-1] > start)  # fmt: skip
+        before = self.histograms()
         t_long = time.monotonic()
         _, q = self.submit(n, 1)
         long_first = self.token_times(q)[0]
+        after = self.histograms()
         for rid, _ in ids:
             self.engine.cancel(rid)
         gaps, rates = [], []
@@ -109,7 +127,8 @@ class Bench:
             rates.append(len(during) / (long_first - t_long))
         return {"decoders": n_decoders, "prefill_s": long_first - t_long, "itl_p50_ms": percentile(gaps, 50) * 1e3,
                 "itl_p99_ms": percentile(gaps, 99) * 1e3, "itl_max_ms": max(gaps) * 1e3, "itl_samples": len(gaps),
-                "decode_tok_s": statistics.mean(rates), "solo_decode_tok_s": solo_rate}  # fmt: skip
+                "decode_tok_s": statistics.mean(rates), "solo_decode_tok_s": solo_rate,
+                "steps": {k: histogram_delta(before[k], after[k]) for k in after}}  # fmt: skip
 
 
 def load_model(args):
@@ -171,6 +190,10 @@ def report(res: dict) -> None:
               f"(max {r['itl_max_ms']:.1f}, {r['itl_samples']} gaps)  decode {r['decode_tok_s']:6.1f} tok/s each "
               f"(solo {r['solo_decode_tok_s']:.1f})  prefill {r['prefill_tok_s']:8.1f} tok/s = "
               f"{r['prefill_share_of_alone'] * 100:5.1f} % of alone", flush=True)  # fmt: skip
+        st, pt = r["steps"]["step_seconds"], r["steps"]["prefill_tokens_per_step"]
+        print(f"    {st['count']} steps, {st['sum'] / max(st['count'], 1) * 1e3:.1f} ms mean: "
+              f"{histogram_line(st, 1e3, 'ms')}", flush=True)  # fmt: skip
+        print(f"    prefill tokens per step: {histogram_line(pt, 1, '')}", flush=True)
     e = res["engine"]
     print(f"  cost model (ms): base {e['cost_base_ms']:.3f} + {e['cost_decode_row_ms']:.3f}/decode row + "
           f"{e['cost_prefill_step_ms']:.3f}/step with prefill + {e['cost_prefill_token_ms']:.4f}/prefill token + "
