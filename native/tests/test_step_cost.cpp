@@ -222,6 +222,22 @@ TEST(fit_takes_the_most_tokens_under_the_limit_cut_at_a_block) {
   CHECK_EQ(pacer.fit(full, 5, 512, limit, true), 11);
 }
 
+TEST(fit_grows_a_slice_out_of_the_slow_rows_gap) {
+  // Rows in (8, 64) run a slow matmul path: a cut that would leave the step there grows to 64 rows,
+  // over the limit; cuts at or below the gap's lower bound, the whole rest, and full chunks stay.
+  FixedCost cost;
+  StepPacer pacer(cost, 20.0, 512, 16, {8, 64});
+  const StepShape so_far = decode_step(2, 100);
+  const double limit = pacer.limit_seconds(so_far, 0);
+  CHECK_EQ(pacer.fit(so_far, 0, 512, limit, false), 64);   // 16 tokens + 2 rows: grown to 62, ends at block 64
+  CHECK_EQ(pacer.fit(so_far, 10, 512, limit, false), 70);  // 22 + 2 rows: grown to 62, ends at position 80
+  CHECK_EQ(pacer.fit(so_far, 0, 20, limit, false), 20);    // the whole rest: as it is
+  StepPacer narrow(cost, 20.0, 512, 16, {32, 64});
+  CHECK_EQ(narrow.fit(so_far, 0, 512, limit, false), 16);  // 18 rows: below the gap
+  StepPacer none(cost, 20.0, 512, 16);
+  CHECK_EQ(none.fit(so_far, 0, 512, limit, false), 16);
+}
+
 TEST(derived_limit_keeps_the_prefill_at_80_percent_of_its_full_chunk_rate) {
   FixedCost cost;
   StepPacer pacer(cost, 0.0, 512, 16);

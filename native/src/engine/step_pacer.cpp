@@ -4,8 +4,9 @@
 
 namespace pe {
 
-StepPacer::StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size)
-    : cost_(cost), max_step_s_(max_step_ms * 1e-3), chunk_(chunked_prefill_size), page_(page_size) {}
+StepPacer::StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size,
+                     std::pair<int64_t, int64_t> slow_rows)
+    : cost_(cost), max_step_s_(max_step_ms * 1e-3), chunk_(chunked_prefill_size), page_(page_size), slow_(slow_rows) {}
 
 double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
   if (max_step_s_ > 0.0) return max_step_s_;
@@ -45,6 +46,11 @@ int64_t StepPacer::fit(const StepShape& so_far, int64_t n_past, int64_t n_max, d
   int64_t n = lo;
   if (n < n_max) n = std::max<int64_t>(0, (n_past + n) / page_ * page_ - n_past);  // cut at a block boundary
   if (must_progress) n = std::max(n, std::min(n_max, page_ - n_past % page_));
+  const int64_t rows = so_far.decode_rows + so_far.prefill_tokens + n;
+  if (n > 0 && n < n_max && rows > slow_.first && rows < slow_.second) {  // out of the slow gap (header)
+    n = std::min(n_max, n + slow_.second - rows);
+    if (n < n_max) n = std::min(n_max, (n_past + n + page_ - 1) / page_ * page_ - n_past);
+  }
   return n;
 }
 

@@ -23,6 +23,7 @@
 //   but the step in flight.
 #pragma once
 #include <cstdint>
+#include <utility>
 
 #include "engine/step_cost.h"
 
@@ -35,7 +36,10 @@ class StepPacer {
   // max_step_ms > 0: a fixed limit; 0: derived per step (above). page_size: chunks are cut at KV
   // block boundaries, where prefix-cache snapshots are taken (a snapshot inside a chunk splits its
   // GDN work).
-  StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size);
+  // slow_rows (Model::slow_rows): step rows strictly between them run a much slower matmul path
+  // than the upper bound does; fit grows a slice that would leave its step there up to the bound.
+  StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size,
+            std::pair<int64_t, int64_t> slow_rows = {0, 0});
 
   // Paces only once the model rests on measurements.
   bool active() const { return cost_.ready(); }
@@ -48,7 +52,11 @@ class StepPacer {
   // Tokens (<= n_max) of a prefill chunk after n_past tokens that keep a step of `so_far` plus the
   // chunk within limit_s, ending at a block boundary when cut. must_progress: at least up to the
   // next block boundary, even over the limit (the step's first prefill chunk: a limit that decode
-  // rows alone exceed must not starve the prefill).
+  // rows alone exceed must not starve the prefill). A cut that would leave the step's rows in the
+  // slow gap is grown to its upper bound, over the limit (design decision: below it the matmuls
+  // run several times slower per token -- the 27B on an H100, a 100-token slice beside 4 decode
+  // rows took the mma.sync GEMM: steps of up to 580 ms under a 60 ms limit, the prefill at 19 % --
+  // and a step at the bound costs about what the slice would have: the weights' read).
   int64_t fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s, bool must_progress) const;
 
  private:
@@ -56,6 +64,7 @@ class StepPacer {
   double max_step_s_;
   int64_t chunk_;
   int64_t page_;
+  std::pair<int64_t, int64_t> slow_;
 };
 
 }  // namespace pe

@@ -116,6 +116,10 @@ class Backend {
   virtual int64_t weight_bytes(const WeightStore& w) const { return w.bytes_total(); }
   // Of those, the row-major copies plan_prefill_copies kept.
   virtual int64_t prefill_copy_bytes() const { return 0; }
+  // Step rows (tokens of one forward) strictly between lo and hi take a much slower matmul path
+  // than hi rows do (CUDA with FP8 weights on sm_90: past the quantized GEMV's rows, below the W8A8
+  // GEMM's); {0, 0}: no such gap.
+  virtual std::pair<int64_t, int64_t> slow_rows() const { return {0, 0}; }
 
   // ---- Step memory and inputs ----
   // Scratch of one attention_paged call, for sizing.

@@ -148,6 +148,10 @@ class CudaBackend final : public Backend {
   }
   int64_t weight_bytes(const WeightStore&) const override { return weight_bytes_; }
   int64_t prefill_copy_bytes() const override { return copy_bytes_; }
+  std::pair<int64_t, int64_t> slow_rows() const override {
+    const int64_t hi = gemm_shapes_.empty() ? 0 : cuda::linear_fp8_sm90_min_tokens();
+    return hi > 0 ? std::make_pair<int64_t, int64_t>(cuda::linear_gemv_max_tokens(), int64_t(hi)) : std::make_pair<int64_t, int64_t>(0, 0);
+  }
 
   size_t attention_scratch_bytes(int64_t n_q, int64_t start, const ModelConfig& c) const override {
     return cuda::attention_paged_scratch_bytes(n_q, start, c.n_heads, c.n_kv_heads, c.head_dim);

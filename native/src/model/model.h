@@ -6,6 +6,7 @@
 // (qwen35.h) implements it on a CPU or a CUDA backend.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <string>
 #include <utility>
 #include <vector>
@@ -188,6 +189,8 @@ class Model {
   virtual int64_t weight_bytes() const { return weights_.bytes_total(); }
   // Of weight_bytes, the row-major copies kept for the prefill GEMM (set_prefill_weight_copy).
   virtual int64_t prefill_copy_bytes() const { return 0; }
+  // Step rows strictly between the two run a much slower matmul path than the second (Backend).
+  virtual std::pair<int64_t, int64_t> slow_rows() const { return {0, 0}; }
 
  protected:
   ModelConfig cfg_;

@@ -40,6 +40,7 @@ class Qwen35Model : public Model {
   const float* kept_hidden(int32_t layer, int64_t* n_rows) const override;
   int64_t weight_bytes() const override { return be_->weight_bytes(weights_); }
   int64_t prefill_copy_bytes() const override { return be_->prefill_copy_bytes(); }
+  std::pair<int64_t, int64_t> slow_rows() const override { return be_->slow_rows(); }
   // The token embedding and the lm_head as placed on the model's device (a DFlash draft uses
   // them: it has neither). Valid while the model lives.
   const WeightView& embedding_table() const { return embed_.view; }

@@ -108,6 +108,9 @@ size_t linear_workspace_bytes(int64_t n, const WeightView& w);
 // may be too small for the calls it lets in: those fall back). Not for use while other threads run
 // linear.
 void linear_gemm_set_fp8_sm90(int variant, int64_t min_tokens = kFp8GemmMinTokens);
+// The fewest tokens the sm_90 FP8 GEMM takes now (kFp8GemmMinTokens unless set above); 0 where it
+// does not run (not built, not compute capability 9.0, or switched off).
+int64_t linear_fp8_sm90_min_tokens();
 // The mlp's gate | up GEMV with the swiglu in its epilogue: w holds the gate rows [0, inter) and
 // the up rows [up0, up0 + inter); out[n, inter] = silu(x W_gate^T) * (x W_up^T), without the
 // [n, 2 inter] round trip or a launch: the same bits as linear into [n, rows] followed by swiglu

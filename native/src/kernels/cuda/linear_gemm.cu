@@ -50,6 +50,10 @@ void linear_gemm_set_fp8_sm90(int variant, int64_t min_tokens) {
   g_fp8_min_tokens = std::max<int64_t>(min_tokens, kGemvMaxTokens + 1);  // the quantized GEMV's below
 }
 
+int64_t linear_fp8_sm90_min_tokens() {
+  return g_fp8_variant > 0 && linear_fp8_sm90_available() ? g_fp8_min_tokens : 0;
+}
+
 bool linear_fp8_sm90_available() {
 #ifdef PE_WITH_CUTLASS_SM90
   return compute_capability() == 90;  // sm_90a code runs on 9.0 only
