@@ -72,7 +72,7 @@ int main() {
   cudaFuncGetAttributes(&fa, mma_loop<8>);
   std::printf("%s, %d SMs; this binary's code for mma_loop: ptx %d, binary %d\n", p.name, p.multiProcessorCount,
               fa.ptxVersion * 10, fa.binaryVersion * 10);
-  const int arch = fa.binaryVersion * 10;
+  const int arch = fa.ptxVersion * 10;  // the m16n8k16 loop exists only in sm_80+ PTX
   const double k8 = rate<8>(p.multiProcessorCount, arch), k16 = rate<16>(p.multiProcessorCount, arch);
   std::printf("mma.sync m16n8k8  f16 -> f32: %.1f TFLOP/s\n", k8);
   if (k16 > 0) std::printf("mma.sync m16n8k16 f16 -> f32: %.1f TFLOP/s\n", k16);
