@@ -164,6 +164,14 @@ MUTANTS: list[Mutant] = [
       "for (const auto& [dst, src] : step_.chain_copies) gdn.copy(dst, src);",
       "for (const auto& [dst, src] : step_.chain_copies) (void)dst, (void)src;",
       ["tests/test_speculative.py::test_default_model_spec_equals_plain_at_temperature_0"]),
+    m("step-cost model without the ridge on its per-step prefill cost", "native/src/engine/step_cost.h",
+      "kStepRidge = 0.02;", "kStepRidge = 0.0;",
+      ["ctest:test_step_cost:one_prefill_size_counts_per_token"],
+      "an H100's 27B long prefill fitted 52 ms a step, 0 a token: the pacer kept full chunks"),
+    m("pacer leaves a step's rows in the slow matmul gap", "native/src/engine/step_pacer.cpp",
+      "rows > slow_.first && rows < slow_.second", "false && rows > slow_.first",
+      ["ctest:test_step_cost:fit_grows_a_slice_out_of_the_slow_rows_gap"],
+      "slices beside decode rows ran the mma.sync GEMM: steps of 580 ms under a 60 ms limit"),
 ]
 
 

@@ -238,14 +238,7 @@ int main(int argc, char** argv) {
       const int copies = static_cast<int>(std::max<size_t>(1, std::min<size_t>(pool_bytes / wbytes, 8)));
       for (int n : {1, 2, 4, 8}) {
         if (quick && n == 2) continue;
-        WeightView w;
-        w.dtype = dt;
-        w.rows = s.rows;
-        w.cols = s.cols;
-        w.block_scale = scale;
-        w.row_scale = scale;
-        w.group_scale = static_cast<const uint8_t*>(gscale);
-        w.global_scale = 0.01f;
+        WeightView w = bench_weight(dt, s.rows, s.cols, nullptr, scale, gscale);
         // Quantized at n = 1 and 8: the GEMV tunings side by side (cuda::GemvTuning; "dflt" the
         // default, "regx" x in registers, "nocvt" FP8 by integer ops, not cvt (sm_89+), "T2" 16
         // rows per warp, "mb3" the staged kernels at 3 blocks per SM (slower for FP8, faster on

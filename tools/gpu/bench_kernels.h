@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <functional>
 
+#include "kernels/ops.h"
+
 #define CK(x)                                                                         \
   do {                                                                                \
     cudaError_t e_ = (x);                                                             \
@@ -25,6 +27,21 @@ float time_ms(const std::function<void(int)>& fn);
 float graph_ms(const std::function<void(int, cudaStream_t)>& fn, int k);
 // Whether name holds one of the '|'-separated parts of filter (all names without one).
 bool name_selected(const char* name, const char* filter);
+// A weight of any format over `data` (random bytes), its scales from `scale` (FP8 block / I8 row)
+// and `gscale` (NVFP4 groups, global scale 0.01).
+inline pe::WeightView bench_weight(pe::DType dt, int64_t rows, int64_t cols, void* data, const float* scale,
+                                   const void* gscale) {
+  pe::WeightView w;
+  w.dtype = dt;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = data;
+  w.block_scale = scale;
+  w.row_scale = scale;
+  w.group_scale = static_cast<const uint8_t*>(gscale);
+  w.global_scale = 0.01f;
+  return w;
+}
 // Device memory filled with a finite byte pattern (METHOD.md: not zeros).
 void* dalloc(size_t bytes, uint8_t fill_seed);
 // One line: time, bytes moved, GB/s, share of the copy bandwidth, TFLOP/s where flops > 0.

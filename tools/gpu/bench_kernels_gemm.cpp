@@ -16,15 +16,7 @@ void bench_prefill_gemm(const float* x, void* pool, const float* scale, const vo
   for (DType dt : {DType::FP8_E4M3, DType::BF16, DType::F16, DType::I8, DType::NVFP4})
     for (int n : {512, 4096})
       for (int tile : {128, 64}) {
-        WeightView w;
-        w.dtype = dt;
-        w.rows = 17408;
-        w.cols = 5120;
-        w.block_scale = scale;
-        w.row_scale = scale;
-        w.group_scale = static_cast<const uint8_t*>(gscale);
-        w.global_scale = 0.01f;
-        w.data = pool;
+        const WeightView w = bench_weight(dt, 17408, 5120, pool, scale, gscale);
         cuda::linear_gemm_set_big_tile_tokens(tile == 128 ? 128 : (int64_t(1) << 40));
         const float ms = time_ms([&](int) { cuda::linear(x, n, w, out, nullptr); });
         cuda::linear_gemm_set_big_tile_tokens(128);
@@ -47,12 +39,7 @@ void bench_prefill_gemm(const float* x, void* pool, const float* scale, const vo
                              {"q|k|v 14336x5120", 14336, 5120},   {"down 5120x17408", 5120, 17408},
                              {"out|o 5120x6144", 5120, 6144}};
     for (const Shape& s : pshapes) {
-      WeightView w;
-      w.dtype = DType::FP8_E4M3;
-      w.rows = s.rows;
-      w.cols = s.cols;
-      w.block_scale = scale;
-      w.data = pool;
+      WeightView w = bench_weight(DType::FP8_E4M3, s.rows, s.cols, pool, scale, nullptr);
       w = cuda::tile_weight(w, static_cast<char*>(pool) + (size_t(3) << 30), 32, nullptr);
       const int n = 4096;
       const float ms = time_ms([&](int) { cuda::linear(x, n, w, out, nullptr); });

@@ -38,14 +38,7 @@ void bench_verify_gemv(const float* x, float* out, void* pool, size_t pool_bytes
                                 : dt == DType::I8     ? 4.0 * s.rows
                                                       : s.rows * s.cols / 16.0;
           const int copies = static_cast<int>(std::max<size_t>(1, std::min<size_t>(pool_bytes / wbytes, 8)));
-          WeightView w;
-          w.dtype = dt;
-          w.rows = s.rows;
-          w.cols = s.cols;
-          w.block_scale = scale;
-          w.row_scale = scale;
-          w.group_scale = static_cast<const uint8_t*>(gscale);
-          w.global_scale = 0.01f;
+          WeightView w = bench_weight(dt, s.rows, s.cols, nullptr, scale, gscale);
           w.tile = cuda::gemv_tile_rows(w);  // the model's layout (random bytes either way)
           if (w.tile && s.rows % w.tile != 0) w.tile = 0;
           cuda::linear_gemv_set_max_tokens(max_tokens);

@@ -207,6 +207,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   pdl_wait();  // x (and the split scratch) only after the previous kernel
   float acc[T][NG][4];
+  // FP8: the window's sums in units of its block scale (acc = (acc / s + x w) s).
+  auto scale_acc = [&](float f) {
+#pragma unroll
+    for (int r = 0; r < T; ++r)
+#pragma unroll
+      for (int j = 0; j < NG; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[r][j][e] *= f;
+  };
 #pragma unroll
   for (int r = 0; r < T; ++r)
 #pragma unroll
@@ -230,15 +239,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       float s_next = 1.0f;
       if (kFp8 && active && more) s_next = scale_of(win + 1);
       if (active && (!kFp8 || s_cur != 0.0f)) {
-        if constexpr (kFp8) {
-          const float inv = 1.0f / s_cur;
-#pragma unroll
-          for (int r = 0; r < T; ++r)
-#pragma unroll
-            for (int j = 0; j < NG; ++j)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[r][j][e] *= inv;
-        }
+        if constexpr (kFp8) scale_acc(1.0f / s_cur);
 #pragma unroll
         for (int cc = 0; cc < 2; ++cc) {
           const int c = 2 * h + cc;
@@ -276,14 +277,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
             }
           }
         }
-        if constexpr (kFp8) {
-#pragma unroll
-          for (int r = 0; r < T; ++r)
-#pragma unroll
-            for (int j = 0; j < NG; ++j)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[r][j][e] *= s_cur;
-        }
+        if constexpr (kFp8) scale_acc(s_cur);
       }
       // This window's chunks decoded: the next step's same chunks into their registers.
       if (it + 1 < it1) {
