@@ -3,12 +3,17 @@
 // pages of 16 in order. Rows:
 //   whole prompts from position 0 (4K, 32K; --quick 1K, 4K);
 //   one chunk at the end of a context: 512 queries after 4K - 512 and 32K - 512 keys (the engine's
-//   default chunk), 4096 after 32K - 4096 (bench_gpu.py's), the F16 and BF16 caches;
+//   default chunk), 4096 after 32K - 4096 (bench_gpu.py's), the F16 and BF16 caches; the
+//   stall-free scheduler's chunks beside decoding requests, F16: 128 and 256 queries at 32K (4K
+//   with --quick), 512 at 8K (full runs);
 // each on attention_prefill_mma's variants (cuda_ops.h attention_prefill_set_variant: v0 the sm_75
-// kernel, v1 attention_prefill_sm80.cu where it applies, "=v0" where not), and in full runs the
-// fp32 SIMT tiled kernel behind attention_paged on the whole prompts (seconds at 32K: timed once).
+// kernel, v1 attention_prefill_sm80.cu unsplit where it applies, "=v0" where not), then "v1 split
+// S" where the sm_80 kernel's rule splits the keys into S parts (attention_prefill_set_splits 0,
+// the default: its combine launch included), and in full runs the fp32 SIMT tiled kernel behind
+// attention_paged on the whole prompts (seconds at 32K: timed once).
 // FLOPs causal, Q K^T and P V: 4 * D * Hq * sum over queries of the keys each sees
 // (n * start + n (n + 1) / 2). Bytes: K + V of the keys read once + q, gate and out.
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -40,6 +45,13 @@ void bench_prefill_attention(bool quick, bool with_tiled) {
     rows.push_back({512, n_max - 512, t});
     rows.push_back({4096, n_max - 4096, t});
   }
+  rows.push_back({128, n_max - 128, DType::F16});
+  rows.push_back({256, n_max - 256, DType::F16});
+  if (n_max >= 8192) rows.push_back({512, 8192 - 512, DType::F16});
+  size_t scratch_bytes = 0;  // the split rows' partial states (52 MB at most on an H100)
+  for (const Row& r : rows)
+    scratch_bytes = std::max(scratch_bytes, cuda::attention_prefill_scratch_bytes(r.n, r.start, Hq, D));
+  void* scratch = scratch_bytes ? dalloc(scratch_bytes, 13) : nullptr;
   for (const Row& r : rows) {
     const cpu::PagedKV kv{r.kv, kc, vc, nullptr, nullptr, page, Hkv, D};
     const double seen = double(r.n) * r.start + double(r.n) * (r.n + 1) / 2;
@@ -66,17 +78,26 @@ void bench_prefill_attention(bool quick, bool with_tiled) {
       std::snprintf(name, sizeof name, "attn prefill tiled %s (%.0f tok/s)", what, r.n / (ms * 1e-3));
       report(name, ms, bytes, flops);
     }
-    for (int variant = 0; variant < cuda::kAttentionPrefillVariants; ++variant) {
-      cuda::attention_prefill_set_variant(variant);
+    const size_t split_bytes = cuda::attention_prefill_scratch_bytes(r.n, r.start, Hq, D);
+    const int splits = split_bytes ? static_cast<int>(split_bytes / (size_t(r.n) * Hq * (D + 2) * 4)) : 1;
+    for (int variant = 0; variant <= cuda::kAttentionPrefillVariants; ++variant) {
+      const bool split = variant == cuda::kAttentionPrefillVariants;  // v1 with the rule's split
+      if (split && splits < 2) break;
+      cuda::attention_prefill_set_variant(split ? 1 : variant);
+      cuda::attention_prefill_set_splits(split ? 0 : 1);
       const bool sm80 = cuda::attention_prefill_sm80_applies(kv);
+      if (split && !sm80) break;
       const float ms = time_ms([&](int) {
-        cuda::attention_prefill_mma(aq, r.n, r.start, Hq, kv, pt, scale, agate, aout, nullptr);
+        cuda::attention_prefill_mma(aq, r.n, r.start, Hq, kv, pt, scale, agate, aout, scratch, scratch_bytes, nullptr);
       });
-      std::snprintf(name, sizeof name, "attn prefill v%d%s %s (%.0f tok/s)", variant, variant && !sm80 ? "(=v0)" : "",
-                    what, r.n / (ms * 1e-3));
+      if (split) std::snprintf(name, sizeof name, "attn prefill v1 split %d %s (%.0f tok/s)", splits, what, r.n / (ms * 1e-3));
+      else std::snprintf(name, sizeof name, "attn prefill v%d%s %s (%.0f tok/s)", variant, variant && !sm80 ? "(=v0)" : "",
+                         what, r.n / (ms * 1e-3));
       report(name, ms, bytes, flops);
     }
     cuda::attention_prefill_set_variant(1);
+    cuda::attention_prefill_set_splits(0);
   }
+  if (scratch) CK(cudaFree(scratch));
   CK(cudaFree(aq)); CK(cudaFree(agate)); CK(cudaFree(aout)); CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(pt));
 }

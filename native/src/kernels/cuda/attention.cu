@@ -209,8 +209,10 @@ size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n
   // none); the decode kernel's (n_q <= 16) depends on the GPU and is bounded by scratch_splits.
   int64_t splits = make_plan(n_q, q_start_pos, n_heads, n_kv_heads).splits;
   if (n_q <= attn::kDecodeMaxQueries) splits = std::max(splits, attn::scratch_splits(q_start_pos + n_q));
-  if (splits == 1) return 0;
-  return static_cast<size_t>(splits) * n_q * n_heads * (head_dim + 2) * sizeof(float);
+  const size_t tiled = splits == 1 ? 0 : static_cast<size_t>(splits) * n_q * n_heads * (head_dim + 2) * sizeof(float);
+  // Chunks for attention_prefill_mma: its sm_80 kernel's key split.
+  if (n_q < kAttentionMmaMinQueries) return tiled;
+  return std::max(tiled, attention_prefill_scratch_bytes(n_q, q_start_pos, n_heads, head_dim));
 }
 
 void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
@@ -238,7 +240,8 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
   // (attention_prefill_mma.cu). Shorter chunks at depth keep the split-K tiled kernel: one block per 64 queries and head
   // would leave most SMs idle there. Shapes the mma kernel refuses fall back too.
   if (n_q >= kAttentionMmaMinQueries && attention_prefill_mma_supported(n_q, kv)) {
-    attention_prefill_mma(q, n_q, q_start_pos, n_heads, kv, page_table, scale, gate, out, stream);
+    attention_prefill_mma(q, n_q, q_start_pos, n_heads, kv, page_table, scale, gate, out, scratch, scratch_bytes,
+                          stream);
     return;
   }
   const Plan pl = make_plan(n_q, q_start_pos, n_heads, kv.n_kv_heads);

@@ -17,6 +17,11 @@ struct PrefillParams {
   PagedKV kv;
   int n_q, q_start_pos, n_heads, group, D;
   float q_mul;  // scale * log2(e)
+  // Key split of the sm_80 kernel (run_sm80 sets them; the sm_75 kernel reads neither): parts of
+  // each query tile's keys, blockIdx.z; splits > 1 write unnormalized partial states to part in
+  // attn::attention_combine's layout (attention_prefill_sm80.cu's header).
+  float* part;
+  int splits;
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -52,8 +57,14 @@ __device__ __forceinline__ int64_t cache_row(const PrefillParams& p, int t, int 
 }
 
 // attention_prefill_sm80.cu, where attention_prefill_sm80_applies (cuda_ops.h); p checked by
-// attention_prefill_mma.
-void run_sm80(const PrefillParams& p, cudaStream_t stream);
+// attention_prefill_mma. Splits the keys (sm80_splits) where scratch_bytes holds the parts,
+// else runs whole query tiles; p.part and p.splits are its to set.
+void run_sm80(const PrefillParams& p, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// The key parts run_sm80 takes for this call on the current device with scratch enough
+// (attention_prefill_set_splits, cuda_ops.h; 1 = none), and the scratch they need: what
+// attention_paged_scratch_bytes sizes for and run_sm80 launches with, so the two agree.
+int sm80_splits(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int64_t head_dim);
+size_t sm80_part_bytes(int splits, int64_t n_q, int64_t n_heads, int64_t head_dim);
 
 }  // namespace prefill
 }  // namespace cuda

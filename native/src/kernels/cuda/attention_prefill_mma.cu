@@ -343,7 +343,7 @@ bool attention_prefill_mma_supported(int64_t n_q, const PagedKV& kv) {
 
 void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                            const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
-                           float* out, cudaStream_t stream) {
+                           float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   if (n_q <= 0) return;
   if (!attention_prefill_mma_supported(n_q, kv))
     fail(PE_ERR_UNSUPPORTED, "cuda::attention_prefill_mma: unsupported shape (", dtype_name(kv.dtype),
@@ -366,7 +366,9 @@ void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int
   p.group = static_cast<int>(n_heads / kv.n_kv_heads);
   p.D = static_cast<int>(kv.head_dim);
   p.q_mul = scale * 1.4426950408889634f;
-  if (attention_prefill_sm80_applies(kv)) return run_sm80(p, stream);  // attention_prefill_sm80.cu
+  p.part = nullptr;
+  p.splits = 1;
+  if (attention_prefill_sm80_applies(kv)) return run_sm80(p, scratch, scratch_bytes, stream);  // attention_prefill_sm80.cu
   const int n_qt = static_cast<int>((n_q + kBM - 1) / kBM);
   switch (kv.dtype) {
     case DType::F32: launch_d<DType::F32>(p, n_qt, stream); break;

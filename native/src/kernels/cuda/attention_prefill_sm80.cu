@@ -29,11 +29,21 @@
 // Shared memory (opt-in): Q [128][Dp+8] + 2 x (K, V) [64][Dp+8] fp16, rows padded by 8 halves
 // (ldmatrix and the 16-byte copies conflict free): Dp 64 -> 54 KB, 128 -> 102 KB, 256 -> 198 KB
 // (H100 / H200: 227 KB; A100's 163 KB takes Dp <= 128, the sm_75 kernel runs the rest).
+// Key split (flash-decoding style; design decision): a chunk of few query tiles at depth (the
+// stall-free scheduler's 128 .. 512 queries at 8K .. 32K: 48 .. 96 blocks of 1 per SM on 132 SMs)
+// would leave the GPU part idle, so run_sm80 may cut each query tile's tiles into S contiguous
+// parts (grid z; split_rule below, attention_prefill_set_splits). A part runs the same loop over
+// its tiles only and stores its unnormalized state (m, l in the log2 domain, O) to scratch;
+// attn::attention_combine (the decode kernels' combine, same layout) merges the parts, divides
+// and gates. Rows a part does not reach keep m = -inf, l = 0, O = 0 (weight 0 in the combine; part
+// 0 holds key 0, which every row sees). Unsplit, the output is the kernel's own, as before.
 // Accuracy: that of the sm_75 kernel, bit for bit in the operands (the same fp16 values of Q * scale,
-// K, V and P); the sums differ in order only (64-key tiles, m16n8k16).
+// K, V and P); the sums differ in order only (64-key tiles, m16n8k16). Split, P is rounded to fp16
+// against each part's running max instead: within that rounding of the unsplit output.
 #include <algorithm>
 #include <atomic>
 
+#include "kernels/cuda/attention_decode.cuh"  // attn::attention_combine
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/linear_common.cuh"
 
@@ -145,12 +155,17 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
   const int i0 = (gridDim.y - 1 - blockIdx.y) * kBM;  // longest query tiles first
   const int D = p.D;
   const int n_keys = p.q_start_pos + min(i0 + kBM, p.n_q);  // the block's keys (>= 1)
-  const int n_tiles = (n_keys + kBN - 1) / kBN;
+  // Key split: part blockIdx.z of splits takes tiles [it0, it1) of the block's (as many tiles
+  // each, the last part fewer; parts past the keys none: they write empty states).
+  const int n_all = (n_keys + kBN - 1) / kBN, per_part = (n_all + p.splits - 1) / p.splits;
+  const int it0 = min(n_all, static_cast<int>(blockIdx.z) * per_part), it1 = min(n_all, it0 + per_part);
 
   int64_t rows[C::RR];  // cache rows of the next tile to issue
-  tile_rows<DP>(p, 0, n_keys, g, lane, rows);
-  issue_tile<DP>(p, rows, tid, KV, KV + C::kTile);  // in flight during the Q staging
-  tile_rows<DP>(p, kBN, n_keys, g, lane, rows);
+  if (it0 < it1) {
+    tile_rows<DP>(p, it0 * kBN, n_keys, g, lane, rows);
+    issue_tile<DP>(p, rows, tid, KV, KV + C::kTile);  // in flight during the Q staging
+    tile_rows<DP>(p, (it0 + 1) * kBN, n_keys, g, lane, rows);
+  }
 
   // Q * scale * log2(e) as fp16 (zero rows past n_q, zero columns past head_dim).
   for (int e = tid; e < kBM * C::CPR; e += kThreads) {
@@ -181,9 +196,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   uint32_t qf[C::kQRegs ? DP / 16 : 1][4];  // Q fragments (Dp <= 128)
 
-  for (int it = 0; it < n_tiles; ++it) {
+  for (int it = it0; it < it1; ++it) {
     const int t0 = it * kBN;
-    __half* Ks = KV + (it & 1) * 2 * C::kTile;
+    __half* Ks = KV + ((it - it0) & 1) * 2 * C::kTile;  // the part's first tile in buffer 0
     __half* Vs = Ks + C::kTile;
     cp_async_wait_all();
     if constexpr (BF16) {
@@ -191,13 +206,13 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
       bf16_tile_to_f16<DP>(tid, Vs);
     }
     __syncthreads();  // tile it (and Q) visible; every warp is past tile it - 1 (its buffers free)
-    if (it + 1 < n_tiles) {
-      __half* Kn = KV + ((it + 1) & 1) * 2 * C::kTile;
+    if (it + 1 < it1) {
+      __half* Kn = KV + ((it + 1 - it0) & 1) * 2 * C::kTile;
       issue_tile<DP>(p, rows, tid, Kn, Kn + C::kTile);
       tile_rows<DP>(p, t0 + 2 * kBN, n_keys, g, lane, rows);
     }
     if constexpr (C::kQRegs) {
-      if (it == 0) {
+      if (it == it0) {
 #pragma unroll
         for (int ks = 0; ks < DP / 16; ++ks)
           ldsm_x4(qf[ks], Qs + (warp * 16 + (lane & 15)) * C::LD + ks * 16 + (lane >> 4) * 8);
@@ -251,7 +266,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    // Every row sees key 0 in tile 0, so the max is finite from then on; guard anyway.
+    // Unsplit, every row sees key 0 in tile 0, so the max is finite from then on. A part of a
+    // split may start past some rows: they stay at m = -inf, P = 0, l = 0 (no NaN).
     const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
     const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
     const bool moved = mn0 != m0 || mn1 != m1;
@@ -302,6 +318,27 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (p.splits > 1) {
+    // The part's unnormalized state: (m, l) at part[(z * rows + row) * 2], O at
+    // part[rows * 2 * splits + (z * rows + row) * D] (attn::attention_combine's layout), row =
+    // query * n_heads + head. Rows no key of the part reaches: m = -inf, l = 0, O = 0.
+    const int64_t n_rows = static_cast<int64_t>(p.n_q) * p.n_heads, z = blockIdx.z;
+    float* acc = p.part + n_rows * 2 * p.splits;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = wi0 + gq + hr * 8;
+      if (i >= p.n_q) continue;
+      const int64_t row = z * n_rows + static_cast<int64_t>(i) * p.n_heads + h;
+      if (tq == 0) *reinterpret_cast<float2*>(p.part + row * 2) = make_float2(hr ? m1 : m0, hr ? l1 : l0);
+#pragma unroll
+      for (int d = 0; d < DP / 8; ++d) {
+        const int col = 8 * d + 2 * tq;  // and col + 1: D % 8 == 0
+        if (col >= D) break;
+        *reinterpret_cast<float2*>(acc + row * D + col) = make_float2(o[d][2 * hr], o[d][2 * hr + 1]);
+      }
+    }
+    return;
+  }
   const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
@@ -346,6 +383,30 @@ bool sm80_code() {
 }
 
 std::atomic<int> g_variant{1};
+std::atomic<int> g_splits{0};  // attention_prefill_set_splits: 0 the rule below, 1 none, n exactly n
+
+// Blocks of the kernel resident per SM (1 at Dp 256 on an H100: 198 KB of shared memory), per
+// device and Dp; the F16 kernel stands for both (same shared memory, launch bounds 256 x 1).
+template <int DP>
+int resident_blocks() {
+  static std::atomic<int> known[64] = {};
+  int dev = 0;
+  PE_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < 64;
+  int v = cached ? known[dev].load(std::memory_order_relaxed) : 0;
+  if (v > 0) return v;
+  PE_CUDA_CHECK(cudaFuncSetAttribute(prefill_sm80_kernel<DP, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(Cfg<DP>::kSmem)));
+  PE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, prefill_sm80_kernel<DP, false>, kThreads,
+                                                              Cfg<DP>::kSmem));
+  v = std::max(v, 1);
+  if (cached) known[dev].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+int resident(int dp) {
+  return dp == 64 ? resident_blocks<64>() : dp == 128 ? resident_blocks<128>() : resident_blocks<256>();
+}
 
 template <int DP, bool BF16>
 void launch(const PrefillParams& p, cudaStream_t stream) {
@@ -353,7 +414,8 @@ void launch(const PrefillParams& p, cudaStream_t stream) {
   PE_CUDA_CHECK(cudaFuncSetAttribute(prefill_sm80_kernel<DP, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));  // per call: the attribute is per device
   const unsigned n_qt = static_cast<unsigned>((p.n_q + kBM - 1) / kBM);
-  prefill_sm80_kernel<DP, BF16><<<dim3(static_cast<unsigned>(p.n_heads), n_qt), kThreads, smem, stream>>>(p);
+  prefill_sm80_kernel<DP, BF16><<<dim3(static_cast<unsigned>(p.n_heads), n_qt, static_cast<unsigned>(p.splits)),
+                                  kThreads, smem, stream>>>(p);
   PE_CUDA_LAUNCH_CHECK();
 }
 
@@ -366,14 +428,84 @@ void launch_d(const PrefillParams& p, cudaStream_t stream) {
   }
 }
 
+// Key split rule (design decision). Blocks run one 64-key tile after another at a near-constant
+// rate, a part of T tiles costs ~T + 2 tiles (the Q staging, the partial state's store), and the
+// grid runs in waves of SMs x resident blocks: of the splits S <= kMaxSplits whose parts keep
+// >= kMinPartTiles tiles (of the longest query tile) and whose grid is at most 3 waves (the
+// scratch: S x n_q x heads <= 3 x wave x 128 rows of head_dim + 2 floats, 52 MB at head_dim 256 on
+// 132 SMs), the one of least ceil(heads x query tiles x S / wave) x (ceil(tiles / S) + 2); the
+// fewest on ties. Grids of >= 2 waves (whole prompts, long chunks) run unsplit: their query
+// tiles' lengths differ (the causal triangle) and the GPU fills anyway. 27B (24 heads, head_dim
+// 256) on an H100 (132 SMs x 1) at 32K: 64 or 128 queries -> 11 parts, 256 -> 8, 512 -> 4, 1024
+// -> 2, 2048 and up -> 1. The combine reads and writes S x (head_dim + 2) floats per output row:
+// a few % of the attention's time at these shapes.
+constexpr int kMaxSplits = 16, kMinPartTiles = 4;
+
+int split_rule(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int dp) {
+  const int64_t n_qt = (n_q + kBM - 1) / kBM, blocks = n_heads * n_qt;
+  const int64_t wave = static_cast<int64_t>(sm_count()) * resident(dp);
+  if (blocks >= 2 * wave) return 1;
+  const int64_t tiles = (q_start_pos + n_q + kBN - 1) / kBN;
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= kMaxSplits; ++s) {
+    const int64_t per = (tiles + s - 1) / s;
+    if (s > 1 && (per < kMinPartTiles || blocks * s > 3 * wave)) break;
+    const int64_t cost = (blocks * s + wave - 1) / wave * (per + 2);
+    if (cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
-void run_sm80(const PrefillParams& p, cudaStream_t stream) {
+int sm80_splits(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int64_t head_dim) {
+  if (n_q <= 0 || n_heads <= 0 || head_dim < 1 || head_dim > 256) return 1;
+  const int forced = g_splits.load(std::memory_order_relaxed);
+  if (forced >= 1) return forced;
+  return split_rule(n_q, q_start_pos, n_heads, padded_dim(head_dim));
+}
+
+size_t sm80_part_bytes(int splits, int64_t n_q, int64_t n_heads, int64_t head_dim) {
+  if (splits <= 1) return 0;
+  return static_cast<size_t>(splits) * n_q * n_heads * (head_dim + 2) * sizeof(float);
+}
+
+void run_sm80(const PrefillParams& p0, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  PrefillParams p = p0;
+  p.splits = sm80_splits(p.n_q, p.q_start_pos, p.n_heads, p.D);
+  // Scratch short of the parts (sized under another rule or setting): as many parts as it holds,
+  // none below 2.
+  const size_t per_split = sm80_part_bytes(2, p.n_q, p.n_heads, p.D) / 2;
+  if (!scratch) p.splits = 1;
+  else if (sm80_part_bytes(p.splits, p.n_q, p.n_heads, p.D) > scratch_bytes)
+    p.splits = static_cast<int>(std::min<size_t>(scratch_bytes / per_split, static_cast<size_t>(p.splits)));
+  if (p.splits < 2) p.splits = 1;
+  p.part = p.splits > 1 ? static_cast<float*>(scratch) : nullptr;
   if (p.kv.dtype == DType::BF16) launch_d<true>(p, stream);
   else launch_d<false>(p, stream);
+  if (p.splits > 1)
+    attn::attention_combine(p.part, p.splits, static_cast<int64_t>(p.n_q) * p.n_heads, p.D, p.gate, p.out, stream);
 }
 
 }  // namespace prefill
+
+size_t attention_prefill_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int64_t head_dim) {
+  // attention_prefill_sm80_applies without the cache dtype and the variant (either may change
+  // after the sizing).
+  if (n_q < 1 || n_heads < 1 || head_dim < 8 || head_dim > 256 || head_dim % 8 != 0 || compute_capability() < 80)
+    return 0;
+  if (prefill::smem_bytes(prefill::padded_dim(head_dim)) > static_cast<size_t>(smem_optin()) || !prefill::sm80_code())
+    return 0;
+  return prefill::sm80_part_bytes(prefill::sm80_splits(n_q, q_start_pos, n_heads, head_dim), n_q, n_heads, head_dim);
+}
+
+void attention_prefill_set_splits(int splits) {
+  prefill::g_splits.store(std::clamp(splits, 0, prefill::kMaxSplits), std::memory_order_relaxed);
+}
 
 void attention_prefill_set_variant(int variant) {
   prefill::g_variant.store(std::clamp(variant, 0, kAttentionPrefillVariants - 1), std::memory_order_relaxed);

@@ -238,7 +238,9 @@ void kv_write(const PagedKV& kv, const int32_t* page_table, int64_t start_pos, i
 // Scratch for attention_paged with these sizes (0 when the call needs none): partial softmax
 // states of the split-K kernels, n_splits * n_q * n_heads * (head_dim + 2) floats. The bound uses
 // n_splits = min(256, ceil((q_start_pos + n_q) / 32)) (the launch picks at most that, by the
-// GPU's size), so size it for the longest context of the call.
+// GPU's size), so size it for the longest context of the call. Chunks of >= kAttentionMmaMinQueries
+// queries: the sm_80 prefill kernel's key split (attention_prefill_scratch_bytes, by the current
+// device; with less, it splits less).
 size_t attention_paged_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                                      int64_t n_kv_heads, int64_t head_dim);
 // Every cache dtype of kv_write; head_dim <= 256. Decode (n_q <= 16, head_dim % 8 == 0, 16-byte
@@ -275,7 +277,9 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
 // Prefill attention on the fp16 tensor cores (attention_prefill_mma.cu): exactly the semantics of
 // attention_paged (causal, GQA, optional sigmoid gate, every cache dtype), flash style: blocks of
 // 64 queries of one head, K/V tiles decoded to fp16 in shared memory, S = Q K^T and O += P V by
-// mma.sync (fp32 accumulation), online softmax in fp32 registers. No scratch, one launch.
+// mma.sync (fp32 accumulation), online softmax in fp32 registers. One launch; the sm_80 kernel
+// (below) may split the keys into scratch (attention_prefill_scratch_bytes) and combine the parts
+// in a second: with less scratch than that it splits less or not at all (never fails).
 // Tolerance vs the CPU twin: normalized error 3e-3 (Q * scale, K, V and P rounded to fp16; expected
 // ~1e-4 .. 1e-3; measured on the H200 up to 1.2e-3).
 // Supported: n_q >= 1 (at most 65535 * 64), head_dim % 8 == 0 and <= 256 (run padded to 64, 128 or
@@ -285,7 +289,7 @@ void attention_paged(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n
 bool attention_prefill_mma_supported(int64_t n_q, const PagedKV& kv);
 void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int64_t n_heads,
                            const PagedKV& kv, const int32_t* page_table, float scale, const float* gate,
-                           float* out, cudaStream_t stream);
+                           float* out, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 // Where attention_prefill_sm80_applies (F16 / BF16 cache, a device of compute capability >= 8.0
 // running code built for it, enough shared memory to opt in to: H100 / H200 for head_dim > 128),
 // attention_prefill_mma runs attention_prefill_sm80.cu instead: 128-query blocks, 64-key tiles
@@ -296,6 +300,20 @@ void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int
 constexpr int kAttentionPrefillVariants = 2;
 void attention_prefill_set_variant(int variant);
 bool attention_prefill_sm80_applies(const PagedKV& kv);
+// Key split of the sm_80 kernel (flash-decoding style): where heads x 128-query tiles fill less
+// than 2 waves of the GPU (prefill chunks of 64 .. ~1K queries at depth beside decoding requests),
+// each query tile's keys are cut into S contiguous parts run as separate blocks, which write
+// unnormalized softmax states (m, l, O) to scratch; attention_paged's combine kernel merges them
+// and applies the gate. Results: those of no split within the fp16 rounding of P (each part
+// rescales by its own running max). Rule in attention_prefill_sm80.cu (at most 16 parts, each
+// >= 4 tiles of 64 keys, the grid <= 3 waves). The scratch a call of these sizes takes on the
+// current device (0 where it does not split or the sm_80 kernel cannot run this head_dim); part of
+// attention_paged_scratch_bytes. Tuning hook (bench_kernels, tests): splits 0 = the rule (the
+// default), 1 = never split, n in 2..16 = exactly n parts for every sm_80 call (parts past a
+// query tile's keys write empty states), scratch permitting. Not for use while other threads run
+// attention.
+size_t attention_prefill_scratch_bytes(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int64_t head_dim);
+void attention_prefill_set_splits(int splits);
 
 // K <= 16; state: the ring [K, C] of ops.h. One launch (the ring's readers of a channel write
 // its new rows, after their reads); u, out and state must not alias.
