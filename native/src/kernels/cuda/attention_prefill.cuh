@@ -56,6 +56,64 @@ __device__ __forceinline__ int64_t cache_row(const PrefillParams& p, int t, int 
   return (static_cast<int64_t>(page) * ps + t % ps) * p.kv.n_kv_heads + g;
 }
 
+// One key tile of the online softmax, for a warp's 16 query rows (this thread: rows pos0 = the
+// warp's first row pos_first + gq and pos1 = pos0 + 8, the m16n8 C layout): s[n] holds keys
+// t0 + 8 n + 2 tq + (0, 1) of both rows, in the log2 domain. The causal mask where the tile of
+// `bn` keys reaches past pos_first, the running maxima m and this thread's sums l, s turned into
+// the tile's probabilities, O rescaled where a max moved. A row that has seen no key yet (a key
+// part of a split starting past it) stays at m = -inf, P = 0, l = 0.
+template <int NT, int OD>
+__device__ __forceinline__ void softmax_tile(float (&s)[NT][4], float (&o)[OD][4], float& m0, float& m1, float& l0,
+                                             float& l1, int t0, int bn, int pos_first, int pos0, int pos1, int tq) {
+  if (t0 + bn - 1 > pos_first) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = t0 + 8 * n + 2 * tq + (e & 1);
+        if (key > (e < 2 ? pos0 : pos1)) s[n][e] = -INFINITY;
+      }
+  }
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+    mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+  }
+  // A row's 8 columns of an n tile live in the 4 threads of a quad.
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+  const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
+  const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
+  const bool moved = mn0 != m0 || mn1 != m1;
+  m0 = mn0;
+  m1 = mn1;
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    s[n][0] = exp2f(s[n][0] - b0);
+    s[n][1] = exp2f(s[n][1] - b0);
+    s[n][2] = exp2f(s[n][2] - b1);
+    s[n][3] = exp2f(s[n][3] - b1);
+    sum0 += s[n][0] + s[n][1];
+    sum1 += s[n][2] + s[n][3];
+  }
+  l0 = l0 * c0 + sum0;  // this thread's columns only; the quad is summed at the end
+  l1 = l1 * c1 + sum1;
+  if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+    for (int d = 0; d < OD; ++d) {
+      o[d][0] *= c0;
+      o[d][1] *= c0;
+      o[d][2] *= c1;
+      o[d][3] *= c1;
+    }
+  }
+}
+
 // attention_prefill_sm80.cu, where attention_prefill_sm80_applies (cuda_ops.h); p checked by
 // attention_prefill_mma. Splits the keys (sm80_splits) where scratch_bytes holds the parts,
 // else runs whole query tiles; p.part and p.splits are its to set.

@@ -202,56 +202,7 @@ __global__ void __launch_bounds__(kThreads) prefill_mma_kernel(PrefillParams p) 
           mma_16816(s[2 * np + 1], a, b1);
         }
       }
-      // Causal mask on diagonal tiles: s[n][0..1] are row gq, keys t0 + 8n + 2tq + (0, 1);
-      // s[n][2..3] row gq + 8. Keys past the block's n_keys are past every row too.
-      if (t0 + C::BN - 1 > pos_first) {
-#pragma unroll
-        for (int n = 0; n < C::NT; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = t0 + 8 * n + 2 * tq + (e & 1);
-            if (key > (e < 2 ? pos0 : pos1)) s[n][e] = -INFINITY;
-          }
-      }
-      float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < C::NT; ++n) {
-        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-      }
-      // A row's 8 columns of an n tile live in the 4 threads of a quad.
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      // Every row sees key 0 in tile 0, so the max is finite from then on; guard anyway.
-      const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
-      const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
-      const bool moved = mn0 != m0 || mn1 != m1;
-      m0 = mn0;
-      m1 = mn1;
-      float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-      for (int n = 0; n < C::NT; ++n) {
-        s[n][0] = exp2f(s[n][0] - b0);
-        s[n][1] = exp2f(s[n][1] - b0);
-        s[n][2] = exp2f(s[n][2] - b1);
-        s[n][3] = exp2f(s[n][3] - b1);
-        sum0 += s[n][0] + s[n][1];
-        sum1 += s[n][2] + s[n][3];
-      }
-      l0 = l0 * c0 + sum0;  // this thread's columns only; the quad is summed at the end
-      l1 = l1 * c1 + sum1;
-      if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-        for (int d = 0; d < DP / 8; ++d) {
-          o[d][0] *= c0;
-          o[d][1] *= c0;
-          o[d][2] *= c1;
-          o[d][3] *= c1;
-        }
-      }
+      softmax_tile(s, o, m0, m1, l0, l1, t0, C::BN, pos_first, pos0, pos1, tq);
       // P as A fragments of k steps of 16 keys: the C layout of n tiles 2k, 2k+1 is the A
       // layout of k step k (a0: row gq keys 2tq.., a1: row gq+8, a2/a3: the same 8 keys later).
 #pragma unroll
