@@ -379,32 +379,34 @@ void launch_d(const PrefillParams& p, cudaStream_t stream) {
 }
 
 // Key split rule (design decision). Blocks run one 64-key tile after another at a near-constant
-// rate, a part of T tiles costs ~T + 2 tiles (the Q staging, the partial state's store), and the
-// grid runs in waves of SMs x resident blocks: of the splits S <= kMaxSplits whose parts keep
-// >= kMinPartTiles tiles (of the longest query tile) and whose grid is at most 3 waves (the
-// scratch: S x n_q x heads <= 3 x wave x 128 rows of head_dim + 2 floats, 52 MB at head_dim 256 on
-// 132 SMs), the one of least ceil(heads x query tiles x S / wave) x (ceil(tiles / S) + 2); the
-// fewest on ties. Grids of >= 2 waves (whole prompts, long chunks) run unsplit: their query
-// tiles' lengths differ (the causal triangle) and the GPU fills anyway. 27B (24 heads, head_dim
-// 256) on an H100 (132 SMs x 1) at 32K: 64 or 128 queries -> 11 parts, 256 -> 8, 512 -> 4, 1024
-// -> 2, 2048 and up -> 1. The combine reads and writes S x (head_dim + 2) floats per output row:
-// a few % of the attention's time at these shapes.
-constexpr int kMaxSplits = 16, kMinPartTiles = 4;
+// rate, a part of T tiles costs ~T + kPartOverheadTiles (Q staging, the pipeline's fill, the
+// partial state's store, the combine), and the grid runs in waves of SMs x resident blocks: of the
+// splits S <= kMaxSplits whose parts keep >= kMinPartTiles tiles (of the longest query tile) and
+// whose grid is at most 3 waves (the scratch: S x n_q x heads <= 3 x wave x 128 rows of head_dim +
+// 2 floats, 52 MB at head_dim 256 on 132 SMs), the one of least ceil(heads x query tiles x S /
+// wave) x (ceil(tiles / S) + kPartOverheadTiles), taken only where it beats no split by 10 %.
+// Grids of >= 2 waves (whole prompts, long chunks) run unsplit: their query tiles' lengths
+// differ (the causal triangle) and the GPU fills anyway. The overhead is fitted to the 27B shape
+// (24 heads, head_dim 256) on an H100 (132 SMs x 1 block; `bench_kernels --only attn_prefill`,
+// F16): 512 queries at 32K 4 parts 2.44 ms against 2.79 unsplit, 256 at 32K 8 parts 1.27 against
+// 2.80, 128 at 32K 11 parts 0.64 against 2.83, but 512 at 8K 4 parts 0.90 against 0.74 and at 4K
+// 0.65 against 0.40 (an overhead of 2 tiles split those): with 16, 512 queries split only from
+// ~16K keys, 128 / 256 at 32K into 5 / 8 parts.
+constexpr int kMaxSplits = 16, kMinPartTiles = 16, kPartOverheadTiles = 16;
 
 int split_rule(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int dp) {
   const int64_t n_qt = (n_q + kBM - 1) / kBM, blocks = n_heads * n_qt;
   const int64_t wave = static_cast<int64_t>(sm_count()) * resident(dp);
   if (blocks >= 2 * wave) return 1;
   const int64_t tiles = (q_start_pos + n_q + kBN - 1) / kBN;
+  auto cost = [&](int64_t s) { return (blocks * s + wave - 1) / wave * ((tiles + s - 1) / s + kPartOverheadTiles); };
   int best = 1;
-  int64_t best_cost = INT64_MAX;
-  for (int s = 1; s <= kMaxSplits; ++s) {
-    const int64_t per = (tiles + s - 1) / s;
-    if (s > 1 && (per < kMinPartTiles || blocks * s > 3 * wave)) break;
-    const int64_t cost = (blocks * s + wave - 1) / wave * (per + 2);
-    if (cost < best_cost) {
+  int64_t best_cost = cost(1) * 9 / 10;  // a split must beat none by 10 %
+  for (int s = 2; s <= kMaxSplits; ++s) {
+    if ((tiles + s - 1) / s < kMinPartTiles || blocks * s > 3 * wave) break;
+    if (cost(s) < best_cost) {
       best = s;
-      best_cost = cost;
+      best_cost = cost(s);
     }
   }
   return best;
