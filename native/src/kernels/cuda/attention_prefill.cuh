@@ -114,6 +114,30 @@ __device__ __forceinline__ void softmax_tile(float (&s)[NT][4], float (&o)[OD][4
   }
 }
 
+// The warp's 16 finished rows (from wi0; this thread's rows gq and gq + 8) of head h to p.out:
+// O / l (l this row's whole sum), times sigmoid(gate) where given; rows past n_q are skipped.
+template <int OD>
+__device__ __forceinline__ void store_rows(const PrefillParams& p, const float (&o)[OD][4], float l0, float l1,
+                                           int wi0, int gq, int tq, int h) {
+  const int D = p.D;
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int i = wi0 + gq + (e >> 1) * 8;
+    if (i >= p.n_q) continue;
+    const int64_t base = (static_cast<int64_t>(i) * p.n_heads + h) * D;
+    const float inv = e < 2 ? inv0 : inv1;
+#pragma unroll
+    for (int d = 0; d < OD; ++d) {
+      const int col = 8 * d + 2 * tq + (e & 1);
+      if (col >= D) break;
+      float v = o[d][e] * inv;
+      if (p.gate) v *= sigmoid_f(p.gate[base + col]);
+      p.out[base + col] = v;
+    }
+  }
+}
+
 // attention_prefill_sm80.cu, where attention_prefill_sm80_applies (cuda_ops.h); p checked by
 // attention_prefill_mma. Splits the keys (sm80_splits) where scratch_bytes holds the parts,
 // else runs whole query tiles; p.part and p.splits are its to set.

@@ -289,22 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
     }
     return;
   }
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int i = wi0 + gq + (e >> 1) * 8;
-    if (i >= p.n_q) continue;
-    const int64_t base = (static_cast<int64_t>(i) * p.n_heads + h) * D;
-    const float inv = e < 2 ? inv0 : inv1;
-#pragma unroll
-    for (int d = 0; d < DP / 8; ++d) {
-      const int col = 8 * d + 2 * tq + (e & 1);
-      if (col >= D) break;
-      float v = o[d][e] * inv;
-      if (p.gate) v *= sigmoid_f(p.gate[base + col]);
-      p.out[base + col] = v;
-    }
-  }
+  store_rows(p, o, l0, l1, wi0, gq, tq, h);
 #else
   (void)p;  // never launched: run_sm80 only where the device runs sm_80+ code (sm80_code)
 #endif
