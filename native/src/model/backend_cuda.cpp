@@ -14,14 +14,13 @@
 // norm is split over the embedding and the first projection; single-row steps skip dense-row
 // copies; decode logits are read from the hidden rows in place.
 //
-// Design decision (the sm_90 FP8 GEMM's workspace): where cuda::linear can run FP8 GEMMs as W8A8
-// on wgmma (compute capability 9.0, built with CUTLASS), it needs a workspace per call: the weight
-// untiled to row-major (the stored GEMV tile layout stays as it is, for decode) and x quantized.
-// One buffer serves every call in stream order; reserve sizes it for the step's token capacity
-// and the largest FP8 matrix placed (gemm_shapes_), before the engine measures the memory left
-// for the pools, so the planner counts it: the largest over the FP8 shapes of (untiled weight +
-// quantized x + scales). 27B: 181 MB at the default 512-token chunks (gate | up's 178 MB copy
-// binds), 236 MB at 8,192 tokens (down: 89 MB copy + 143 MB of x at 17,408 columns).
+// Design decision (the sm_90 FP8 GEMM's workspace): W8A8 FP8 GEMMs on wgmma (compute capability
+// 9.0, built with CUTLASS) need a workspace per call: x quantized and, unless the matrix keeps a
+// row-major copy (plan_prefill_copies: option prefill_weight_copy), the weight untiled to row-major
+// (the GEMV tile layout stays, for decode). One buffer serves every call in stream order; reserve
+// sizes it for the step's token capacity and the FP8 shapes placed (gemm_shapes_) before the
+// engine measures the memory left for the pools, so the planner counts it. 27B, untiling: 181 MB
+// at 512-token chunks (gate | up's 178 MB untiled weight binds), 236 MB at 8,192 tokens.
 //
 // Design decision (cuda_graphs, an engine option, off by default): a decode-only step may run as
 // a CUDA graph. The host work and the upload come first; then the step's launches are
@@ -148,9 +147,9 @@ class CudaBackend final : public Backend {
   }
   int64_t weight_bytes(const WeightStore&) const override { return weight_bytes_; }
   int64_t prefill_copy_bytes() const override { return copy_bytes_; }
-  std::pair<int64_t, int64_t> slow_rows() const override {
+  std::pair<int64_t, int64_t> slow_rows() const override {  // FP8 weights: the GEMV's rows .. the W8A8 GEMM's
     const int64_t hi = gemm_shapes_.empty() ? 0 : cuda::linear_fp8_sm90_min_tokens();
-    return hi > 0 ? std::make_pair<int64_t, int64_t>(cuda::linear_gemv_max_tokens(), int64_t(hi)) : std::make_pair<int64_t, int64_t>(0, 0);
+    return {hi > 0 ? cuda::linear_gemv_max_tokens() : 0, hi};
   }
 
   size_t attention_scratch_bytes(int64_t n_q, int64_t start, const ModelConfig& c) const override {
@@ -286,8 +285,11 @@ class CudaBackend final : public Backend {
     return &s;
   }
 
-  // A placed FP8 matrix's shape, for the GEMM workspace (reserve). Distinct shapes only.
-  void note_gemm_shape(const WeightView& v) {
+  // A placed matrix's bytes, and an FP8 one's shape for the GEMM workspace (reserve; distinct shapes).
+  void note_placed(const Matrix& m) {
+    weight_bytes_ += m.bytes();
+    copy_bytes_ += static_cast<int64_t>(m.rowmajor.size());
+    const WeightView& v = m.view;
     if (v.dtype != DType::FP8_E4M3) return;  // the one format with a workspace path
     for (const WeightView& o : gemm_shapes_)
       if (o.rows == v.rows && o.cols == v.cols && o.tile == v.tile && o.block == v.block &&
@@ -363,9 +365,7 @@ Matrix CudaBackend::place(const WeightStore& w, const std::vector<RunPart>& part
 Matrix CudaBackend::place_matrix(const WeightView& host, bool gemv_layout) {
   Matrix m = to_device(host);
   if (gemv_layout) tile_for_gemv(m, keep_rowmajor_);
-  weight_bytes_ += m.bytes();
-  copy_bytes_ += static_cast<int64_t>(m.rowmajor.size());
-  note_gemm_shape(m.view);
+  note_placed(m);
   return m;
 }
 
@@ -390,9 +390,7 @@ Matrix CudaBackend::place_dummy(const WeightStore& w, const std::vector<RunPart>
     cuda::fill_random(m.data.data(), dtype, n, seed, scale);
   }
   tile_for_gemv(m, keep_rowmajor_);  // random bytes either way; tiled as real weights are, for the same kernels
-  weight_bytes_ += m.bytes();
-  copy_bytes_ += static_cast<int64_t>(m.rowmajor.size());
-  note_gemm_shape(m.view);
+  note_placed(m);
   return m;
 }
 

@@ -6,7 +6,6 @@
 // (qwen35.h) implements it on a CPU or a CUDA backend.
 #pragma once
 #include <cstdint>
-#include <utility>
 #include <string>
 #include <utility>
 #include <vector>

@@ -60,20 +60,14 @@ void Qwen35Model::place_weights(const RunSource& run, const VectorSource& vec) {
   }
 }
 
-// The FP8 layer runs' bytes (a dry run of place_weights that places nothing), for the backend's
-// choice of prefill copies.
+// The FP8 layer matrices' bytes (in their final format; the runs' join padding left out), for the
+// backend's choice of prefill copies.
 void Qwen35Model::plan_prefill_copies() {
   int64_t bytes = 0;
-  place_weights(
-      [&](const std::vector<RunPart>& parts) {
-        if (weights_.tensors().at(parts.front().name).dtype == DType::FP8_E4M3)
-          for (const RunPart& p : parts) {
-            const Tensor& t = weights_.tensors().at(p.name);
-            bytes += (t.shape[0] + p.pad_rows) * t.shape[1];
-          }
-        return Matrix{};
-      },
-      [](const std::string&) -> const float* { return nullptr; });
+  for (const auto& [name, t] : weights_.tensors())
+    if (t.kind == TensorKind::Matrix && t.dtype == DType::FP8_E4M3 && WeightStore::used(name, t) &&
+        name != "embed_tokens.weight" && name != "lm_head.weight")
+      bytes += t.shape[0] * t.shape[1];
   be_->plan_prefill_copies(prefill_weight_copy_, bytes);
 }
 

@@ -63,12 +63,10 @@ bool linear_fp8_sm90_available() {
 }
 
 size_t linear_workspace_bytes(int64_t n, const WeightView& w) {
+  if (!fp8_sm90_takes(n, w)) return 0;
 #ifdef PE_WITH_CUTLASS_SM90
-  if (n >= g_fp8_min_tokens && fp8sm90::weight_supported(w) && linear_fp8_sm90_available())
-    return fp8sm90::workspace_bytes(n, w.rows, w.cols, fp8sm90::untiles(w));
+  return fp8sm90::workspace_bytes(n, w.rows, w.cols, fp8sm90::untiles(w));
 #endif
-  (void)n;
-  (void)w;
   return 0;
 }
 
