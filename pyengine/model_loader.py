@@ -44,6 +44,8 @@ class NativeModel:
         if load_format not in LOAD_FORMATS:
             raise ValueError(f"load_format must be one of {', '.join(LOAD_FORMATS)}; got {load_format!r}")
         quant = weight_quant_code(weight_quant)
+        if prefill_weight_copy is not None and not isinstance(prefill_weight_copy, bool):
+            raise ValueError(f"prefill_weight_copy must be True, False or None (auto); got {prefill_weight_copy!r}")
         self._layer_types = n.ffi.new("int32_t[]", config.layer_type_codes)
         c = n.ffi.new("pe_model_config*")
         for field in (
@@ -69,12 +71,10 @@ class NativeModel:
                 n.check(n.lib.pe_model_set_tp(self.handle, data.handle, control.handle), "tensor parallel")
             except ValueError as e:
                 raise CheckpointError(f"{os.path.join(model_dir, 'config.json')}: {e}") from None
-        # Dummy FP8 weights are generated as FP8 directly; any other quantization applies at
-        # finalize (after the checkpoint or the dummy bf16 weights are in).
-        if prefill_weight_copy is not None and not isinstance(prefill_weight_copy, bool):
-            raise ValueError(f"prefill_weight_copy must be True, False or None (auto); got {prefill_weight_copy!r}")
         copy_mode = -1 if prefill_weight_copy is None else int(prefill_weight_copy)
         n.check(n.lib.pe_model_set_prefill_weight_copy(self.handle, copy_mode), "prefill_weight_copy")
+        # Dummy FP8 weights are generated as FP8 directly; any other quantization applies at
+        # finalize (after the checkpoint or the dummy bf16 weights are in).
         fp8_dummy = load_format == "dummy" and quant == _FP8
         if quant is not None and not fp8_dummy:
             n.check(n.lib.pe_model_set_weight_quant(self.handle, quant), "weight_quant")
@@ -105,18 +105,17 @@ class NativeModel:
 
     def weight_bytes(self) -> int:
         """Bytes the weights take on the model's device."""
-        if self.handle is None:
-            raise RuntimeError("the model is closed")
-        out = self._n.ffi.new("int64_t*")
-        self._n.check(self._n.lib.pe_model_weight_bytes(self.handle, out), "weight_bytes")
-        return int(out[0])
+        return self._bytes(self._n.lib.pe_model_weight_bytes, "weight_bytes")
 
     def prefill_copy_bytes(self) -> int:
         """Of weight_bytes, the row-major copies kept for the prefill GEMM (prefill_weight_copy)."""
+        return self._bytes(self._n.lib.pe_model_prefill_copy_bytes, "prefill_copy_bytes")
+
+    def _bytes(self, fn, what: str) -> int:
         if self.handle is None:
             raise RuntimeError("the model is closed")
         out = self._n.ffi.new("int64_t*")
-        self._n.check(self._n.lib.pe_model_prefill_copy_bytes(self.handle, out), "prefill_copy_bytes")
+        self._n.check(fn(self.handle, out), what)
         return int(out[0])
 
     def _run(self, fn, token_ids, min_len: int, rows: int, *extra):
