@@ -81,8 +81,9 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // compute capability 9.0 exactly and the build has the sm_90 FP8 GEMM (CMake found CUTLASS; see
 // linear_fp8_sm90_available), FP8 weights with 128 x 128 block scales, rows % 4 == 0, cols % 16
 // == 0, n >= the FP8 GEMM's token threshold (kFp8GemmMinTokens) and 16-byte aligned x and out run
-// W8A8 on wgmma (linear_gemm_fp8_sm90.h: per call the weight untiled into the workspace, x
-// quantized per token per 128 columns, CUTLASS's blockwise-scaled GEMM); every other call ignores
+// W8A8 on wgmma (linear_gemm_fp8_sm90.h: x quantized per token per 128 columns into the workspace,
+// the weight read from its row-major copy (WeightView::rowmajor) or else untiled into the
+// workspace first, CUTLASS's blockwise-scaled GEMM); every other call ignores
 // it. The workspace must not be in use by another call in flight on another stream.
 struct SplitNorm;
 struct GemmWorkspace {
@@ -93,9 +94,11 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
             const SplitNorm* norm = nullptr, const GemmWorkspace* workspace = nullptr);
 // Design decision (threshold, tools/gpu/KERNELS.md "Prefill"): from 128 tokens. The untiling costs
 // a copy of the weight per call (~0.1 ms for the 27B gate | up on an H100), which the GEMM repays
-// many times from a few hundred tokens (gate | up at 512 tokens: 0.185 ms against 1.109); below 128
-// the mma.sync GEMM's smaller tiles and no weight copy are likely as fast (not measured in the
-// engine).
+// many times from a few hundred tokens (gate | up at 512 tokens: 0.185 ms against 1.109). Below 128
+// the mma.sync GEMM was taken to be as fast; the engine showed otherwise (steps of 33..127 rows on
+// the 27B ran several times slower per token: the step pacer steers clear of them, Model::slow_rows).
+// Lowering this to kGemvMaxTokens + 1 wants the op harness run at those n first (a 128-token tile
+// then holds fewer rows than the tile).
 constexpr int64_t kFp8GemmMinTokens = 128;
 // Whether the sm_90 FP8 GEMM is compiled in and the current device is compute capability 9.0.
 bool linear_fp8_sm90_available();
