@@ -223,7 +223,7 @@ PREFILL_GROUPS = [("gemm", ("gemm",)), ("gdn", ("gdn_",)), ("conv", ("conv",)),
                   ("attention", ("attention", "prefill_mma", "prefill_sm80", "kv_write"))]  # fmt: skip
 
 
-def prefill_breakdown(engine, n: int, seed: int, gemm_flops: float, mm: float) -> dict:
+def prefill_breakdown(engine, n: int, seed: int, gemm_flops: float, mm: float, top: int = 0) -> dict:
     """Profiles one prefill of n tokens (a fresh prompt: no prefix-cache hit) and prints each kernel
     group's device time (exclusive: while it is the earliest-started kernel running) and share of
     the wall time from the first kernel's start to the last one's end."""
@@ -238,16 +238,19 @@ def prefill_breakdown(engine, n: int, seed: int, gemm_flops: float, mm: float) -
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         run(engine, [prompt], 1)
     prof.export_chrome_trace(path)
-    return summarize_prefill(load_trace(path)[0], sweep, n, gemm_flops, mm)
+    return summarize_prefill(load_trace(path)[0], sweep, n, gemm_flops, mm, top)
 
 
-def summarize_prefill(kernels: list[dict], sweep, n: int, gemm_flops: float, mm: float) -> dict:
+def summarize_prefill(kernels: list[dict], sweep, n: int, gemm_flops: float, mm: float, top: int = 0) -> dict:
     """Prints and returns the kernel groups of one prefill's trace (prefill_breakdown)."""
     lo, hi = kernels[0]["start"], max(k["start"] + k["dur"] for k in kernels)
     excl, gap = sweep([(k["start"], k["start"] + k["dur"]) for k in kernels], lo, hi + 1e-3)
     groups: dict[str, list[float]] = {}
     gemm_names: dict[str, float] = {}
+    by_name: dict[str, list[float]] = {}
     for k, x in zip(kernels, excl):
+        calls, us = by_name.get(k["short"], [0, 0.0])
+        by_name[k["short"]] = [calls + 1, us + x]
         g = next((name for name, pats in PREFILL_GROUPS if any(p in k["short"] for p in pats)), "norms/glue")
         calls, us = groups.get(g, [0, 0.0])
         groups[g] = [calls + 1, us + x]
@@ -268,6 +271,8 @@ def summarize_prefill(kernels: list[dict], sweep, n: int, gemm_flops: float, mm:
     print(f"  {'gaps':12s} {'':12s} {gap / 1e3:9.1f} ms {100 * gap / wall:5.1f} %", flush=True)
     for name in sorted(gemm_names, key=lambda m: -gemm_names[m])[:2]:  # which GEMM kernels ran
         print(f"    {gemm_names[name] / 1e3:9.1f} ms  {name[:110]}")
+    for name in sorted(by_name, key=lambda m: -by_name[m][1])[:top]:  # --prefill-top
+        print(f"    {by_name[name][1] / 1e3:9.2f} ms {by_name[name][0]:6d} calls  {name[:100]}")
     rows["gaps"] = {"ms": round(gap / 1e3, 2)}
     return {"tokens": n, "wall_ms": round(wall / 1e3, 2), "groups": rows}
 
@@ -322,7 +327,8 @@ def bench_engine(args, out: dict) -> None:
               f"(2 x {params / 1e9:.2f} G params x tok/s)", flush=True)  # fmt: skip
     if args.prefill_breakdown:
         head = c["vocab_size"] * c["hidden_size"]  # one token's logits per prefill
-        out["prefill_breakdown"] = [prefill_breakdown(engine, n, n + 1, 2.0 * ((params - head) * n + head), mm)
+        out["prefill_breakdown"] = [prefill_breakdown(engine, n, n + 1, 2.0 * ((params - head) * n + head), mm,
+                                                      args.prefill_top)
                                     for n in args.prefill_sizes]  # fmt: skip
     engine.close()
     del engine, model
@@ -450,6 +456,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=4096, help="chunked_prefill_size")
     ap.add_argument("--prefill-sizes", type=int, nargs="*", default=[4096, 32768])
     ap.add_argument("--prefill-breakdown", action="store_true", help="per-kernel-group time of each prefill size")
+    ap.add_argument("--prefill-top", type=int, default=0, help="with --prefill-breakdown: the N costliest kernels")
     ap.add_argument("--cuda-graphs", action="store_true", help="A/B decode with the engine option cuda_graphs")
     ap.add_argument("--depths", type=int, nargs="+", default=[1024, 8192, 32768, 65536])
     ap.add_argument("--depth-rounds", type=int, default=5)

@@ -30,7 +30,9 @@
 #include "kernels/cuda/linear_common.cuh"  // tiled_offset (the model's weight layout)
 namespace pe {
 namespace cuda {
-void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream);  // linear_gemm.cu
+struct GemmWorkspace;  // cuda_ops.h: the sm_90 FP8 path's, not compiled into the baseline here
+void linear_gemm(const float* x, int64_t n, const WeightView& w, float* out, cudaStream_t stream,
+                 const GemmWorkspace* workspace);  // linear_gemm.cu
 }
 }  // namespace pe
 #endif
@@ -184,7 +186,7 @@ struct Shape {
 
 struct Opts {
   int reps = 20;
-  bool quick = false, pe = true;
+  bool quick = false, pe = true, sweep = false;
   unsigned variants = ~0u;     // bit v: run variant v
   int32_t lin_variant = f8::kAuto;  // the variant "linear" runs (--variants: the first listed)
 };
@@ -274,11 +276,11 @@ int run_shape(const Shape& s, int64_t n, const Opts& o, bool print_variants, dou
       wtv.tile = 32;
     }
     CK(cudaMemset(out, 0xff, n * rows * 4));
-    cuda::linear_gemm(x, n, wtv, out, nullptr);
+    cuda::linear_gemm(x, n, wtv, out, nullptr, nullptr);
     CK(cudaDeviceSynchronize());
     err_pe = rel_err(out, tstep, ref_x, m, rows);
     bad += !(err_pe <= kTolPe);
-    pe_ms = time_ms([&] { cuda::linear_gemm(x, n, wtv, out, nullptr); }, o.reps);
+    pe_ms = time_ms([&] { cuda::linear_gemm(x, n, wtv, out, nullptr, nullptr); }, o.reps);
     if (wt) CK(cudaFree(wt));
   }
 #endif
@@ -302,6 +304,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) o.reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--quick")) o.quick = true;
     else if (!std::strcmp(argv[i], "--no-pe")) o.pe = false;
+    else if (!std::strcmp(argv[i], "--sweep")) o.sweep = true;
     else if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) {  // e.g. 2,4
       o.variants = 0;
       for (const char* p = argv[++i]; *p; ++p)
@@ -310,7 +313,7 @@ int main(int argc, char** argv) {
           o.variants |= 1u << (*p - '0');
         }
     } else {
-      std::printf("usage: fp8_gemm_lab [--reps R] [--quick] [--no-pe] [--variants 1,2,..]\n");
+      std::printf("usage: fp8_gemm_lab [--reps R] [--quick] [--no-pe] [--sweep] [--variants 1,2,..]\n");
       return 2;
     }
   }
@@ -333,6 +336,17 @@ int main(int argc, char** argv) {
   // gate|up, GDN out / attention o, mlp down.
   const Shape bigs[] = {{34816, 5120, "gate|up"}, {16480, 5120, "gdn in"}, {5120, 17408, "down"},
                         {5120, 6144, "out / o"},  {14336, 5120, "q|k|v"}};
+  // --sweep: the step sizes of a paced prefill (a slice beside decode rows): where the 128-token
+  // tiles' staircase falls and which variant runs small n best; one layer's projections per n.
+  if (o.sweep) {
+    for (int64_t n : {128, 136, 192, 256, 264, 320, 384, 392, 448, 512, 520}) {
+      s8 = spe = 0;
+      for (const Shape& s : bigs) bad += run_shape(s, n, o, true, &s8, &spe);
+      std::printf("n=%lld, one layer: fp8 linear %.3f ms\n", (long long)n, s8);
+    }
+    std::printf("%s: %d failures\n", bad ? "FAILED" : "lab ok", bad);
+    return bad ? 1 : 0;
+  }
   s8 = spe = 0;
   for (const Shape& s : bigs) {
     bad += run_shape(s, 4096, o, true, &s8, &spe);
