@@ -12,7 +12,7 @@ with --shape27b the 27B shape of MODEL_SPEC.md with dummy FP8 weights on CUDA), 
              gaps of all decoders), their tokens/s (per decoder), and the long prompt's prefill
              tokens/s and its share of the alone rate
 and the engine's view at the end: the fitted step-cost model and its paced steps.
-Every prompt is distinct (prefix cache off), greedy, ignore_eos.
+Every prompt is distinct (prefix cache off unless --prefix-cache), greedy, ignore_eos.
 
   PYTHONPATH=. python3 tools/bench_stall_free.py                      # CPU, default model
   PYTHONPATH=. python3 tools/bench_stall_free.py --shape27b --long 32768 --chunk 512 \\
@@ -153,7 +153,7 @@ def run_setting(model, vocab, args, max_step_ms: float) -> dict:
     from pyengine.engine import EngineArgs, NativeEngine
 
     kw = dict(max_batch=max(args.decoders) + 2, max_model_len=args.long + 4096, chunked_prefill_size=args.chunk,
-              prefix_cache=False, max_step_ms=max_step_ms, num_threads=args.threads)  # fmt: skip
+              prefix_cache=args.prefix_cache, max_step_ms=max_step_ms, num_threads=args.threads)  # fmt: skip
     if args.shape27b and model.device == "cuda":
         kw.update(kv_cache_dtype="fp16", gpu_mem_ratio=0.92)
     engine = NativeEngine(model, EngineArgs(**kw), [])
@@ -215,6 +215,8 @@ def main() -> None:
     ap.add_argument("--solo-tokens", type=int, default=24, help="tokens each decoder makes before the long prompt")
     ap.add_argument("--ttft-after", type=int, default=3, help="steps of the long prefill before the short request")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--prefix-cache", action="store_true",
+                    help="prefix cache on (no hits: its GDN snapshots every 16 pages split the chunks' GDN work)")
     ap.add_argument("--prefill-weight-copy", choices=["auto", "on", "off"], default="auto",
                     help="--shape27b: the model option prefill_weight_copy (FP8 row-major copies, sm_90 prefill GEMM)")
     ap.add_argument("--out", default=None)
@@ -222,7 +224,8 @@ def main() -> None:
     model, vocab, source = load_model(args)
     name = f"27B shape ({args.layers} layers), dummy FP8" if args.shape27b else os.path.basename(source.rstrip("/"))
     where = f"{name}, {model.device}"
-    print(f"{where}: long prompt {args.long} tokens, chunk {args.chunk}, decoders {args.decoders}", flush=True)
+    print(f"{where}: long prompt {args.long} tokens, chunk {args.chunk}, decoders {args.decoders}, "
+          f"prefix cache {'on' if args.prefix_cache else 'off'}", flush=True)
     results = {"command": " ".join(sys.argv), "model": where, "settings": []}
     for ms in args.max_step_ms:
         res = run_setting(model, vocab, args, ms)

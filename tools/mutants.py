@@ -172,6 +172,15 @@ MUTANTS: list[Mutant] = [
       "rows > slow_.first && rows < slow_.second", "false && rows > slow_.first",
       ["ctest:test_step_cost:fit_grows_a_slice_out_of_the_slow_rows_gap"],
       "slices beside decode rows ran the mma.sync GEMM: steps of 580 ms under a 60 ms limit"),
+    m("pacer cuts at a block boundary, not where the step's rows fill whole GEMM tiles",
+      "native/src/engine/step_pacer.cpp", "const int64_t whole = (fixed + n) / tile_ * tile_ - fixed;",
+      "const int64_t whole = (n_past + n) / page_ * page_ - n_past;",
+      ["ctest:test_step_cost:fit_cuts_where_the_steps_rows_fill_whole_row_tiles"],
+      "a 512-token chunk beside one decode row took 75.9 ms against 61.2 alone on the 27B (an extra tile)"),
+    m("pacer fits steps to a fixed limit without headroom for recent overruns", "native/src/engine/step_pacer.cpp",
+      "max_step_s_ > 0.0 ? limit_s / headroom_ : limit_s;", "limit_s;",
+      ["ctest:test_step_cost:a_fixed_limit_keeps_headroom_for_the_overrun"],
+      "27B on an H100 at max_step_ms 60: ITL p99 60.2 / 61.2 ms"),
 ]
 
 

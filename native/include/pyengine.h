@@ -453,6 +453,8 @@ typedef struct pe_engine_stats {
   int32_t step_paced;             /* 1: its prefill was sized to step_limit_ms */
   double step_limit_ms;           /* its time limit (paced steps; else 0) */
   double step_predicted_ms;       /* the cost model's prediction (0 while the model is not ready) */
+  double step_headroom;           /* under a fixed max_step_ms, steps are fitted with predictions
+                                     times this (>= 1): recent paced steps' overrun (step_pacer.h) */
   double step_ms;                 /* measured: from planning (or the previous step's end, for a step
                                      queued before it) to its tokens read back */
   int64_t paced_steps;            /* steps planned to a time limit */

@@ -238,6 +238,80 @@ TEST(fit_grows_a_slice_out_of_the_slow_rows_gap) {
   CHECK_EQ(none.fit(so_far, 0, 512, limit, false), 16);
 }
 
+TEST(fit_cuts_where_the_steps_rows_fill_whole_row_tiles) {
+  // A 128-token row tile (the GEMMs' on CUDA): the cut leaves the step's rows at a multiple of 128
+  // instead of at a block boundary; a chunk of n_max that does not end its prompt is cut the same
+  // way (512 beside one decode row: 511), one that ends it is not; where whole tiles would leave
+  // the chunk no tokens, the cut stays where the limit put it.
+  FixedCost cost;
+  StepPacer pacer(cost, 200.0, 512, 16, {0, 0}, 128);
+  const StepShape one = decode_step(1, 100);
+  const double limit = pacer.limit_seconds(one, 0);
+  CHECK(cost.predict_seconds(one.plus(0, 400, false)) <= limit);  // the limit alone: ~470 tokens
+  CHECK(cost.predict_seconds(one.plus(0, 511, false)) > limit);
+  CHECK_EQ(pacer.fit(one, 0, 512, limit, false), 383);
+  CHECK_EQ(pacer.fit(one, 5, 512, limit, false), 383);  // off a block boundary: rows still 384
+  CHECK_EQ(pacer.fit(one, 0, 512, 1.0, false, false), 511);
+  CHECK_EQ(pacer.fit(one, 0, 512, 1.0, false, true), 512);
+  const StepShape four = decode_step(4, 100);
+  CHECK_EQ(pacer.fit(four, 0, 300, 1.0, false, true), 300);
+  CHECK_EQ(pacer.fit(four, 0, 300, 1.0, false, false), 252);
+  // 2 decode rows, 20 ms: 29 tokens fit (fit_takes_the_most_tokens...), 31 rows: under one tile.
+  StepPacer tight(cost, 20.0, 512, 16, {0, 0}, 128);
+  CHECK_EQ(tight.fit(decode_step(2, 100), 0, 512, 0.020, false), 29);
+  CHECK_EQ(tight.fit(decode_step(64, 100), 5, 512, 0.020, true), 11);  // over the limit: to the block
+}
+
+TEST(derived_limit_with_a_row_tile_is_a_step_of_whole_tiles_at_80_percent_of_the_full_chunk_rate) {
+  FixedCost cost;
+  StepPacer pacer(cost, 0.0, 512, 16, {0, 0}, 128);
+  for (int64_t rows : {1, 4, 8}) {
+    for (int64_t depth : {0, 4096, 30000}) {
+      const StepShape fixed = decode_step(rows, 200);
+      const double limit = pacer.limit_seconds(fixed, depth);
+      const int64_t p = pacer.fit(fixed, depth, 512, limit, false, false);
+      const double alone_rate = 512.0 / cost.predict_seconds(StepShape{}.plus(depth, 512, false));
+      auto rate = [&](int64_t n) { return static_cast<double>(n) / cost.predict_seconds(fixed.plus(depth, n, false)); };
+      CHECK_EQ((rows + p) % 128, 0);
+      CHECK(rate(p) >= 0.8 * alone_rate);
+      CHECK(p <= 128 || rate(p - 128) < 0.8 * alone_rate);  // the least whole tiles that keep it
+    }
+  }
+}
+
+TEST(a_fixed_limit_keeps_headroom_for_the_overrun_of_recent_paced_steps) {
+  // Paced steps ran 10 % over their predictions (one outlier at 3x): fit keeps predictions x 1.1
+  // under a fixed limit; until 16 steps are seen, and where steps ran under, it keeps none; the
+  // headroom is capped; a derived limit takes none.
+  FixedCost cost;
+  StepPacer pacer(cost, 20.0, 512, 16);
+  const StepShape so_far = decode_step(2, 100);
+  auto most = [&](double budget) {  // the most tokens whose prediction is within budget
+    int64_t n = 0;
+    while (cost.predict_seconds(so_far.plus(0, n + 1, false)) <= budget) ++n;
+    return n;
+  };
+  for (int i = 0; i < 15; ++i) pacer.observe(0.010, 0.011);
+  CHECK_EQ(pacer.headroom(), 1.0);
+  CHECK_EQ(pacer.fit(so_far, 3, 512, 0.020, false), 29);  // 29 fit: from 3 to the block at 32
+  for (int i = 0; i < 200; ++i) pacer.observe(0.010, i == 150 ? 0.030 : 0.011);
+  CHECK_NEAR(pacer.headroom(), 1.1, 1e-9);
+  CHECK_EQ(most(0.020 / 1.1), 25);
+  CHECK_EQ(pacer.fit(so_far, 3, 512, 0.020, false), 13);  // 25 from 3 end at 28: cut at 16 (29 at 32)
+  StepPacer tile(cost, 20.0, 512, 16, {0, 0}, 128);
+  for (int i = 0; i < 128; ++i) tile.observe(0.010, 0.011);
+  CHECK_EQ(tile.fit(so_far, 0, 512, 0.020, false), 25);
+  for (int i = 0; i < 128; ++i) tile.observe(0.010, 0.009);
+  CHECK_EQ(tile.headroom(), 1.0);
+  CHECK_EQ(tile.fit(so_far, 0, 512, 0.020, false), 29);
+  for (int i = 0; i < 128; ++i) tile.observe(0.010, 0.050);
+  CHECK_EQ(tile.headroom(), StepPacer::kMaxHeadroom);
+  StepPacer derived(cost, 0.0, 512, 16, {0, 0}, 128);
+  for (int i = 0; i < 128; ++i) derived.observe(0.010, 0.012);
+  const double limit = derived.limit_seconds(so_far, 0);
+  CHECK_EQ(derived.fit(so_far, 0, 512, limit, false), most(limit));
+}
+
 TEST(derived_limit_keeps_the_prefill_at_80_percent_of_its_full_chunk_rate) {
   FixedCost cost;
   StepPacer pacer(cost, 0.0, 512, 16);

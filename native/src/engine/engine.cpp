@@ -103,7 +103,7 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp, DFlas
     cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
   if (params_.max_step_ms >= 0.0f)
     pacer_ = std::make_unique<StepPacer>(cost_, params_.max_step_ms, sp.chunked_prefill_size, plan_.kv_page_size,
-                                         model_.slow_rows());
+                                         model_.slow_rows(), model_.row_tile());
   sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get(), pacer_.get());
   masks_ = std::make_unique<TokenMasks>((cfg.vocab + 31) / 32);
   if (tp_) {
@@ -348,6 +348,7 @@ void Engine::publish_stats() {
   s.step_paced = last_plan_.paced ? 1 : 0;
   s.step_limit_ms = last_plan_.paced ? last_plan_.limit_s * 1e3 : 0.0;
   s.step_predicted_ms = last_plan_.predicted_s * 1e3;
+  s.step_headroom = pacer_ ? pacer_->headroom() : 1.0;
   s.step_ms = last_step_s_ * 1e3;
   s.paced_steps = paced_steps_;
   s.cost_model_ready = cost_.ready() ? 1 : 0;

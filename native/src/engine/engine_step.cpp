@@ -260,6 +260,7 @@ void Engine::record_step(const LaunchedStep& s, double end_time) {
   last_plan_ = s.plan;
   last_step_s_ = seconds;
   if (s.plan.paced) ++paced_steps_;
+  if (s.plan.paced && pacer_ && steps_ > 0) pacer_->observe(s.plan.predicted_s, seconds);
 }
 
 void Engine::run_step() {

@@ -176,7 +176,8 @@ void Scheduler::add_prefill_chunks(int64_t budget, std::vector<ScheduledChunk>& 
     int64_t n = std::min({r->n_remaining(), p_.chunked_prefill_size, budget});
     if (paced && (has_decode || n < r->n_remaining())) {
       if (!plan_.paced) plan_.limit_s = pacer_->limit_seconds(shape, r->n_computed);
-      n = pacer_->fit(shape, r->n_computed, n, plan_.limit_s, !plan_.paced);  // the first cut chunk progresses
+      // The first cut chunk progresses; one that ends its prompt is not cut for whole row tiles.
+      n = pacer_->fit(shape, r->n_computed, n, plan_.limit_s, !plan_.paced, n == r->n_remaining());
       plan_.paced = true;
       if (n <= 0) continue;
     }

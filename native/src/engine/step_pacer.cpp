@@ -1,12 +1,19 @@
 #include "engine/step_pacer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 namespace pe {
 
 StepPacer::StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size,
-                     std::pair<int64_t, int64_t> slow_rows)
-    : cost_(cost), max_step_s_(max_step_ms * 1e-3), chunk_(chunked_prefill_size), page_(page_size), slow_(slow_rows) {}
+                     std::pair<int64_t, int64_t> slow_rows, int64_t row_tile)
+    : cost_(cost),
+      max_step_s_(max_step_ms * 1e-3),
+      chunk_(chunked_prefill_size),
+      page_(page_size),
+      slow_(slow_rows),
+      tile_(row_tile) {}
 
 double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
   if (max_step_s_ > 0.0) return max_step_s_;
@@ -29,29 +36,50 @@ double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
     if (enough(mid)) hi = mid;
     else lo = mid + 1;
   }
-  // Up to a block boundary, so that fit() cutting the slice there does not take it below the share.
-  const int64_t slice = std::min(chunk_, (n_past + lo + page_ - 1) / page_ * page_ - n_past);
-  return step_s(slice);
+  // Up to a block boundary (with a row tile: up to whole tiles of the step's rows), so that fit()
+  // cutting the slice there does not take it below the share.
+  const int64_t rows = fixed.decode_rows + fixed.prefill_tokens;
+  const int64_t slice = tile_ > 0 ? (rows + lo + tile_ - 1) / tile_ * tile_ - rows
+                                  : (n_past + lo + page_ - 1) / page_ * page_ - n_past;
+  return step_s(std::min(chunk_, slice));
 }
 
 int64_t StepPacer::fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s,
-                       bool must_progress) const {
+                       bool must_progress, bool last) const {
   // Predictions grow with the tokens (the coefficients are >= 0): the most that fit, by bisection.
+  const double budget = max_step_s_ > 0.0 ? limit_s / headroom_ : limit_s;
   int64_t lo = 0, hi = n_max;
   while (lo < hi) {
     const int64_t mid = hi - (hi - lo) / 2;
-    if (cost_.predict_seconds(so_far.plus(n_past, mid, false)) <= limit_s) lo = mid;
+    if (cost_.predict_seconds(so_far.plus(n_past, mid, false)) <= budget) lo = mid;
     else hi = mid - 1;
   }
   int64_t n = lo;
-  if (n < n_max) n = std::max<int64_t>(0, (n_past + n) / page_ * page_ - n_past);  // cut at a block boundary
+  const int64_t fixed = so_far.decode_rows + so_far.prefill_tokens;
+  if (tile_ > 0) {  // the step's rows down to whole tiles (header), where that leaves the chunk tokens
+    const int64_t whole = (fixed + n) / tile_ * tile_ - fixed;
+    if ((n < n_max || !last) && whole > 0) n = whole;
+  } else if (n < n_max) {
+    n = std::max<int64_t>(0, (n_past + n) / page_ * page_ - n_past);  // cut at a block boundary
+  }
   if (must_progress) n = std::max(n, std::min(n_max, page_ - n_past % page_));
-  const int64_t rows = so_far.decode_rows + so_far.prefill_tokens + n;
+  const int64_t rows = fixed + n;
   if (n > 0 && n < n_max && rows > slow_.first && rows < slow_.second) {  // out of the slow gap (header)
     n = std::min(n_max, n + slow_.second - rows);
-    if (n < n_max) n = std::min(n_max, (n_past + n + page_ - 1) / page_ * page_ - n_past);
+    if (n < n_max && tile_ == 0) n = std::min(n_max, (n_past + n + page_ - 1) / page_ * page_ - n_past);
   }
   return n;
+}
+
+void StepPacer::observe(double predicted_s, double measured_s) {
+  if (!(predicted_s > 0.0) || !(measured_s >= 0.0) || !std::isfinite(measured_s)) return;
+  ratios_[n_ratios_++ % kResiduals] = measured_s / predicted_s;
+  const size_t n = std::min(n_ratios_, kResiduals);
+  if (n < kMinResiduals) return;
+  std::vector<double> r(ratios_.begin(), ratios_.begin() + static_cast<std::ptrdiff_t>(n));
+  const size_t k = std::min(n - 1, static_cast<size_t>(std::ceil(0.98 * static_cast<double>(n))) - 1);
+  std::nth_element(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(k), r.end());
+  headroom_ = std::clamp(r[k], 1.0, kMaxHeadroom);
 }
 
 }  // namespace pe

@@ -8,8 +8,8 @@
 //
 // The limit is the engine option max_step_ms, or, when it is 0, derived per step from the cost
 // model (design decision):
-// - with decode rows: the predicted time of the step with the least whole blocks of prefill at
-//   which the long prefill keeps kDerivedPrefillShare (80 %) of its rate alone in full chunks. With
+// - with decode rows: the predicted time of the step with the least whole blocks of prefill (with a
+//   row tile: the least whole tiles of the step's rows) at which the long prefill keeps kDerivedPrefillShare (80 %) of its rate alone in full chunks. With
 //   t = base + c * tokens that slice is about 4 x the decode rows' time / c and the step about 5
 //   decode steps: decoding requests get a token every ~5 decode steps' time instead of every
 //   chunk's. What a step pays for holding prefill at all is in the model, so where slices cost more
@@ -21,7 +21,16 @@
 //   one-block minimum beside them. Such a step comes once per arriving request (which decodes
 //   after it), so the prefill loses little, and the new request's first token waits for nothing
 //   but the step in flight.
+//
+// Headroom (design decision): a fixed limit is a promise about the decoding requests' inter-token
+// time, and the linear model's errors put a few percent of paced steps over it (the 27B on an
+// H100 at 60 ms: ITL p99 60.2 and 61.2 ms with 1 and 4 decoding). fit therefore compares the
+// predictions times the 98th percentile of the last kResiduals paced steps' measured / predicted
+// times (at least 1, at most kMaxHeadroom, 1 until kMinResiduals are seen) with a fixed limit. A
+// derived limit is itself a prediction of the slice it was derived for and takes none.
 #pragma once
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 
@@ -32,14 +41,18 @@ namespace pe {
 class StepPacer {
  public:
   static constexpr double kDerivedPrefillShare = 0.8;  // derived limits: of the full-chunk rate
+  static constexpr size_t kResiduals = 128;
+  static constexpr size_t kMinResiduals = 16;
+  static constexpr double kMaxHeadroom = 1.25;
 
   // max_step_ms > 0: a fixed limit; 0: derived per step (above). page_size: chunks are cut at KV
   // block boundaries, where prefix-cache snapshots are taken (a snapshot inside a chunk splits its
   // GDN work).
   // slow_rows (Model::slow_rows): step rows strictly between them run a much slower matmul path
   // than the upper bound does; fit grows a slice that would leave its step there up to the bound.
+  // row_tile (Model::row_tile; 0: none): the prefill matmuls' token tile, fit's cut unit (below).
   StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size,
-            std::pair<int64_t, int64_t> slow_rows = {0, 0});
+            std::pair<int64_t, int64_t> slow_rows = {0, 0}, int64_t row_tile = 0);
 
   // Paces only once the model rests on measurements.
   bool active() const { return cost_.ready(); }
@@ -50,14 +63,28 @@ class StepPacer {
   double limit_seconds(const StepShape& fixed, int64_t n_past) const;
 
   // Tokens (<= n_max) of a prefill chunk after n_past tokens that keep a step of `so_far` plus the
-  // chunk within limit_s, ending at a block boundary when cut. must_progress: at least up to the
-  // next block boundary, even over the limit (the step's first prefill chunk: a limit that decode
-  // rows alone exceed must not starve the prefill). A cut that would leave the step's rows in the
-  // slow gap is grown to its upper bound, over the limit (design decision: below it the matmuls
-  // run several times slower per token -- the 27B on an H100, a 100-token slice beside 4 decode
-  // rows took the mma.sync GEMM: steps of up to 580 ms under a 60 ms limit, the prefill at 19 % --
-  // and a step at the bound costs about what the slice would have: the weights' read).
-  int64_t fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s, bool must_progress) const;
+  // chunk within limit_s, cut at a block boundary. must_progress: at least up to the next block
+  // boundary, even over the limit (the step's first prefill chunk: a limit that decode rows alone
+  // exceed must not starve the prefill). A cut that would leave the step's rows in the slow gap is
+  // grown to its upper bound, over the limit (design decision: below it the matmuls run several
+  // times slower per token -- the 27B on an H100, a 100-token slice beside 4 decode rows took the
+  // mma.sync GEMM: steps of up to 580 ms under a 60 ms limit, the prefill at 19 % -- and a step at
+  // the bound costs about what the slice would have: the weights' read).
+  // With a row tile the cut is where the step's rows fill whole tiles instead of at a block, and so
+  // is a chunk of n_max that does not end its prompt (`last` false). Design decision, measured on
+  // the 27B shape on an H100 (tools/gpu/lab/step_sweep.py): a step costs about the same from 129
+  // to 256 rows and jumps ~10 ms past each multiple of 128 (the FP8 GEMM's token tile, 64 layers):
+  // a 512-token chunk beside one decode row took 75.9 ms against 61.2 ms alone, and 383 tokens
+  // beside it what 384 take alone. The linear cost model cannot see the staircase; steps cut at its
+  // treads are what it then learns from. A cut off a block boundary only moves where a prefix-cache
+  // snapshot falls inside the next chunk (taken there, as inside any chunk): snapshots stay exact.
+  int64_t fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s, bool must_progress,
+              bool last = true) const;
+
+  // A paced step's predicted and measured seconds (the engine, after each paced step).
+  void observe(double predicted_s, double measured_s);
+  // What fit multiplies predictions by under a fixed limit (header).
+  double headroom() const { return headroom_; }
 
  private:
   const StepCost& cost_;
@@ -65,6 +92,10 @@ class StepPacer {
   int64_t chunk_;
   int64_t page_;
   std::pair<int64_t, int64_t> slow_;
+  int64_t tile_;
+  std::array<double, kResiduals> ratios_{};  // measured / predicted, a ring
+  size_t n_ratios_ = 0;
+  double headroom_ = 1.0;
 };
 
 }  // namespace pe

@@ -120,6 +120,9 @@ class Backend {
   // than hi rows do (CUDA with FP8 weights on sm_90: past the quantized GEMV's rows, below the W8A8
   // GEMM's); {0, 0}: no such gap.
   virtual std::pair<int64_t, int64_t> slow_rows() const { return {0, 0}; }
+  // The prefill matmuls' token tile: a step's time steps up each time its rows pass a multiple of
+  // it (CUDA: the GEMMs' 128-token tiles); 0: no such staircase (the step pacer's cut unit).
+  virtual int64_t row_tile() const { return 0; }
 
   // ---- Step memory and inputs ----
   // Scratch of one attention_paged call, for sizing.

@@ -151,6 +151,7 @@ class CudaBackend final : public Backend {
     const int64_t hi = gemm_shapes_.empty() ? 0 : cuda::linear_fp8_sm90_min_tokens();
     return {hi > 0 ? cuda::linear_gemv_max_tokens() : 0, hi};
   }
+  int64_t row_tile() const override { return 128; }  // the FP8 W8A8 GEMM's M tile, the mma.sync GEMM's big tile
 
   size_t attention_scratch_bytes(int64_t n_q, int64_t start, const ModelConfig& c) const override {
     return cuda::attention_paged_scratch_bytes(n_q, start, c.n_heads, c.n_kv_heads, c.head_dim);

@@ -190,6 +190,8 @@ class Model {
   virtual int64_t prefill_copy_bytes() const { return 0; }
   // Step rows strictly between the two run a much slower matmul path than the second (Backend).
   virtual std::pair<int64_t, int64_t> slow_rows() const { return {0, 0}; }
+  // The prefill matmuls' token tile (Backend::row_tile); 0: none.
+  virtual int64_t row_tile() const { return 0; }
 
  protected:
   ModelConfig cfg_;

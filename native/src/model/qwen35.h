@@ -41,6 +41,7 @@ class Qwen35Model : public Model {
   int64_t weight_bytes() const override { return be_->weight_bytes(weights_); }
   int64_t prefill_copy_bytes() const override { return be_->prefill_copy_bytes(); }
   std::pair<int64_t, int64_t> slow_rows() const override { return be_->slow_rows(); }
+  int64_t row_tile() const override { return be_->row_tile(); }
   // The token embedding and the lm_head as placed on the model's device (a DFlash draft uses
   // them: it has neither). Valid while the model lives.
   const WeightView& embedding_table() const { return embed_.view; }
