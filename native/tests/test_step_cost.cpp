@@ -238,43 +238,55 @@ TEST(fit_grows_a_slice_out_of_the_slow_rows_gap) {
   CHECK_EQ(none.fit(so_far, 0, 512, limit, false), 16);
 }
 
-TEST(fit_cuts_where_the_steps_rows_fill_whole_row_tiles) {
-  // A 128-token row tile (the GEMMs' on CUDA): the cut leaves the step's rows at a multiple of 128
-  // instead of at a block boundary; a chunk of n_max that does not end its prompt is cut the same
-  // way (512 beside one decode row: 511), one that ends it is not; where whole tiles would leave
-  // the chunk no tokens, the cut stays where the limit put it.
+TEST(fit_drops_a_last_row_tile_it_would_fill_less_than_kMinTileFill) {
+  // A 128-token row tile (the GEMMs' on CUDA): under a limit that lets n* tokens in, a last tile
+  // of the step's rows filled less than 5/8 is dropped (exactly, or at the block boundary at or
+  // below with block cuts); a chunk of n_max that does not end its prompt is cut the same way
+  // (512 beside one decode row: 511), one that ends it is not; below one tile, and where the
+  // step must progress, the cuts are the limit's.
   FixedCost cost;
-  StepPacer pacer(cost, 200.0, 512, 16, {0, 0}, 128);
-  const StepShape one = decode_step(1, 100);
-  const double limit = pacer.limit_seconds(one, 0);
-  CHECK(cost.predict_seconds(one.plus(0, 400, false)) <= limit);  // the limit alone: ~470 tokens
-  CHECK(cost.predict_seconds(one.plus(0, 511, false)) > limit);
-  CHECK_EQ(pacer.fit(one, 0, 512, limit, false), 383);
-  CHECK_EQ(pacer.fit(one, 5, 512, limit, false), 383);  // off a block boundary: rows still 384
-  CHECK_EQ(pacer.fit(one, 0, 512, 1.0, false, false), 511);
-  CHECK_EQ(pacer.fit(one, 0, 512, 1.0, false, true), 512);
-  const StepShape four = decode_step(4, 100);
-  CHECK_EQ(pacer.fit(four, 0, 300, 1.0, false, true), 300);
-  CHECK_EQ(pacer.fit(four, 0, 300, 1.0, false, false), 252);
-  // 2 decode rows, 20 ms: 29 tokens fit (fit_takes_the_most_tokens...), 31 rows: under one tile.
-  StepPacer tight(cost, 20.0, 512, 16, {0, 0}, 128);
-  CHECK_EQ(tight.fit(decode_step(2, 100), 0, 512, 0.020, false), 29);
-  CHECK_EQ(tight.fit(decode_step(64, 100), 5, 512, 0.020, true), 11);  // over the limit: to the block
+  StepPacer exact(cost, 200.0, 512, 16, {0, 0}, 128, false);
+  StepPacer blocks(cost, 200.0, 512, 16, {0, 0}, 128, true);
+  const StepShape one = decode_step(1, 100), four = decode_step(4, 100);
+  auto upto = [&](const StepShape& s, int64_t n_past, int64_t n) { return cost.predict_seconds(s.plus(n_past, n, false)); };
+  CHECK_EQ(exact.fit(one, 0, 512, upto(one, 0, 419), false), 383);  // rows 420: 36 of the last tile
+  CHECK_EQ(exact.fit(one, 0, 512, upto(one, 0, 469), false), 469);  // rows 470: 86 of it, kept
+  CHECK_EQ(exact.fit(one, 5, 512, upto(one, 5, 419), false), 383);  // off a block boundary
+  CHECK_EQ(blocks.fit(one, 0, 512, upto(one, 0, 469), false), 464);  // 465 rows: 81 of the tile
+  CHECK_EQ(blocks.fit(one, 0, 512, upto(one, 0, 419), false), 368);  // 417 rows: to 384, a block below
+  CHECK_EQ(blocks.fit(one, 5, 512, upto(one, 5, 419), false), 379);  // ends at 384 = 24 blocks
+  CHECK_EQ(exact.fit(one, 0, 512, 1.0, false, false), 511);
+  CHECK_EQ(blocks.fit(one, 0, 512, 1.0, false, false), 496);
+  CHECK_EQ(exact.fit(one, 0, 512, 1.0, false, true), 512);
+  CHECK_EQ(exact.fit(four, 0, 300, 1.0, false, true), 300);
+  CHECK_EQ(exact.fit(four, 0, 300, 1.0, false, false), 252);  // rows 304: 48 of the last tile
+  const StepShape two = decode_step(2, 100);
+  CHECK_EQ(exact.fit(two, 0, 512, 0.020, false), 29);  // 31 rows: under one tile
+  CHECK_EQ(blocks.fit(two, 0, 512, 0.020, false), 16);
+  CHECK_EQ(exact.fit(decode_step(64, 100), 5, 512, 0.020, true), 11);  // over the limit: to the block
 }
 
 TEST(derived_limit_with_a_row_tile_is_a_step_of_whole_tiles_at_80_percent_of_the_full_chunk_rate) {
   FixedCost cost;
-  StepPacer pacer(cost, 0.0, 512, 16, {0, 0}, 128);
-  for (int64_t rows : {1, 4, 8}) {
-    for (int64_t depth : {0, 4096, 30000}) {
-      const StepShape fixed = decode_step(rows, 200);
-      const double limit = pacer.limit_seconds(fixed, depth);
-      const int64_t p = pacer.fit(fixed, depth, 512, limit, false, false);
-      const double alone_rate = 512.0 / cost.predict_seconds(StepShape{}.plus(depth, 512, false));
-      auto rate = [&](int64_t n) { return static_cast<double>(n) / cost.predict_seconds(fixed.plus(depth, n, false)); };
-      CHECK_EQ((rows + p) % 128, 0);
-      CHECK(rate(p) >= 0.8 * alone_rate);
-      CHECK(p <= 128 || rate(p - 128) < 0.8 * alone_rate);  // the least whole tiles that keep it
+  for (bool block_cuts : {false, true}) {
+    StepPacer pacer(cost, 0.0, 512, 16, {0, 0}, 128, block_cuts);
+    for (int64_t rows : {1, 4, 8}) {
+      for (int64_t depth : {0, 4096, 30000, 30005}) {
+        const StepShape fixed = decode_step(rows, 200);
+        const double limit = pacer.limit_seconds(fixed, depth);
+        const int64_t p = pacer.fit(fixed, depth, 512, limit, false, false);
+        const double alone_rate = 512.0 / cost.predict_seconds(StepShape{}.plus(depth, 512, false));
+        auto rate = [&](int64_t n) { return static_cast<double>(n) / cost.predict_seconds(fixed.plus(depth, n, false)); };
+        const int64_t part = (rows + p) % 128;
+        if (block_cuts) {
+          CHECK_EQ((depth + p) % 16, 0);
+          CHECK(part == 0 || part > 128 - 16);
+        } else {
+          CHECK_EQ(part, 0);
+        }
+        CHECK(rate(p + (part ? 128 - part : 0)) >= 0.8 * alone_rate);  // its tiles, full, keep the share
+        CHECK(p <= 128 || rate(p - 128) < 0.8 * alone_rate);          // one tile less would not
+      }
     }
   }
 }
@@ -298,7 +310,7 @@ TEST(a_fixed_limit_keeps_headroom_for_the_overrun_of_recent_paced_steps) {
   CHECK_NEAR(pacer.headroom(), 1.1, 1e-9);
   CHECK_EQ(most(0.020 / 1.1), 25);
   CHECK_EQ(pacer.fit(so_far, 3, 512, 0.020, false), 13);  // 25 from 3 end at 28: cut at 16 (29 at 32)
-  StepPacer tile(cost, 20.0, 512, 16, {0, 0}, 128);
+  StepPacer tile(cost, 20.0, 512, 16, {0, 0}, 128, false);
   for (int i = 0; i < 128; ++i) tile.observe(0.010, 0.011);
   CHECK_EQ(tile.fit(so_far, 0, 512, 0.020, false), 25);
   for (int i = 0; i < 128; ++i) tile.observe(0.010, 0.009);
@@ -306,7 +318,7 @@ TEST(a_fixed_limit_keeps_headroom_for_the_overrun_of_recent_paced_steps) {
   CHECK_EQ(tile.fit(so_far, 0, 512, 0.020, false), 29);
   for (int i = 0; i < 128; ++i) tile.observe(0.010, 0.050);
   CHECK_EQ(tile.headroom(), StepPacer::kMaxHeadroom);
-  StepPacer derived(cost, 0.0, 512, 16, {0, 0}, 128);
+  StepPacer derived(cost, 0.0, 512, 16, {0, 0}, 128, false);
   for (int i = 0; i < 128; ++i) derived.observe(0.010, 0.012);
   const double limit = derived.limit_seconds(so_far, 0);
   CHECK_EQ(derived.fit(so_far, 0, 512, limit, false), most(limit));

@@ -103,7 +103,7 @@ Engine::Engine(Model& model, const pe_engine_params& params, TpLeader* tp, DFlas
     cache_ = std::make_unique<PrefixCache>(*kv_, *gdn_, params_.snapshot_interval_pages);
   if (params_.max_step_ms >= 0.0f)
     pacer_ = std::make_unique<StepPacer>(cost_, params_.max_step_ms, sp.chunked_prefill_size, plan_.kv_page_size,
-                                         model_.slow_rows(), model_.row_tile());
+                                         model_.slow_rows(), model_.row_tile(), cache_ != nullptr);
   sched_ = std::make_unique<Scheduler>(sp, *kv_, *gdn_, cache_.get(), pacer_.get());
   masks_ = std::make_unique<TokenMasks>((cfg.vocab + 31) / 32);
   if (tp_) {

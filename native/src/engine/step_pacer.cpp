@@ -7,13 +7,14 @@
 namespace pe {
 
 StepPacer::StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size,
-                     std::pair<int64_t, int64_t> slow_rows, int64_t row_tile)
+                     std::pair<int64_t, int64_t> slow_rows, int64_t row_tile, bool block_cuts)
     : cost_(cost),
       max_step_s_(max_step_ms * 1e-3),
       chunk_(chunked_prefill_size),
       page_(page_size),
       slow_(slow_rows),
-      tile_(row_tile) {}
+      tile_(row_tile),
+      blocks_(block_cuts) {}
 
 double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
   if (max_step_s_ > 0.0) return max_step_s_;
@@ -36,11 +37,13 @@ double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
     if (enough(mid)) hi = mid;
     else lo = mid + 1;
   }
-  // Up to a block boundary (with a row tile: up to whole tiles of the step's rows), so that fit()
-  // cutting the slice there does not take it below the share.
+  // Up to where fit would cut, so that its cut does not take the slice below the share: a block
+  // boundary; with a row tile, whole tiles of the step's rows (with block cuts, the block boundary
+  // at or below their end: fit keeps a tile that full).
   const int64_t rows = fixed.decode_rows + fixed.prefill_tokens;
-  const int64_t slice = tile_ > 0 ? (rows + lo + tile_ - 1) / tile_ * tile_ - rows
-                                  : (n_past + lo + page_ - 1) / page_ * page_ - n_past;
+  int64_t slice = tile_ > 0 ? (rows + lo + tile_ - 1) / tile_ * tile_ - rows
+                            : (n_past + lo + page_ - 1) / page_ * page_ - n_past;
+  if (tile_ > 0 && blocks_ && (n_past + slice) / page_ * page_ > n_past) slice = (n_past + slice) / page_ * page_ - n_past;
   return step_s(std::min(chunk_, slice));
 }
 
@@ -56,11 +59,17 @@ int64_t StepPacer::fit(const StepShape& so_far, int64_t n_past, int64_t n_max, d
   }
   int64_t n = lo;
   const int64_t fixed = so_far.decode_rows + so_far.prefill_tokens;
-  if (tile_ > 0) {  // the step's rows down to whole tiles (header), where that leaves the chunk tokens
-    const int64_t whole = (fixed + n) / tile_ * tile_ - fixed;
-    if ((n < n_max || !last) && whole > 0) n = whole;
+  auto block_floor = [&](int64_t m) { return std::max<int64_t>(0, (n_past + m) / page_ * page_ - n_past); };
+  if (tile_ > 0 && (n < n_max || !last)) {
+    if (blocks_) n = block_floor(n);
+    // A last tile less than kMinTileFill full costs its matmuls' whole tile for few tokens: cut it.
+    const int64_t part = (fixed + n) % tile_, whole = n - part;
+    if (part > 0 && part < static_cast<int64_t>(kMinTileFill * static_cast<double>(tile_)) && whole > 0) {
+      if (!blocks_) n = whole;
+      else if (block_floor(whole) > 0) n = block_floor(whole);
+    }
   } else if (n < n_max) {
-    n = std::max<int64_t>(0, (n_past + n) / page_ * page_ - n_past);  // cut at a block boundary
+    n = block_floor(n);  // cut at a block boundary
   }
   if (must_progress) n = std::max(n, std::min(n_max, page_ - n_past % page_));
   const int64_t rows = fixed + n;

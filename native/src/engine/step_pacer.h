@@ -44,6 +44,7 @@ class StepPacer {
   static constexpr size_t kResiduals = 128;
   static constexpr size_t kMinResiduals = 16;
   static constexpr double kMaxHeadroom = 1.25;
+  static constexpr double kMinTileFill = 0.625;  // of a row tile's rows, for fit to keep it
 
   // max_step_ms > 0: a fixed limit; 0: derived per step (above). page_size: chunks are cut at KV
   // block boundaries, where prefix-cache snapshots are taken (a snapshot inside a chunk splits its
@@ -51,8 +52,11 @@ class StepPacer {
   // slow_rows (Model::slow_rows): step rows strictly between them run a much slower matmul path
   // than the upper bound does; fit grows a slice that would leave its step there up to the bound.
   // row_tile (Model::row_tile; 0: none): the prefill matmuls' token tile, fit's cut unit (below).
+  // block_cuts: with a row tile, cuts stay at block boundaries too (the prefix cache is on: a
+  // prompt chunk that ends inside a block takes a snapshot at its last boundary for a cancelled
+  // prefill to resume from, a cut of its conv and GDN work).
   StepPacer(const StepCost& cost, double max_step_ms, int64_t chunked_prefill_size, int64_t page_size,
-            std::pair<int64_t, int64_t> slow_rows = {0, 0}, int64_t row_tile = 0);
+            std::pair<int64_t, int64_t> slow_rows = {0, 0}, int64_t row_tile = 0, bool block_cuts = true);
 
   // Paces only once the model rests on measurements.
   bool active() const { return cost_.ready(); }
@@ -70,14 +74,16 @@ class StepPacer {
   // times slower per token -- the 27B on an H100, a 100-token slice beside 4 decode rows took the
   // mma.sync GEMM: steps of up to 580 ms under a 60 ms limit, the prefill at 19 % -- and a step at
   // the bound costs about what the slice would have: the weights' read).
-  // With a row tile the cut is where the step's rows fill whole tiles instead of at a block, and so
-  // is a chunk of n_max that does not end its prompt (`last` false). Design decision, measured on
-  // the 27B shape on an H100 (tools/gpu/lab/step_sweep.py): a step costs about the same from 129
-  // to 256 rows and jumps ~10 ms past each multiple of 128 (the FP8 GEMM's token tile, 64 layers):
-  // a 512-token chunk beside one decode row took 75.9 ms against 61.2 ms alone, and 383 tokens
-  // beside it what 384 take alone. The linear cost model cannot see the staircase; steps cut at its
-  // treads are what it then learns from. A cut off a block boundary only moves where a prefix-cache
-  // snapshot falls inside the next chunk (taken there, as inside any chunk): snapshots stay exact.
+  // With a row tile (design decision, measured on the 27B shape on an H100 with
+  // tools/gpu/lab/step_sweep.py): a step costs about the same from 129 to 256 rows and jumps ~10 ms
+  // past each multiple of 128 (the FP8 GEMM's token tile over 64 layers): a 512-token chunk beside
+  // one decode row took 75.9 ms against 61.2 ms alone, and 383 tokens beside it what 384 take
+  // alone. The linear cost model cannot see the staircase, so fit drops a last tile that is less
+  // than kMinTileFill full (keeping r rows of it pays only when r > 128 c n / (F + c n), c the
+  // matmuls' cost per token, F the step's fixed cost, n the tokens below it: half to two thirds of
+  // a tile on the 27B), the same for a chunk of n_max that does not end its prompt (`last` false).
+  // Without block_cuts the cut is exact (the step's rows end at the tile); with them, at the block
+  // boundary at or below.
   int64_t fit(const StepShape& so_far, int64_t n_past, int64_t n_max, double limit_s, bool must_progress,
               bool last = true) const;
 
@@ -93,6 +99,7 @@ class StepPacer {
   int64_t page_;
   std::pair<int64_t, int64_t> slow_;
   int64_t tile_;
+  bool blocks_;
   std::array<double, kResiduals> ratios_{};  // measured / predicted, a ring
   size_t n_ratios_ = 0;
   double headroom_ = 1.0;
