@@ -26,8 +26,9 @@
 // time, and the linear model's errors put a few percent of paced steps over it (the 27B on an
 // H100 at 60 ms: ITL p99 60.2 and 61.2 ms with 1 and 4 decoding). fit therefore compares the
 // predictions times the 98th percentile of the last kResiduals paced steps' measured / predicted
-// times (at least 1, at most kMaxHeadroom, 1 until kMinResiduals are seen) with a fixed limit. A
-// derived limit is itself a prediction of the slice it was derived for and takes none.
+// times (at least 1, at most kMaxHeadroom; up to 50 seen, that is the largest: the first paced
+// steps of a long prefill overran a 60 ms limit on the 27B when they took none) with a fixed
+// limit. A derived limit is itself a prediction of the slice it was derived for and takes none.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -42,7 +43,6 @@ class StepPacer {
  public:
   static constexpr double kDerivedPrefillShare = 0.8;  // derived limits: of the full-chunk rate
   static constexpr size_t kResiduals = 128;
-  static constexpr size_t kMinResiduals = 16;
   static constexpr double kMaxHeadroom = 1.25;
   static constexpr double kMinTileFill = 0.625;  // of a row tile's rows, for fit to keep it
 
