@@ -163,7 +163,13 @@ KV_BOUNDS = {"bf16": (2e-3, 1.0), "int8": (5e-3, 0.98), "fp8_e4m3": (2.5e-2, 0.9
 
 @pytest.mark.parametrize("name", ["ckpt_text_bf16", "ckpt_wrapper_bf16", "ckpt_text_fp8"])
 def test_quantized_kv_on_cuda_stays_close_to_fp16_kv(name):
+    """What each KV dtype costs against fp16 KV. The FP8 checkpoint's prompt stays below the sm_90
+    FP8 GEMM's 128 tokens: there W8A8 quantizes the activations, which amplifies any difference
+    in them (an H100, 2026-12-06, 150 tokens: bf16 KV rel 4.6e-3, the rounding of x to e4m3 on
+    top of the KV's), so the bounds would measure the GEMM rather than the cache."""
     ids = goldens(name)["prompt_150_ids"].tolist()
+    if name == "ckpt_text_fp8":
+        ids = ids[:120]
     with cuda_llm(os.path.join(DATA, name), max_model_len=512) as llm:
         ref = llm.prompt_logits(ids, kv_cache_dtype="fp16")
         for dtype, (rel_bound, top1_bound) in KV_BOUNDS.items():

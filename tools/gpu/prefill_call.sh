@@ -10,12 +10,13 @@
 # (-DCMAKE_CUDA_ARCHITECTURES=75), the first users' kernels, run on the H100 / H200 by PTX JIT.
 # The pack: lib90.so.xz (BUILD90's archives relinked whole, so the op harness finds every kernel),
 # test_backend_ops.xz (linked against it), lib75.so.xz; WHEELS' cffi and pycparser (default .whl).
-# The call's working tree is limited to 64 MiB with the carried folder: with both libraries the
-# DFlash draft (pyengine/default_model/dflash/model.safetensors, unused here) has to stay behind.
+# The call's working tree is limited to 64 MiB with the carried folder: with lib90 the DFlash draft
+# (pyengine/default_model/dflash/model.safetensors) has to stay behind, with both libraries the
+# default model's weights too (pyengine/default_model/model.safetensors; no part here reads them).
 #
 # GPU machine (repo root, DEST carried): tools/gpu/prefill_call.sh run DEST
 # runs, each part within its cap and what is left of LIMIT (default 590 s), into OUT/summary.txt:
-#   ops       test_backend_ops --backend cuda "linear fp8 sm90" and (PE_TEST_SMALL) "cuda linear"
+#   ops       test_backend_ops --backend cuda (PE_TEST_SMALL) "linear fp8 sm90" and "cuda linear"
 #   prefill   bench_gpu.py 4K / 32K with the per-kernel breakdown (42 must-show 1, 3's decode), the
 #             model option prefill_weight_copy on; prefill_untile: 4K with it off (A/B)
 #   hf        transformers bf16 eager at 4K in the same call (42 must-show 1's baseline)
@@ -23,7 +24,7 @@
 #   scene54k  bench_stall_free.py --shape27b --long 54000: the prefill time and a short request's
 #             first-token time during it (42 must-show 4)
 #   stall     bench_stall_free.py --shape27b --long 32768 --chunk 512, 1 and 4 decoders, max_step_ms
-#             0 / 30 / 60 / off (47 must-show 1)
+#             0 / 55 / 60 (47 must-show 1); stall_pc: 0 / 60 with the prefix cache on
 # PARTS (names above, in the order to run; default: all in this order) picks and orders them.
 set -u -o pipefail
 mode="${1:?pack BUILD90 [BUILD75] DEST | run DEST}"
@@ -64,7 +65,7 @@ run() { local name=$1 limit=$2; shift 2; local left=$((LIMIT - $(el))); [ "$left
   echo "== $name rc $? at $(el) s" >> "$S"; grep -vE '^\{| ok$' $L/$name.log | tail -40 >> "$S"; }
 part() {
   case $1 in
-    ops_fp8) run ops_fp8 40 $L/b/test_backend_ops --backend cuda "linear fp8 sm90" ;;
+    ops_fp8) PE_TEST_SMALL=1 run ops_fp8 40 $L/b/test_backend_ops --backend cuda "linear fp8 sm90" ;;
     ops_linear) PE_TEST_SMALL=1 run ops_linear 60 $L/b/test_backend_ops --backend cuda "cuda linear" ;;
     prefill) run prefill 110 python3 tools/bench_gpu.py --skip-depth --prefill-sizes 4096 32768 --prefill-breakdown \
       --prefill-weight-copy on --out $L/prefill.json ;;
@@ -76,10 +77,12 @@ part() {
     scene54k) run scene54k 90 python3 tools/bench_stall_free.py --shape27b --long 54000 --chunk 512 --decoders 1 \
       --max_step_ms 0 --prefill-weight-copy on --out $L/scene54k.json ;;
     stall) run stall 200 python3 tools/bench_stall_free.py --shape27b --long 32768 --chunk 512 --decoders 1 4 \
-      --max_step_ms 0 30 60 -1 --prefill-weight-copy on --out $L/stall.json ;;
+      --max_step_ms 0 55 60 --prefill-weight-copy on --out $L/stall.json ;;
+    stall_pc) run stall_pc 150 python3 tools/bench_stall_free.py --shape27b --long 32768 --chunk 512 --decoders 1 4 \
+      --max_step_ms 0 60 --prefill-weight-copy on --prefix-cache --out $L/stall_pc.json ;;
     *) echo "== unknown part $1" >> "$S" ;;
   esac
 }
-for p in ${PARTS:-ops_fp8 ops_linear prefill prefill_untile hf sm75 scene54k stall}; do part $p; done
+for p in ${PARTS:-ops_fp8 ops_linear prefill prefill_untile hf sm75 scene54k stall stall_pc}; do part $p; done
 tar czf "$OUT/prefill_call_logs.tgz" -C $L --exclude=b .
 cat "$S"
