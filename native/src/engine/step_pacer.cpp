@@ -43,7 +43,8 @@ double StepPacer::limit_seconds(const StepShape& fixed, int64_t n_past) const {
   const int64_t rows = fixed.decode_rows + fixed.prefill_tokens;
   int64_t slice = tile_ > 0 ? (rows + lo + tile_ - 1) / tile_ * tile_ - rows
                             : (n_past + lo + page_ - 1) / page_ * page_ - n_past;
-  if (tile_ > 0 && blocks_ && (n_past + slice) / page_ * page_ > n_past) slice = (n_past + slice) / page_ * page_ - n_past;
+  const int64_t block_end = (n_past + slice) / page_ * page_;
+  if (tile_ > 0 && blocks_ && block_end > n_past) slice = block_end - n_past;
   return step_s(std::min(chunk_, slice));
 }
 

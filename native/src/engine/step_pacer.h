@@ -9,10 +9,10 @@
 // The limit is the engine option max_step_ms, or, when it is 0, derived per step from the cost
 // model (design decision):
 // - with decode rows: the predicted time of the step with the least whole blocks of prefill (with a
-//   row tile: the least whole tiles of the step's rows) at which the long prefill keeps kDerivedPrefillShare (80 %) of its rate alone in full chunks. With
-//   t = base + c * tokens that slice is about 4 x the decode rows' time / c and the step about 5
-//   decode steps: decoding requests get a token every ~5 decode steps' time instead of every
-//   chunk's. What a step pays for holding prefill at all is in the model, so where slices cost more
+//   row tile: the least whole tiles of the step's rows) at which the long prefill keeps
+//   kDerivedPrefillShare (80 %) of its rate alone in full chunks. With t = base + c * tokens that
+//   slice is about 4 x the decode rows' time / c and the step about 5 decode steps: decoding
+//   requests get a token every ~5 decode steps' time instead of every chunk's. What a step pays for holding prefill at all is in the model, so where slices cost more
 //   per token than full chunks the slice grows to keep the share. Where no slice can keep it (the
 //   decode rows cost over a fifth of a full chunk, or the device runs mixed steps that much
 //   slower), the step is the least whole blocks that take 80 % of its time, about 5 x the decode
