@@ -11,12 +11,13 @@
 // - with decode rows: the predicted time of the step with the least whole blocks of prefill (with a
 //   row tile: the least whole tiles of the step's rows) at which the long prefill keeps
 //   kDerivedPrefillShare (80 %) of its rate alone in full chunks. With t = base + c * tokens that
-//   slice is about 4 x the decode rows' time / c and the step about 5 decode steps: decoding
-//   requests get a token every ~5 decode steps' time instead of every chunk's. What a step pays for holding prefill at all is in the model, so where slices cost more
-//   per token than full chunks the slice grows to keep the share. Where no slice can keep it (the
-//   decode rows cost over a fifth of a full chunk, or the device runs mixed steps that much
-//   slower), the step is the least whole blocks that take 80 % of its time, about 5 x the decode
-//   rows' time: pacing bounded by the decode step rather than off.
+//   slice is about 4 x the decode rows' time / c and the step about 5 decode steps: decoding requests
+//   get a token every ~5 decode steps' time instead of every chunk's. What a step pays for holding
+//   prefill at all is in the model, so where slices cost more per token than full chunks the slice
+//   grows to keep the share. Where no slice can keep it (the decode rows cost over a fifth of a full
+//   chunk, or the device runs mixed steps that much slower), the step is the least whole blocks that
+//   take 80 % of its time, about 5 x the decode rows' time: pacing bounded by the decode step rather
+//   than off.
 // - without: the predicted time of the prompts that end in the step, so the long prefill gets its
 //   one-block minimum beside them. Such a step comes once per arriving request (which decodes
 //   after it), so the prefill loses little, and the new request's first token waits for nothing
