@@ -20,7 +20,8 @@
 #   prefill   bench_gpu.py 4K / 32K with the per-kernel breakdown (42 must-show 1, 3's decode), the
 #             model option prefill_weight_copy on; prefill_untile: 4K with it off (A/B)
 #   hf        transformers bf16 eager at 4K in the same call (42 must-show 1's baseline)
-#   sm75      the 75-only library's 4K prefill and its breakdown (42 must-show 2)
+#   sm75      the 75-only library's 4K prefill and its breakdown (42 must-show 2; the PTX JIT of a
+#             fresh machine takes over 120 s of it)
 #   scene54k  bench_stall_free.py --shape27b --long 54000: the prefill time and a short request's
 #             first-token time during it (42 must-show 4)
 #   stall     bench_stall_free.py --shape27b --long 32768 --chunk 512, 1 and 4 decoders, max_step_ms
@@ -72,7 +73,7 @@ part() {
     prefill_untile) run prefill_untile 60 python3 tools/bench_gpu.py --skip-depth --prefill-sizes 4096 \
       --prefill-breakdown --prefill-weight-copy off --out $L/prefill_untile.json ;;
     hf) run hf 110 python3 tools/bench_gpu.py --skip-engine --skip-depth --prefill-sizes 4096 --hf --out $L/hf.json ;;
-    sm75) [ -f $L/b/lib75.so ] && PYENGINE_LIBRARY=$L/b/lib75.so run sm75 120 python3 tools/bench_gpu.py --skip-depth \
+    sm75) [ -f $L/b/lib75.so ] && PYENGINE_LIBRARY=$L/b/lib75.so run sm75 400 python3 tools/bench_gpu.py --skip-depth \
       --prefill-sizes 4096 --prefill-breakdown --out $L/sm75.json ;;
     scene54k) run scene54k 90 python3 tools/bench_stall_free.py --shape27b --long 54000 --chunk 512 --decoders 1 \
       --max_step_ms 0 --prefill-weight-copy on --out $L/scene54k.json ;;
