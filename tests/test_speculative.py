@@ -52,6 +52,7 @@ def test_default_model_spec_equals_plain_at_temperature_0(default_plain, k):
              speculative_num_draft_tokens=k) as llm:  # fmt: skip
         solo = [run(llm, [p], 64)[0] for p in default_plain["prompts"][:3]]
         assert solo == default_plain["solo"]
+        before = llm.stats()
         # 8 requests decoding while a long prompt prefills in 128-token chunks; twice, the second
         # time from the prefix cache.
         for _ in range(2):
@@ -59,6 +60,10 @@ def test_default_model_spec_equals_plain_at_temperature_0(default_plain, k):
         st = llm.stats()
         assert st["spec_verifies"] > 0 and len(st["spec_accept_per_position"]) == k
         assert st["spec_mean_accepted_length"] > 1.5  # the trained head on chat answers
+        if k > 1:  # the batch's draft 2, from the chain's step over 8 sequences (the 8 alone: 0.33)
+            drafted, accepted = (st[key][1] - before[key][1] for key in ("spec_drafted_per_position",
+                                                                          "spec_accepted_per_position"))  # fmt: skip
+            assert accepted > 0.2 * drafted
         assert st["prefix_cache_hit_tokens"] > 0
         assert st["gdn_slots_free"] == st["gdn_slots_total"] and st["running"] == 0
 

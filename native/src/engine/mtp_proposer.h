@@ -7,7 +7,13 @@
 // output for draft j - 1 and that draft (a chain of single-row steps, all sequences batched).
 // Those chain rows sit in KV rows the next step's catch-up overwrites with the target's states.
 //
-// Drafts are picked from the head's logits by pick_draft (proposer.h).
+// Drafts are picked from the head's logits by pick_draft (proposer.h). Design decision: where every
+// drafting request samples at T = 0 (argmax drafts) and there is no tensor-parallel group, the
+// chain stays on the device instead: each head step's drafts are argmax jobs sampled where its
+// logits are (Model::sample_launch), the next head step reads them there (Batch::token_from_sample),
+// and the host collects step j's drafts after queuing step j + 1. No logits cross to the host (a
+// 27B row is 248K floats, 1 MB) and the device does not wait for the host between the chain's
+// steps (the default model on an H100: a chain step was mostly that wait).
 #pragma once
 #include <vector>
 
@@ -36,6 +42,7 @@ class MtpProposer : public Proposer {
   int64_t kv_layer_;
   ForwardResult res_;
   std::vector<int32_t> idx_;
+  std::vector<SampleOut> outs_;
 };
 
 }  // namespace pe

@@ -177,8 +177,9 @@ class Model {
   // hidden input from row hidden_rows[i] of the kept final-normed rows (Model::kept_hidden, layer
   // -1): the target's, from the last forward that kept them, or this head's own outputs from the
   // last mtp_step (a draft chain). Logits per chunk as SeqChunk::logits, on the host in
-  // res.logits; the head's output rows (its final norm, the next chain step's hidden input)
-  // become the kept rows, one per token row.
+  // res.logits (Batch::host_outputs false: left on the device for sample_launch; its tokens may
+  // come from the latest launch, Batch::token_from_sample); the head's output rows (its final
+  // norm, the next chain step's hidden input) become the kept rows, one per token row.
   virtual void mtp_step(const Batch& b, const std::vector<int32_t>& hidden_rows, KvPool& kv, int64_t kv_layer,
                         ForwardResult& res);
   // The rows the last keeping forward (Batch::keep_hidden) or mtp_step kept for `layer`:

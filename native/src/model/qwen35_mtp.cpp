@@ -117,12 +117,12 @@ void Qwen35Model::mtp_step(const Batch& b, const std::vector<int32_t>& hidden_ro
              sizeof(float) * (j - i) * H);
     i = j;
   }
-  float* out = be_->logits_buffer(n_rows, cfg_.vocab, true, res);
+  float* out = be_->logits_buffer(n_rows, cfg_.vocab, b.host_outputs, res);
   be_->run_step(-1, [&] { mtp_head(T, out, n_rows, b, kv, kv_layer); });
   mem_copy(device(), kept_.as<float>(), r.h, sizeof(float) * T * H);
   kept_layers_.assign(1, -1);
   kept_rows_ = T;
-  be_->finish_step(out, n_rows, cfg_.vocab, r.h, 0, H, true, res);
+  be_->finish_step(out, n_rows, cfg_.vocab, r.h, 0, H, b.host_outputs, res);
 }
 
 }  // namespace pe
