@@ -20,8 +20,68 @@ void MtpProposer::step(const Batch& b, const std::vector<int32_t>& rows) {
     model_.mtp_step(b, rows, kv_, kv_layer_, res_);
 }
 
-void MtpProposer::propose(const std::vector<ProposeInput>& in) {
+void MtpProposer::launch_argmax(const std::vector<Request*>& reqs) {
+  std::vector<SampleJob> jobs(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) jobs[i].row = static_cast<int64_t>(i);  // cfg: argmax
+  model_.sample_launch(res_, jobs);
+  launched_ = reqs;
+  pending_ = true;
+}
+
+void MtpProposer::collect_drafts() {
+  pending_ = false;
+  model_.sample_collect(outs_);
+  if (outs_.size() != launched_.size())
+    fail(PE_ERR_INTERNAL, "MTP chain: ", outs_.size(), " drafts for ", launched_.size(), " requests");
+  for (size_t i = 0; i < launched_.size(); ++i) launched_[i]->drafts.push_back(outs_[i].token);
+}
+
+void MtpProposer::chain_steps(bool on_device, std::vector<Request*> chain, std::vector<int32_t> chain_row,
+                              std::vector<int32_t> want) {
   const int64_t V = model_.config().vocab;
+  if (on_device)
+    launch_argmax(chain);
+  else
+    for (size_t i = 0; i < chain.size(); ++i) pick_draft(*chain[i], res_.logits.data() + static_cast<int64_t>(i) * V, V, 0, idx_);
+  // The chain: draft j from the head's output for draft j - 1, one row per sequence.
+  for (int32_t j = 1;; ++j) {
+    Batch cb;
+    cb.host_outputs = !on_device;
+    std::vector<int32_t> crows;
+    std::vector<Request*> next;
+    std::vector<int32_t> next_want;
+    for (size_t i = 0; i < chain.size(); ++i) {
+      if (want[i] <= j) continue;
+      Request& r = *chain[i];
+      SeqChunk s;
+      s.n_past = r.n_computed + j - 1;  // the position of the token it reads (draft j - 1)
+      s.n_new = 1;
+      s.page_table = r.pages.data();
+      s.logits = LogitsMode::Last;
+      cb.seqs.push_back(s);
+      cb.tokens.push_back(on_device ? 0 : r.drafts.back());
+      if (on_device) cb.token_from_sample.push_back(static_cast<int32_t>(i));  // its job in the last launch
+      crows.push_back(chain_row[i]);
+      next.push_back(&r);
+      next_want.push_back(want[i]);
+    }
+    if (next.empty()) break;
+    step(cb, crows);
+    if (on_device) {
+      collect_drafts();  // draft j - 1, while the device runs step j
+      launch_argmax(next);
+    } else {
+      for (size_t i = 0; i < next.size(); ++i) pick_draft(*next[i], res_.logits.data() + static_cast<int64_t>(i) * V, V, j, idx_);
+    }
+    chain = std::move(next);
+    want = std::move(next_want);
+    chain_row.resize(chain.size());
+    for (size_t i = 0; i < chain.size(); ++i) chain_row[i] = static_cast<int32_t>(i);
+  }
+  if (on_device) collect_drafts();
+}
+
+void MtpProposer::propose(const std::vector<ProposeInput>& in) {
   // Catch-up: every committed token of every sequence, last rows of drafting ones with logits.
   Batch b;
   std::vector<int32_t> rows;
@@ -51,63 +111,23 @@ void MtpProposer::propose(const std::vector<ProposeInput>& in) {
   }
   if (b.seqs.empty()) return;
   // The greedy chain on the device (header) where every drafting request samples at T = 0.
-  const bool on_device = !tp_ && !chain.empty() &&
-                         std::all_of(chain.begin(), chain.end(), [](const Request* r) { return r->sampling.temperature == 0.0f; });
+  auto greedy = [](const Request* r) { return r->sampling.temperature == 0.0f; };
+  const bool on_device = !tp_ && !chain.empty() && std::all_of(chain.begin(), chain.end(), greedy);
   b.host_outputs = !on_device;
   step(b, rows);
-  std::vector<Request*> launched;  // the requests of the latest sample launch, in its jobs' order
-  auto launch = [&](const std::vector<Request*>& reqs) {
-    std::vector<SampleJob> jobs(reqs.size());
-    for (size_t i = 0; i < reqs.size(); ++i) jobs[i].row = static_cast<int64_t>(i);  // cfg: argmax
-    model_.sample_launch(res_, jobs);
-    launched = reqs;
-  };
-  auto collect = [&] {
-    model_.sample_collect(outs_);
-    if (outs_.size() != launched.size())
-      fail(PE_ERR_INTERNAL, "MTP chain: ", outs_.size(), " drafts for ", launched.size(), " requests");
-    for (size_t i = 0; i < launched.size(); ++i) launched[i]->drafts.push_back(outs_[i].token);
-  };
-  if (on_device)
-    launch(chain);
-  else
-    for (size_t i = 0; i < chain.size(); ++i) pick_draft(*chain[i], res_.logits.data() + static_cast<int64_t>(i) * V, V, 0, idx_);
-  // The chain: draft j from the head's output for draft j - 1, one row per sequence.
-  for (int32_t j = 1;; ++j) {
-    Batch cb;
-    cb.host_outputs = !on_device;
-    std::vector<int32_t> crows;
-    std::vector<Request*> next;
-    std::vector<int32_t> next_want;
-    for (size_t i = 0; i < chain.size(); ++i) {
-      if (want[i] <= j) continue;
-      Request& r = *chain[i];
-      SeqChunk s;
-      s.n_past = r.n_computed + j - 1;  // the position of the token it reads (draft j - 1)
-      s.n_new = 1;
-      s.page_table = r.pages.data();
-      s.logits = LogitsMode::Last;
-      cb.seqs.push_back(s);
-      cb.tokens.push_back(on_device ? 0 : r.drafts.back());
-      if (on_device) cb.token_from_sample.push_back(static_cast<int32_t>(i));  // its job in the last launch
-      crows.push_back(chain_row[i]);
-      next.push_back(&r);
-      next_want.push_back(want[i]);
+  try {
+    chain_steps(on_device, std::move(chain), std::move(chain_row), std::move(want));
+  } catch (...) {
+    // A launch left pending would be collected as the engine's next step's samples.
+    if (pending_) {
+      pending_ = false;
+      try {
+        model_.sample_collect(outs_);
+      } catch (...) {
+      }
     }
-    if (next.empty()) break;
-    step(cb, crows);
-    if (on_device) {
-      collect();  // draft j - 1, while the device runs step j
-      launch(next);
-    } else {
-      for (size_t i = 0; i < next.size(); ++i) pick_draft(*next[i], res_.logits.data() + static_cast<int64_t>(i) * V, V, j, idx_);
-    }
-    chain = std::move(next);
-    want = std::move(next_want);
-    chain_row.resize(chain.size());
-    for (size_t i = 0; i < chain.size(); ++i) chain_row[i] = static_cast<int32_t>(i);
+    throw;
   }
-  if (on_device) collect();
 }
 
 }  // namespace pe

@@ -35,6 +35,13 @@ class MtpProposer : public Proposer {
 
  private:
   void step(const Batch& b, const std::vector<int32_t>& rows);
+  // Draft 1 from the catch-up step's logits, then the chain's further steps (header).
+  void chain_steps(bool on_device, std::vector<Request*> chain, std::vector<int32_t> chain_row,
+                   std::vector<int32_t> want);
+  // The chain on the device: argmax jobs of these requests' rows of the last head step (one
+  // launch pending at a time), and the pending launch's tokens appended to their drafts.
+  void launch_argmax(const std::vector<Request*>& reqs);
+  void collect_drafts();
 
   Model& model_;
   KvPool& kv_;
@@ -43,6 +50,8 @@ class MtpProposer : public Proposer {
   ForwardResult res_;
   std::vector<int32_t> idx_;
   std::vector<SampleOut> outs_;
+  std::vector<Request*> launched_;  // the requests of the pending launch, in its jobs' order
+  bool pending_ = false;
 };
 
 }  // namespace pe
