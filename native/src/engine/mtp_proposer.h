@@ -13,7 +13,8 @@
 // logits are (Model::sample_launch), the next head step reads them there (Batch::token_from_sample),
 // and the host collects step j's drafts after queuing step j + 1. No logits cross to the host (a
 // 27B row is 248K floats, 1 MB) and the device does not wait for the host between the chain's
-// steps (the default model on an H100: a chain step was mostly that wait).
+// steps (the default model on an H100, MTP k = 3 against spec off: batch 8 x0.72 -> x0.90, batch 1
+// on code x1.35 -> x1.45, in two calls).
 #pragma once
 #include <vector>
 

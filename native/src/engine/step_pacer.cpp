@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 namespace pe {
 
@@ -85,10 +84,10 @@ void StepPacer::observe(double predicted_s, double measured_s) {
   if (!(predicted_s > 0.0) || !(measured_s >= 0.0) || !std::isfinite(measured_s)) return;
   ratios_[n_ratios_++ % kResiduals] = measured_s / predicted_s;
   const size_t n = std::min(n_ratios_, kResiduals);
-  std::vector<double> r(ratios_.begin(), ratios_.begin() + static_cast<std::ptrdiff_t>(n));
+  sorted_.assign(ratios_.begin(), ratios_.begin() + static_cast<std::ptrdiff_t>(n));
   const size_t k = std::min(n - 1, static_cast<size_t>(std::ceil(0.98 * static_cast<double>(n))) - 1);
-  std::nth_element(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(k), r.end());
-  headroom_ = std::clamp(r[k], 1.0, kMaxHeadroom);
+  std::nth_element(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k), sorted_.end());
+  headroom_ = std::clamp(sorted_[k], 1.0, kMaxHeadroom);
 }
 
 }  // namespace pe
