@@ -358,8 +358,9 @@ void linear_cases() {
   }
   for (DType t : {DType::FP8_E4M3, DType::I8, DType::NVFP4})
     for (int64_t n : {1, 3, 8}) lin(t, n, 9000, n == 3 ? 2080 : 2048, 840 + n);
-  for (DType t : {DType::BF16, DType::F16})  // 16-bit: few rows split the columns over warps
-    for (int64_t n : {1, 8})
+  // 16-bit: few rows split the columns over warps; 9 .. 64 tokens in groups of 8 (small matrices).
+  for (DType t : {DType::BF16, DType::F16})
+    for (int64_t n : {1, 8, 24, 64})
       for (auto rc : {std::pair<int64_t, int64_t>{48, 5120}, {1024, 640}, {5, 4096}})
         lin(t, n, rc.first, rc.second, 500 + n);
   // GEMM (n > 8, linear_gemm.cuh): 64 x 256 block tiles below 128 tokens, 128 x 256 from there, 64 x

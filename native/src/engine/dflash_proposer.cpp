@@ -59,11 +59,30 @@ void DFlashProposer::propose(const std::vector<ProposeInput>& in) {
     seqs_.push_back(s);
   }
   if (seqs_.empty()) return;
-  draft_.forward(seqs_, kv_, true, res_);
+  // Greedy drafts on the draft's device (header) where every drafting request samples at T = 0.
+  auto greedy = [](const ProposeInput* p) { return p->req->sampling.temperature == 0.0f; };
+  const bool on_device = !drafting.empty() && std::all_of(drafting.begin(), drafting.end(), greedy);
+  draft_.forward(seqs_, kv_, !on_device, res_);
+  if (on_device) {
+    jobs_.clear();  // default SamplingConfig: argmax, lowest id on ties (pick_draft's T = 0)
+    int64_t rows_total = 0;
+    for (const ProposeInput* p : drafting) rows_total += std::min<int64_t>(p->n_drafts, c.block_size - 1);
+    jobs_.resize(static_cast<size_t>(rows_total));
+    for (int64_t i = 0; i < rows_total; ++i) jobs_[static_cast<size_t>(i)].row = i;
+    draft_.sample_launch(res_, jobs_);
+    draft_.sample_collect(outs_);
+    if (static_cast<int64_t>(outs_.size()) != rows_total)
+      fail(PE_ERR_INTERNAL, "DFlash proposer: ", outs_.size(), " drafts for ", rows_total, " block rows");
+  }
   int64_t row = 0;  // drafting sequences' rows follow each other, n_logits each
   for (const ProposeInput* p : drafting) {
     const int64_t n = std::min<int64_t>(p->n_drafts, c.block_size - 1);
-    for (int64_t j = 0; j < n; ++j) pick_draft(*p->req, res_.logits.data() + (row + j) * V, V, j, idx_);
+    for (int64_t j = 0; j < n; ++j) {
+      if (on_device)
+        p->req->drafts.push_back(outs_[static_cast<size_t>(row + j)].token);
+      else
+        pick_draft(*p->req, res_.logits.data() + (row + j) * V, V, j, idx_);
+    }
     row += n;
   }
 }

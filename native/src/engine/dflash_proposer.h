@@ -12,6 +12,10 @@
 // heads, head_dim) is the draft's, so it cannot be more attention layers of the engine's pool.
 // The memory planner counts its bytes per page with the target's (PlanRequest::draft_page_bytes).
 // A block's rows after the context are scratch: the next step's context rows overwrite them.
+//
+// Design decision (greedy drafts on the device): where every drafting request samples at T = 0,
+// the block's logits stay on the draft's device and its argmax jobs (DFlashDraft::sample_launch)
+// return only the drafted ids: no block_size - 1 vocabulary rows per request cross to the host.
 #pragma once
 #include <vector>
 
@@ -38,6 +42,8 @@ class DFlashProposer : public Proposer {
   ForwardResult res_;
   std::vector<DraftSeq> seqs_;
   std::vector<int32_t> idx_;
+  std::vector<SampleJob> jobs_;
+  std::vector<SampleOut> outs_;
 };
 
 }  // namespace pe

@@ -232,5 +232,39 @@ struct GdnDecodeArgs {
 // over (sequence, value head). Uses the thread-local scratch slots 0 and 7 (kernels/cpu/cpu_util.h).
 void gdn_decode(const GdnDecodeArgs& a);
 
+// A verify step's chained sequences in one op: sequence i's n_tok[i] >= 1 tokens at token rows
+// row0[i] + t of qkv / a / b (row strides qkv_stride, ab_stride: 0 dense), positions pos0[i] + t,
+// run as gdn_decode's chained calls (rows / out_slots, no gated norm): token t reads the states
+// token t - 1 left (slots[i]'s at t = 0) and its updated conv ring (all K rows) and recurrent
+// state go to out_slots[out_off[i] + t]; out row row0[i] + t gets its o. Out slots distinct, and
+// distinct from every slots[j] but at a sequence's own last token (the live slot, in place).
+// conv_out: scratch [rows, C] at the tokens' rows (the CUDA op's conv + SiLU outputs; may be null
+// on the CPU). The CPU op is the chained calls themselves.
+struct GdnChainArgs {
+  int64_t n_seqs;
+  const float* qkv;
+  int64_t qkv_stride;
+  const float* a;
+  const float* b;
+  int64_t ab_stride;
+  const float* conv_w;
+  const float* A_log;
+  const float* dt_bias;
+  const int32_t* row0;
+  const int32_t* n_tok;
+  const int32_t* pos0;
+  const int32_t* slots;
+  const int32_t* out_off;
+  const int32_t* out_slots;
+  float* conv_state;
+  int64_t conv_slot_stride;
+  float* rec_state;
+  int64_t rec_slot_stride;
+  int64_t Hk, Hv, dk, dv, K;
+  float* out;
+  float* conv_out;
+};
+void gdn_chain(const GdnChainArgs& a);
+
 }  // namespace cpu
 }  // namespace pe

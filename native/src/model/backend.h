@@ -181,6 +181,8 @@ class Backend {
   // The batched decode step with its gated output norm (a.norm_w set: the norm of a.z rows, which
   // z_dense [n_seqs, Hv * dv] may hold made dense where the backend needs them).
   virtual void gdn_decode(const cpu::GdnDecodeArgs& a, float* z_dense) = 0;
+  // A verify step's chained sequences (ops.h GdnChainArgs; conv_out: [rows, C] scratch).
+  virtual void gdn_chain(const cpu::GdnChainArgs& a) = 0;
 
   // ---- Fused ops: defaults compose the ops above (backend.cpp) ----
   // Every run of p: out = x W^T (norm: x is h with that norm pending).

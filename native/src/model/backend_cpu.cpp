@@ -102,6 +102,7 @@ class CpuBackend final : public Backend {
   void gdn_recurrent(const cpu::GdnArgs& a) override { cpu::gdn_recurrent(a); }
   void gdn_chunked(const cpu::GdnArgs& a) override { cpu::gdn_chunked(a); }
   void gdn_decode(const cpu::GdnDecodeArgs& a, float*) override { cpu::gdn_decode(a); }
+  void gdn_chain(const cpu::GdnChainArgs& a) override { cpu::gdn_chain(a); }
 
  private:
   std::vector<int32_t> ints_;

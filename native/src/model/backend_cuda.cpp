@@ -246,6 +246,7 @@ class CudaBackend final : public Backend {
     cuda::gdn_chunked(a, gdn_scratch_.data(), gdn_scratch_.size(), st());
   }
   void gdn_decode(const cpu::GdnDecodeArgs& a, float* z_dense) override;
+  void gdn_chain(const cpu::GdnChainArgs& a) override { cuda::gdn_chain(a, st()); }
 
   void project_swiglu(const float* x, int64_t n, const Projection& gate_up, int64_t I, float* act, NormState norm,
                       float* scratch) override;
@@ -450,8 +451,7 @@ void CudaBackend::gdn_decode(const cpu::GdnDecodeArgs& a, float* z_dense) {
   if (a.rows) fail(PE_ERR_UNSUPPORTED, "gdn_decode: the separate gated norm takes dense rows (no rows map)");
   cpu::GdnDecodeArgs core = a;
   core.z = core.norm_w = nullptr;
-  core.z_stride = 0;
-  core.norm_eps = 0.0f;
+  core.z_stride = 0, core.norm_eps = 0.0f;
   cuda::gdn_decode(core, st());
   const int64_t width = a.Hv * a.dv;
   const float* z = a.z;

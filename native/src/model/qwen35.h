@@ -77,13 +77,12 @@ class Qwen35Model : public Model {
     const int32_t* slots = nullptr;       // GDN slot per sequence
     const int32_t* cache_rows = nullptr;  // per token: its KV cache row (page * page_size + offset)
     std::vector<int64_t> page_off;
-    // Verify chunks (and the decode rows beside them): their GDN tokens one gdn_decode call per
-    // position t (chain_seq[i]: sequence i runs so; chain_all: every sequence does). Call t's items
-    // are chain_begin[t] .. chain_begin[t + 1] of the device arrays at chain: token rows | slots
-    // read | slots written | positions, chain_n entries each.
+    // Verify chunks (and the decode rows beside them): their GDN tokens in one Backend::gdn_chain
+    // (chain_seq[i]: sequence i runs so; chain_all: every sequence does), chain_n sequences; its
+    // device arrays at chain (plan_chain): first rows | tokens | first positions | live slots |
+    // out slot offsets, chain_n entries each, then the out slots.
     std::vector<char> chain_seq;
     bool chain_all = false;
-    std::vector<int64_t> chain_begin;
     const int32_t* chain = nullptr;
     int64_t chain_n = 0;
     // A chained chunk's further snapshots at an inside offset (a prefix-cache block boundary where
@@ -113,7 +112,7 @@ class Qwen35Model : public Model {
   const float* mixer_gdn(const Layer& L, int64_t gi, const Batch& b, GdnPool& gdn, NormState s);
   void plan_chain(const Batch& b);
   void gdn_chain(const Layer& L, int64_t gi, GdnPool& gdn, const Projection::Part& u, const float* a,
-                 const float* bb, int64_t ab_stride, float* o);
+                 const float* bb, int64_t ab_stride, float* y, float* o);
   void gdn_pieces(const Layer& L, int64_t gi, const Batch& b, GdnPool& gdn, const Projection::Part& u,
                   const float* a, const float* bb, int64_t ab_stride, float* y, float* g, float* beta, float* o);
   const float* mixer_attention(const Layer& L, int64_t ai, const Batch& b, KvPool& kv, NormState s);

@@ -91,12 +91,13 @@ void Qwen35Model::prepare_step(const Batch& b, int64_t ps, int64_t logit_rows) {
   step_.chain = d + chain_off;
 }
 
-// Design decision: a verify chunk's GDN tokens run as chained decode calls, one per position, each
-// reading the state the last left and writing its own position slot, instead of the chunked rule
-// cut into 1-token pieces with a state copy after each (2 launches + 2 copies per token and
-// sequence). The calls cover every verify sequence of the step at once, and the decode rows
-// beside them in call 0, so a layer costs 1 + k launches whatever the batch; the state is read and
-// written once per position, the slots' copies come for free. The bits are plain decode's.
+// Design decision: a verify chunk's GDN tokens run as chained decode steps (Backend::gdn_chain),
+// each reading the state the last left and writing its own position slot, instead of the chunked
+// rule cut into 1-token pieces with a state copy after each (2 launches + 2 copies per token and
+// sequence). One op covers every verify sequence of the step and the decode rows beside them, so
+// a layer costs two launches on CUDA (the conv, then the recurrent steps with the state in
+// registers: read once, written once per position) whatever the batch and draft length; the
+// slots' copies come for free. The math is plain decode's.
 // A sequence runs chained when it is a decode row (one token, no snapshot inside) or a verify-shaped
 // chunk (at most kChainMax tokens, a snapshot at every position inside it: the first at an offset
 // is written by the chain, any further one there, a prefix-cache snapshot at a block boundary, is
@@ -106,12 +107,10 @@ void Qwen35Model::plan_chain(const Batch& b) {
   constexpr int64_t kChainMax = 16;
   const size_t n = b.seqs.size();
   step_.chain_seq.assign(n, 0);
-  step_.chain_begin.clear();
   step_.chain_copies.clear();
   step_.chain_n = 0;
   step_.chain_all = false;
   bool verify = false;
-  int64_t n_max = 0;
   std::vector<std::vector<int32_t>> written(n);  // per chained sequence: the slot of each inside offset
   for (size_t i = 0; i < n; ++i) {
     const SeqChunk& s = b.seqs[i];
@@ -137,35 +136,34 @@ void Qwen35Model::plan_chain(const Batch& b) {
     step_.chain_copies.insert(step_.chain_copies.end(), further.begin(), further.end());
     step_.chain_seq[i] = 1;
     verify = verify || s.n_new > 1;
-    n_max = std::max(n_max, s.n_new);
   }
   if (!verify) {
     step_.chain_seq.assign(n, 0);
     step_.chain_copies.clear();
     return;
   }
-  std::vector<int32_t> rows, in, out, pos;
-  for (int64_t t = 0; t < n_max; ++t) {
-    step_.chain_begin.push_back(static_cast<int64_t>(rows.size()));
-    int64_t r0 = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const SeqChunk& s = b.seqs[i];
-      if (step_.chain_seq[i] && t < s.n_new) {
-        // Snapshot j (offset j, j = 1 .. n_new - 1) holds the state after the chunk's first j
-        // tokens: call t reads snapshot t (the live slot at t = 0) and writes snapshot t + 1 (the
-        // live slot at the chunk's last token).
-        rows.push_back(static_cast<int32_t>(r0 + t));
-        in.push_back(t == 0 ? s.gdn_slot : written[i][static_cast<size_t>(t - 1)]);
-        out.push_back(t + 1 == s.n_new ? s.gdn_slot : written[i][static_cast<size_t>(t)]);
-        pos.push_back(static_cast<int32_t>(s.n_past + t));
-      }
-      r0 += s.n_new;
+  // Per chained sequence, in batch order: first token row | tokens | first position | live slot |
+  // its first out slot's index, then the out slots (snapshot j after the chunk's first j tokens,
+  // j = 1 .. n_new - 1, then the live slot at its last token).
+  std::vector<int32_t> row0, n_tok, pos0, live, out_off, out;
+  int64_t r0 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const SeqChunk& s = b.seqs[i];
+    if (step_.chain_seq[i]) {
+      row0.push_back(static_cast<int32_t>(r0));
+      n_tok.push_back(static_cast<int32_t>(s.n_new));
+      pos0.push_back(static_cast<int32_t>(s.n_past));
+      live.push_back(s.gdn_slot);
+      out_off.push_back(static_cast<int32_t>(out.size()));
+      out.insert(out.end(), written[i].begin(), written[i].end());
+      out.push_back(s.gdn_slot);
     }
+    r0 += s.n_new;
   }
-  step_.chain_begin.push_back(static_cast<int64_t>(rows.size()));
-  step_.chain_n = static_cast<int64_t>(rows.size());
+  step_.chain_n = static_cast<int64_t>(row0.size());
   step_.chain_all = std::all_of(step_.chain_seq.begin(), step_.chain_seq.end(), [](char x) { return x != 0; });
-  for (const auto* v : {&rows, &in, &out, &pos}) host_ints_.insert(host_ints_.end(), v->begin(), v->end());
+  for (const auto* v : {&row0, &n_tok, &pos0, &live, &out_off, &out})
+    host_ints_.insert(host_ints_.end(), v->begin(), v->end());
 }
 
 void Qwen35Model::forward(const Batch& b, KvPool& kv, GdnPool& gdn, ForwardResult& res) {
@@ -356,7 +354,7 @@ const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, 
     be_->gdn_decode(d, z);
     return o;
   }
-  if (!step_.chain_begin.empty()) gdn_chain(L, gi, gdn, u, a_ptr, b_ptr, ab_stride, o);
+  if (step_.chain_n > 0) gdn_chain(L, gi, gdn, u, a_ptr, b_ptr, ab_stride, y, o);
   gdn_pieces(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
   const float* zd = zp.ptr;
   if (zp.stride != Hv * dv && !one_row) {  // rms_norm_gated reads z as [T * Hv, dv] rows
@@ -367,25 +365,18 @@ const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, 
   return o;
 }
 
-// The chained sequences' GDN core (plan_chain): one decode call per position; o rows before the
-// gated norm (the caller's, over every row).
+// The chained sequences' GDN core (plan_chain) in one op; o rows before the gated norm (the
+// caller's, over every row); y: conv output scratch [T, C].
 void Qwen35Model::gdn_chain(const Layer& L, int64_t gi, GdnPool& gdn, const Projection::Part& u, const float* a,
-                            const float* bb, int64_t ab_stride, float* o) {
+                            const float* bb, int64_t ab_stride, float* y, float* o) {
   const ModelConfig& c = cfg_;
   const int64_t n = step_.chain_n;
-  for (size_t t = 0; t + 1 < step_.chain_begin.size(); ++t) {
-    const int64_t i0 = step_.chain_begin[t];
-    cpu::GdnDecodeArgs d{step_.chain_begin[t + 1] - i0, u.ptr, a, bb, L.conv, L.A_log, L.dt_bias,
-                         step_.chain + n + i0, step_.chain + 3 * n + i0, gdn.conv_state(0, gi), gdn.slot_floats(),
+  const int32_t* d = step_.chain;
+  cpu::GdnChainArgs args{n, u.ptr, u.stride, a, bb, ab_stride, L.conv, L.A_log, L.dt_bias, d, d + n, d + 2 * n,
+                         d + 3 * n, d + 4 * n, d + 5 * n, gdn.conv_state(0, gi), gdn.slot_floats(),
                          gdn.recurrent_state(0, gi), gdn.slot_floats(), c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim,
-                         c.gdn_v_dim, c.conv_kernel, o};
-    d.rows = step_.chain + i0;
-    d.out_slots = step_.chain + 2 * n + i0;
-    d.qkv_stride = u.stride;
-    d.ab_stride = ab_stride;
-    d.chained = t > 0;
-    be_->gdn_decode(d, nullptr);
-  }
+                         c.gdn_v_dim, c.conv_kernel, o, y};
+  be_->gdn_chain(args);
 }
 
 // Prefill chunks (and mixed batches): per sequence, the conv and the delta rule cut at its

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "core/threadpool.h"
 #include "kernels/cpu/cpu_util.h"
@@ -72,6 +73,31 @@ void gdn_decode(const GdnDecodeArgs& a) {
       float* o = a.out + row(i) * Hv * dv;
       rms_norm_gated(o, a.z + row(i) * a.z_stride, a.norm_w, Hv, dv, a.norm_eps, o);
     }
+}
+
+void gdn_chain(const GdnChainArgs& a) {
+  int32_t n_max = 0;
+  for (int64_t i = 0; i < a.n_seqs; ++i) n_max = std::max(n_max, a.n_tok[i]);
+  std::vector<int32_t> rows, in, out, pos;
+  for (int32_t t = 0; t < n_max; ++t) {  // call t: every sequence's token t
+    rows.clear(), in.clear(), out.clear(), pos.clear();
+    for (int64_t i = 0; i < a.n_seqs; ++i) {
+      if (t >= a.n_tok[i]) continue;
+      rows.push_back(a.row0[i] + t);
+      in.push_back(t == 0 ? a.slots[i] : a.out_slots[a.out_off[i] + t - 1]);
+      out.push_back(a.out_slots[a.out_off[i] + t]);
+      pos.push_back(a.pos0[i] + t);
+    }
+    GdnDecodeArgs d{static_cast<int64_t>(rows.size()), a.qkv, a.a, a.b, a.conv_w, a.A_log, a.dt_bias, in.data(),
+                    pos.data(), a.conv_state, a.conv_slot_stride, a.rec_state, a.rec_slot_stride, a.Hk, a.Hv, a.dk,
+                    a.dv, a.K, a.out};
+    d.rows = rows.data();
+    d.out_slots = out.data();
+    d.qkv_stride = a.qkv_stride;
+    d.ab_stride = a.ab_stride;
+    d.chained = t > 0;
+    gdn_decode(d);
+  }
 }
 
 }  // namespace cpu

@@ -73,6 +73,8 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 // 9 <= n <= linear_gemv_max_tokens() (32), FP8/I8/NVFP4 where the n <= 8 GEMV takes the weight:
 // the quantized GEMV with x rounded to fp16, 16 tokens an mma (linear_gemv_q_wide.cu: speculative
 // decoding's verify rows at the decode step's weight bandwidth).
+// 9 <= n <= 64, F32/F16/BF16 where rows x cols x n <= 2^28: the n <= 8 GEMV over token groups of
+// 8 (a small model's verify rows: launch latency, not the weights, is their cost; linear_gemv.cu).
 // Other n > 8: mma.sync m16n8k16 GEMM (fp16 operands converted in shared memory, fp32 accumulation).
 // No scratch, except for the sm_90 FP8 GEMM below. x and out must not alias.
 // norm: x is a split norm's h (SplitNorm below), each token's sums are scaled by its 1 / rms;
@@ -396,6 +398,16 @@ using cpu::GdnDecodeArgs;
 // set) needs dv <= kGdnDecodeFusedNormMaxDv (same tolerance).
 constexpr int64_t kGdnDecodeFusedNormMaxDv = 128;
 void gdn_decode(const GdnDecodeArgs& a, cudaStream_t stream);
+
+// The device twin of cpu::gdn_chain (ops.h): a verify step's chained sequences in two launches
+// whatever their token counts (gdn_decode's chained calls took one per token position): the conv
+// over every token with each out slot's ring written (a thread per channel and sequence: the live
+// slot's old taps are read by the thread that writes its ring last), then the recurrent steps of
+// each sequence's tokens in turn with the state kept in registers (read once, written to each
+// token's out slot). Device int arrays; conv_out is required. Same limits and tolerance as
+// gdn_decode.
+using cpu::GdnChainArgs;
+void gdn_chain(const GdnChainArgs& a, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace pe

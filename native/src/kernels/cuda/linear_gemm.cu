@@ -1,5 +1,5 @@
 // linear for prefill-sized batches (n > 8 tokens; quantized weights from 33, or past
-// linear_gemv_max_tokens): out[n, rows] = x[n, cols] * W^T on the fp16
+// linear_gemv_max_tokens; small 16-bit / fp32 matrices from 65): out[n, rows] = x[n, cols] * W^T on the fp16
 // tensor cores, fp32 accumulation. The kernel and its design: linear_gemm.cuh.
 //
 // Tiles (measured on the 27B prefill shapes, tools/gpu/KERNELS.md "Prefill"): 128 tokens x 256

@@ -1,6 +1,7 @@
-// linear for decode-sized batches (n <= 8 tokens): out[n, rows] = x[n, cols] * W^T, and the
-// dispatcher pe::cuda::linear (GEMV here or in linear_gemv_q.cu; quantized weights at 9..32
-// tokens in linear_gemv_q_wide.cu; GEMM in linear_gemm.cu).
+// linear for decode-sized batches (n <= 8 tokens; 16-bit and fp32 weights up to 64 tokens where the
+// work is small): out[n, rows] = x[n, cols] * W^T, and the dispatcher pe::cuda::linear (GEMV here
+// or in linear_gemv_q.cu; quantized weights at 9..32 tokens in linear_gemv_q_wide.cu; GEMM in
+// linear_gemm.cu).
 //
 // F32 / F16 / BF16 weights (this file): memory bound, every weight byte is read once, so the
 // kernel streams W with 16-byte loads (4 fp32 / 8 fp16|bf16 per lane), R = 4 rows per warp (4
@@ -8,6 +9,12 @@
 // is fp32 (weights widened in registers by shifts: cheaper than any conversion instruction), so
 // the result matches the CPU to fp32 rounding. x (n * cols * 4 bytes) stays in L1/L2.
 // Tokens are padded to NT in {1, 2, 4, 8}; padded tokens re-read token n-1 and are not written.
+// More than 8 tokens (a speculative verify: 8 sequences x (1 + k) rows) run in groups of 8, one
+// block per (row block, token group), the group index fastest: a row block's groups start
+// together and read its weights from L2 after the first. Only where rows x cols x n is at most
+// kWideMaxFma (a small model's matrices): there the tiled GEMM's ~20 us a launch on 2 .. 8 tiles
+// (the default model's batch-8 verify on an H100: 30 a step, 0.59 of its 1.46 ms) is latency,
+// while a large matrix's fp32 FMAs would outlast the GEMM's weight read.
 // Short matrices (few row quads) split the columns over up to 8 warps, summed in shared memory.
 // FP8 / I8 / NVFP4 weights take the tensor-core GEMV (linear_gemv_q.cu: the decode, not the
 // bytes, limits a SIMT kernel there). Shapes whose rows are not 16-byte aligned take a scalar
@@ -29,6 +36,8 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kRows = 4;  // weight rows per warp
+constexpr int64_t kWideMaxTokens = 64;
+constexpr int64_t kWideMaxFma = int64_t(1) << 28;  // ~8 us of fp32 FMAs on an H100
 
 template <DType DT> struct Elems { static constexpr int G = 8; };
 template <> struct Elems<DType::F32> { static constexpr int G = 4; };
@@ -58,13 +67,19 @@ __device__ __forceinline__ void widen(const uint4& v, float* f) {
 
 template <DType DT, int NT>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const float* __restrict__ x, int n, WeightView w, int ks, float* __restrict__ out) {
+    gemv_kernel(const float* __restrict__ x, int n, WeightView w, int ks, int groups, float* __restrict__ out) {
   constexpr int G = Elems<DT>::G;
+  // Block (row block, token group NT wide), the group fastest.
+  const int group = static_cast<int>(blockIdx.x % groups);
+  const int64_t block = blockIdx.x / groups;
+  x += static_cast<int64_t>(group) * NT * w.cols;
+  out += static_cast<int64_t>(group) * NT * w.rows;
+  n = min(n - group * NT, NT);
   constexpr int ES = 16 / G;  // bytes per element
   __shared__ float red[kWarps][kRows][NT];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int slice = warp % ks;  // this warp's share of the columns (ks warps per row quad)
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / ks) + warp / ks) * kRows;
+  const int64_t row0 = (block * (kWarps / ks) + warp / ks) * kRows;
   const int64_t cols = w.cols, n_groups = row0 < w.rows ? cols / G : 0;
   const char* rowp[kRows];
 #pragma unroll
@@ -160,12 +175,13 @@ void launch_gemv(const float* x, int n, const WeightView& w, float* out, cudaStr
   const int64_t quads = (w.rows + kRows - 1) / kRows;
   int ks = 1;
   while (ks < kWarps && quads * ks < 2048 && (w.cols / Elems<DT>::G) >= 64 * ks) ks *= 2;
-  const unsigned blocks = grid_1d(quads, kWarps / ks);
+  const int groups = (n + 7) / 8;  // token groups of 8 (n > 8)
+  const unsigned blocks = grid_1d(quads, kWarps / ks) * static_cast<unsigned>(groups);
   const int threads = kWarps * 32;
-  if (n == 1) gemv_kernel<DT, 1><<<blocks, threads, 0, stream>>>(x, n, w, ks, out);
-  else if (n == 2) gemv_kernel<DT, 2><<<blocks, threads, 0, stream>>>(x, n, w, ks, out);
-  else if (n <= 4) gemv_kernel<DT, 4><<<blocks, threads, 0, stream>>>(x, n, w, ks, out);
-  else gemv_kernel<DT, 8><<<blocks, threads, 0, stream>>>(x, n, w, ks, out);
+  if (n == 1) gemv_kernel<DT, 1><<<blocks, threads, 0, stream>>>(x, n, w, ks, 1, out);
+  else if (n == 2) gemv_kernel<DT, 2><<<blocks, threads, 0, stream>>>(x, n, w, ks, 1, out);
+  else if (n <= 4) gemv_kernel<DT, 4><<<blocks, threads, 0, stream>>>(x, n, w, ks, 1, out);
+  else gemv_kernel<DT, 8><<<blocks, threads, 0, stream>>>(x, n, w, ks, groups, out);
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -199,19 +215,22 @@ void linear(const float* x, int64_t n, const WeightView& w, float* out, cudaStre
     PE_CUDA_CHECK(cudaMemsetAsync(out, 0, n * w.rows * sizeof(float), stream));
     return;
   }
+  const bool vector16 = !quantized_weight(w) && w.cols % (w.dtype == DType::F32 ? 4 : 8) == 0 && aligned16(w.data) &&
+                        aligned16(x);
   if (n > 8) {  // 9 .. linear_gemv_max_tokens(): the quantized GEMV where it takes the weight
     if (n <= linear_gemv_max_tokens() && quantized_weight(w) && gemv_q_supported(x, w)) {
       linear_gemv_q_wide(x, n, w, out, stream);
       PE_CUDA_LAUNCH_CHECK();
       return;
     }
-    return linear_gemm(x, n, w, out, stream, workspace);
+    // 16-bit / fp32 weights: token groups of the GEMV where the work is small (header).
+    if (!(vector16 && n <= kWideMaxTokens && w.rows * w.cols * n <= kWideMaxFma))
+      return linear_gemm(x, n, w, out, stream, workspace);
   }
   const int nn = static_cast<int>(n);
   if (quantized_weight(w) && gemv_q_supported(x, w)) {
     linear_gemv_q(x, n, w, GemvEpilogue{}, out, stream);
-  } else if (!quantized_weight(w) && w.cols % (w.dtype == DType::F32 ? 4 : 8) == 0 && aligned16(w.data) &&
-             aligned16(x)) {
+  } else if (vector16) {
     switch (w.dtype) {
       case DType::F32: launch_gemv<DType::F32>(x, nn, w, out, stream); break;
       case DType::F16: launch_gemv<DType::F16>(x, nn, w, out, stream); break;
