@@ -49,6 +49,26 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// Stages a block's kBM query rows from i0 as fp16 Q * q_mul (scale * log2 e) in Qs, LD halves a
+// row of CPR 16-byte chunks: zero rows past n_q, zero columns past D. All threads of the block.
+template <int kBM, int CPR, int LD>
+__device__ __forceinline__ void stage_q(const PrefillParams& p, __half* Qs, int i0, int h, int D, int tid,
+                                        int n_threads) {
+  for (int e = tid; e < kBM * CPR; e += n_threads) {
+    const int r = e / CPR, c = e % CPR, i = i0 + r;
+    uint4 hv = make_uint4(0, 0, 0, 0);
+    if (i < p.n_q && c * 8 < D) {
+      const float* src = p.q + (static_cast<int64_t>(i) * p.n_heads + h) * D + c * 8;
+      float x[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[k] = src[k] * p.q_mul;
+      hv = make_uint4(half2_bits(x[0], x[1]), half2_bits(x[2], x[3]), half2_bits(x[4], x[5]),
+                      half2_bits(x[6], x[7]));
+    }
+    *reinterpret_cast<uint4*>(Qs + r * LD + c * 8) = hv;
+  }
+}
+
 // Cache row of (position t, kv head g).
 __device__ __forceinline__ int64_t cache_row(const PrefillParams& p, int t, int g) {
   const int ps = static_cast<int>(p.kv.page_size);

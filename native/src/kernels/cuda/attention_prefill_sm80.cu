@@ -168,19 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
   }
 
   // Q * scale * log2(e) as fp16 (zero rows past n_q, zero columns past head_dim).
-  for (int e = tid; e < kBM * C::CPR; e += kThreads) {
-    const int r = e / C::CPR, c = e % C::CPR, i = i0 + r;
-    uint4 hv = make_uint4(0, 0, 0, 0);
-    if (i < p.n_q && c * 8 < D) {
-      const float* src = p.q + (static_cast<int64_t>(i) * p.n_heads + h) * D + c * 8;
-      float x[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) x[k] = src[k] * p.q_mul;
-      hv = make_uint4(half2_bits(x[0], x[1]), half2_bits(x[2], x[3]), half2_bits(x[4], x[5]),
-                      half2_bits(x[6], x[7]));
-    }
-    *reinterpret_cast<uint4*>(Qs + r * C::LD + c * 8) = hv;
-  }
+  stage_q<kBM, C::CPR, C::LD>(p, Qs, i0, h, D, tid, kThreads);
 
   // This warp's rows: queries i0 + 16 warp + (gq, gq + 8).
   const int wi0 = i0 + 16 * warp;
