@@ -119,10 +119,18 @@ class DFlashDraft {
     const int32_t* rows_blk = nullptr;   // cache rows [T_blk]
     const int32_t* pages = nullptr;      // page tables, drafting sequence i's at page_off[i]
     std::vector<int64_t> page_off;
+    // The context features gathered in one op (Backend::embedding of an F32 table of hidden-wide
+    // rows from feat_base): row ids [T_ctx * n_features], token-major; null where the sequences'
+    // features share no such base (then copied per sequence and feature).
+    const float* feat_base = nullptr;
+    int64_t feat_rows = 0;
+    const int32_t* feat_ids = nullptr;
+    const int32_t* blk_ids = nullptr;    // the blocks' proposing rows (1 .. n_logits of each)
   };
 
   void declare_tensors();
   void prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& kv, int64_t logit_rows);
+  const float* feature_ids(const std::vector<DraftSeq>& seqs, std::vector<int32_t>& h);
   int64_t workspace_floats(int64_t T_ctx, int64_t n_blocks, bool gathered) const;
   void ensure_workspace(int64_t floats);
   void context_rows(const std::vector<DraftSeq>& seqs, KvPool& kv);

@@ -64,13 +64,15 @@ void DFlashDraft::reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_contex
   std::lock_guard<std::mutex> lock(mu_);
   if (!ready_) fail(PE_ERR_STATE, "the draft is not finalized");
   ensure_workspace(workspace_floats(ctx_rows, n_blocks, true));
-  const int64_t ints = 3 * n_blocks * cfg_.block_size + 2 * ctx_rows + n_blocks * ((max_context + cfg_.block_size) / page_size + 2);
+  const int64_t ints = 4 * n_blocks * cfg_.block_size + (2 + cfg_.n_features()) * ctx_rows +
+                      n_blocks * ((max_context + cfg_.block_size) / page_size + 2);
   be_->reserve(shape_cfg_, ctx_rows + n_blocks * cfg_.block_size, std::max<int64_t>(n_blocks * (cfg_.block_size - 1), 1),
                ints, be_->attention_scratch_bytes(1, max_context, shape_cfg_));
 }
 
 // Validates the sequences, sizes the workspace and uploads the step's ints in one copy: block
-// tokens | context positions | block positions | context cache rows | block cache rows | page tables.
+// tokens | context positions | block positions | context cache rows | block cache rows | page tables
+// | context feature row ids (where one gather takes them) | the blocks' proposing rows.
 void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& kv, int64_t logit_rows) {
   const int64_t bs = cfg_.block_size, ps = kv.page_size(), H = cfg_.hidden, FW = cfg_.n_features() * H;
   step_.drafting.clear();
@@ -123,6 +125,12 @@ void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& 
     h.insert(h.end(), s.page_table, s.page_table + (end + ps - 1) / ps);
     attn_scratch = std::max(attn_scratch, be_->attention_scratch_bytes(1, end - 1, shape_cfg_));
   }
+  const int64_t feat_off = static_cast<int64_t>(h.size());
+  step_.feat_base = sole_context(seqs, H, FW) < 0 ? feature_ids(seqs, h) : nullptr;
+  const int64_t blk_off = static_cast<int64_t>(h.size());
+  for (size_t b = 0; b < step_.drafting.size(); ++b)
+    for (int64_t i = 0; i < seqs[step_.drafting[b]].logit_rows(bs); ++i)
+      h.push_back(static_cast<int32_t>(static_cast<int64_t>(b) * bs + 1 + i));
   ensure_workspace(workspace_floats(T_ctx, n_blocks, sole_context(seqs, H, FW) < 0));
   work_used_ = 0;
   be_->reserve(shape_cfg_, T_ctx + T_blk, std::max<int64_t>(logit_rows, 1), static_cast<int64_t>(h.size()), attn_scratch);
@@ -135,6 +143,40 @@ void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& 
   step_.rows_ctx = step_.pos_blk + T_blk;
   step_.rows_blk = step_.rows_ctx + T_ctx;
   step_.pages = step_.rows_blk + T_blk;
+  step_.feat_ids = step_.feat_base ? d + feat_off : nullptr;
+  step_.blk_ids = d + blk_off;
+}
+
+// Appends the context features' row ids (token-major: row t's feature j at t * n_features + j)
+// relative to the lowest feature pointer, and returns it; null (nothing appended) where a
+// sequence's features or strides are not whole hidden-wide rows from there.
+const float* DFlashDraft::feature_ids(const std::vector<DraftSeq>& seqs, std::vector<int32_t>& h) {
+  const int64_t H = cfg_.hidden, F = cfg_.n_features();
+  const float* base = nullptr;
+  for (const DraftSeq& s : seqs)
+    if (s.n_new > 0 && (!base || s.features < base)) base = s.features;
+  const size_t begin = h.size();
+  int64_t max_id = -1;
+  for (const DraftSeq& s : seqs) {
+    if (s.n_new <= 0) continue;
+    const int64_t off = s.features - base;
+    if (off % H != 0 || s.layer_stride % H != 0 || s.row_stride % H != 0) {
+      h.resize(begin);
+      return nullptr;
+    }
+    for (int64_t t = 0; t < s.n_new; ++t)
+      for (int64_t j = 0; j < F; ++j) {
+        const int64_t id = (off + j * s.layer_stride + t * s.row_stride) / H;
+        max_id = std::max(max_id, id);
+        h.push_back(static_cast<int32_t>(id));
+      }
+  }
+  if (max_id < 0 || max_id > INT32_MAX) {
+    h.resize(begin);
+    return nullptr;
+  }
+  step_.feat_rows = max_id + 1;
+  return base;
 }
 
 void DFlashDraft::forward(const std::vector<DraftSeq>& seqs, KvPool& kv, bool host_outputs, ForwardResult& res) {
@@ -178,11 +220,19 @@ void DFlashDraft::context_rows(const std::vector<DraftSeq>& seqs, KvPool& kv) {
   const float* feat = sole >= 0 ? seqs[sole].features : nullptr;
   if (sole < 0) {  // token-major [T, FW], feature j at columns j * H
     float* gathered = take(T * FW);
-    int64_t r0 = 0;
-    for (const DraftSeq& s : seqs) {
-      for (int64_t j = 0; s.n_new > 0 && j < cfg_.n_features(); ++j)
-        be_->copy_rows(gathered + r0 * FW + j * H, FW, s.features + j * s.layer_stride, s.row_stride, H, s.n_new);
-      r0 += s.n_new;
+    if (step_.feat_base) {  // one gather (prepare_step)
+      WeightView table;
+      table.rows = step_.feat_rows;
+      table.cols = H;
+      table.data = step_.feat_base;
+      be_->embedding(table, step_.feat_ids, T * cfg_.n_features(), gathered);
+    } else {
+      int64_t r0 = 0;
+      for (const DraftSeq& s : seqs) {
+        for (int64_t j = 0; s.n_new > 0 && j < cfg_.n_features(); ++j)
+          be_->copy_rows(gathered + r0 * FW + j * H, FW, s.features + j * s.layer_stride, s.row_stride, H, s.n_new);
+        r0 += s.n_new;
+      }
     }
     feat = gathered;
   }
@@ -244,12 +294,11 @@ const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& 
   }
   // Row 0 of a block is the committed token: only rows 1 .. bs - 1 propose.
   float* rows = take(n_rows * H);
-  int64_t row = 0;
-  for (size_t b = 0; b < step_.drafting.size(); ++b) {
-    const int64_t n = seqs[step_.drafting[b]].logit_rows(bs);
-    be_->copy_rows(rows + row * H, H, r.h + (b * bs + 1) * H, H, H, n);
-    row += n;
-  }
+  WeightView blocks;  // one gather of the proposing rows (prepare_step's blk_ids)
+  blocks.rows = T;
+  blocks.cols = H;
+  blocks.data = r.h;
+  be_->embedding(blocks, step_.blk_ids, n_rows, rows);
   be_->linear(rows, n_rows, target_.lm_head(), logits, {});
   return rows;
 }
