@@ -9,7 +9,8 @@
 // sections 1-2 and 2b (the verify step's 16 / 32 tokens, bench_kernels_verify.cpp) alone, a short
 // device call; --only attn: the decode attention, then the prefill attention's variants;
 // --only attn_prefill: those alone; --only norm: the decode-row norms warm and behind an
-// L2-flushing memset; --only pattern: the GEMV's weight-load order alone, bench_patterns.cu.)
+// L2-flushing memset; --only pattern: the GEMV's weight-load order alone, bench_patterns.cu;
+// --only verify_gdn: a verify step's GDN core, gdn_chain against chained gdn_decode calls.)
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
@@ -102,6 +103,7 @@ bool name_selected(const char* name, const char* filter) {
 
 int main(int argc, char** argv) {
   bool quick = false, only_gemv = false, only_attn = false, only_attn_prefill = false, only_gemm = false, only_norm = false, only_pattern = false;
+  bool only_verify_gdn = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemv") == 0) only_gemv = true, ++i;
@@ -110,7 +112,8 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "gemm") == 0) only_gemm = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "norm") == 0) only_norm = true, ++i;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "pattern") == 0) only_pattern = true, ++i;
-    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|attn_prefill|gemm|norm|pattern]\n"); return 2; }
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "verify_gdn") == 0) only_verify_gdn = true, ++i;
+    else { std::printf("usage: bench_kernels [--quick] [--only gemv|attn|attn_prefill|gemm|norm|pattern|verify_gdn]\n"); return 2; }
   }
   if (quick) g_reps = 5;
   if (!cuda::device_available()) {
@@ -129,6 +132,12 @@ int main(int argc, char** argv) {
   g_copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e9;
   std::printf("%-44s %9.4f ms  copy bandwidth %.0f GB/s (read + write)\n", "d2d copy 2 GiB", copy_ms, g_copy_gbs);
   CK(cudaFree(dst));
+  if (only_verify_gdn) {
+    bench_verify_gdn();
+    CK(cudaDeviceSynchronize());
+    std::printf("bench done\n");
+    return 0;
+  }
   if (only_attn_prefill) {
     bench_prefill_attention(quick, false);
     CK(cudaDeviceSynchronize());

@@ -58,3 +58,6 @@ void bench_prefill_attention(bool quick, bool with_tiled);
 // PE_BENCH_GEMV_FILTER.
 void bench_verify_gemv(const float* x, float* out, void* pool, size_t pool_bytes, const float* scale,
                        const void* gscale, const char* filter);
+// The verify step's GDN core (bench_kernels_verify.cpp): one GDN layer of the 27B shape over S
+// sequences of n tokens each, cuda::gdn_chain against the n chained cuda::gdn_decode calls.
+void bench_verify_gdn();

@@ -8,6 +8,7 @@
 // budgets ("mb1" / "mb2": GemvTuning::wide_min_blocks; the default's line has none).
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "bench_kernels.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -51,4 +52,65 @@ void bench_verify_gemv(const float* x, float* out, void* pool, size_t pool_bytes
           cuda::linear_gemv_set_tuning(cuda::GemvTuning{});
           report(name, ms, double(wbytes) + sbytes + 4.0 * n * (s.cols + s.rows));
         }
+}
+
+void bench_verify_gdn() {
+  const int64_t Hk = 16, Hv = 48, dk = 128, dv = 128, K = 4, C = 2 * Hk * dk + Hv * dv;
+  const int64_t conv_slot = K * C, rec_slot = Hv * dk * dv;
+  for (int64_t S : {1, 8})
+    for (int n : {4, 8}) {
+      // Sequence i: live slot i, its snapshots S + i * n + j; tokens in rows i * n + t.
+      const int64_t slots = S + S * n, T = S * n;
+      float* conv = static_cast<float*>(dalloc(sizeof(float) * slots * conv_slot, 3));
+      float* rec = static_cast<float*>(dalloc(sizeof(float) * slots * rec_slot, 4));
+      float* qkv = static_cast<float*>(dalloc(sizeof(float) * T * C, 5));
+      float* ab = static_cast<float*>(dalloc(sizeof(float) * 2 * T * Hv, 6));
+      float* w = static_cast<float*>(dalloc(sizeof(float) * (C * K + 2 * Hv), 7));
+      float *o = nullptr, *y = nullptr;
+      CK(cudaMalloc(&o, sizeof(float) * T * Hv * dv));
+      CK(cudaMalloc(&y, sizeof(float) * T * C));
+      // chain arrays (row0 | n_tok | pos0 | slots | out_off | out slots), then per call t: rows | in | out | pos
+      std::vector<int32_t> h;
+      for (int64_t i = 0; i < S; ++i) h.push_back(static_cast<int32_t>(i * n));
+      h.insert(h.end(), S, n);
+      for (int64_t i = 0; i < S; ++i) h.push_back(static_cast<int32_t>(100 + i));
+      for (int64_t i = 0; i < S; ++i) h.push_back(static_cast<int32_t>(i));
+      for (int64_t i = 0; i < S; ++i) h.push_back(static_cast<int32_t>(i * n));
+      auto out_slot = [&](int64_t i, int t) { return static_cast<int32_t>(t + 1 == n ? i : S + i * n + t); };
+      for (int64_t i = 0; i < S; ++i)
+        for (int t = 0; t < n; ++t) h.push_back(out_slot(i, t));
+      const size_t calls0 = h.size();
+      for (int t = 0; t < n; ++t)
+        for (int part = 0; part < 4; ++part)
+          for (int64_t i = 0; i < S; ++i)
+            h.push_back(part == 0   ? static_cast<int32_t>(i * n + t)
+                        : part == 1 ? (t == 0 ? static_cast<int32_t>(i) : out_slot(i, t - 1))
+                        : part == 2 ? out_slot(i, t)
+                                    : static_cast<int32_t>(100 + i + t));
+      int32_t* d = nullptr;
+      CK(cudaMalloc(&d, sizeof(int32_t) * h.size()));
+      CK(cudaMemcpy(d, h.data(), sizeof(int32_t) * h.size(), cudaMemcpyHostToDevice));
+      const float *A_log = w + C * K, *dt = A_log + Hv;
+      cpu::GdnChainArgs ca{S, qkv, C, ab, ab + T * Hv, Hv, w, A_log, dt, d, d + S, d + 2 * S, d + 3 * S, d + 4 * S,
+                           d + 5 * S, conv, conv_slot, rec, rec_slot, Hk, Hv, dk, dv, K, o, y};
+      const float chain_ms = graph_ms([&](int, cudaStream_t st) { cuda::gdn_chain(ca, st); }, 8);
+      const float calls_ms = graph_ms([&](int, cudaStream_t st) {
+        for (int t = 0; t < n; ++t) {
+          const int32_t* c = d + calls0 + static_cast<size_t>(t) * 4 * S;
+          cpu::GdnDecodeArgs a{S, qkv, ab, ab + T * Hv, w, A_log, dt, c + S, c + 3 * S, conv, conv_slot, rec, rec_slot,
+                               Hk, Hv, dk, dv, K, o};
+          a.rows = c, a.out_slots = c + 2 * S, a.qkv_stride = C, a.ab_stride = Hv, a.chained = t > 0;
+          cuda::gdn_decode(a, st);
+        }
+      }, 8);
+      const double state = 4.0 * rec_slot * S;
+      char name[112];
+      std::snprintf(name, sizeof name, "verify gdn S=%lld n=%d chain", static_cast<long long>(S), n);
+      report(name, chain_ms, state * (1 + n));
+      std::snprintf(name, sizeof name, "verify gdn S=%lld n=%d %d calls", static_cast<long long>(S), n, n);
+      report(name, calls_ms, state * 2 * n);
+      for (void* p : {static_cast<void*>(conv), static_cast<void*>(rec), static_cast<void*>(qkv), static_cast<void*>(ab),
+                      static_cast<void*>(w), static_cast<void*>(o), static_cast<void*>(y), static_cast<void*>(d)})
+        CK(cudaFree(p));
+    }
 }
