@@ -59,16 +59,35 @@ Projection make_projection(const Backend& be, const WeightStore& w, const std::v
   return p;
 }
 
-void Backend::attention_block(const float* q, int64_t n_q, int64_t start, int64_t n_heads, const cpu::PagedKV& kv,
-                              const int32_t* page_table, float scale, float* out, float* scratch) {
-  const int64_t D = kv.head_dim, Hkv = kv.n_kv_heads, group = n_heads / Hkv, g_floats = n_q * group * D;
+void Backend::attention_blocks(const float* q, int64_t n_blocks, int64_t n_q, const int64_t* starts, int64_t n_heads,
+                               const cpu::PagedKV& kv, const int32_t* const* page_tables, const int32_t* perm,
+                               float scale, float* out, float* scratch) {
+  const int64_t D = kv.head_dim, Hkv = kv.n_kv_heads, rows = n_blocks * n_q * Hkv, block = n_q * n_heads * D;
   float* qp = scratch;
-  float* op = scratch + aligned_floats(n_q * n_heads * D);
-  for (int64_t g = 0; g < Hkv; ++g)
-    copy_rows(qp + g * g_floats, group * D, q + g * group * D, n_heads * D, group * D, n_q);
-  attention_paged(qp, 1, start + n_q - 1, n_q * n_heads, kv, page_table, scale, nullptr, op);
-  for (int64_t g = 0; g < Hkv; ++g)
-    copy_rows(out + g * group * D, n_heads * D, op + g * g_floats, group * D, group * D, n_q);
+  float* op = scratch + aligned_floats(n_blocks * block);
+  WeightView t;  // rows of group * D floats: (token, KV head) in q and out, (block, KV head, query) in qp, op
+  t.rows = rows;
+  t.cols = n_heads / Hkv * D;
+  t.data = q;
+  embedding(t, perm, rows, qp);
+  for (int64_t b = 0; b < n_blocks; ++b)
+    attention_paged(qp + b * block, 1, starts[b] + n_q - 1, n_q * n_heads, kv, page_tables[b], scale, nullptr,
+                    op + b * block);
+  t.data = op;
+  embedding(t, perm + rows, rows, out);
+}
+
+std::vector<int32_t> Backend::attention_blocks_perm(int64_t n_blocks, int64_t n_q, int64_t n_kv_heads) {
+  const int64_t rows = n_blocks * n_q * n_kv_heads;
+  std::vector<int32_t> perm(static_cast<size_t>(2 * rows));
+  for (int64_t b = 0; b < n_blocks; ++b)
+    for (int64_t g = 0; g < n_kv_heads; ++g)
+      for (int64_t i = 0; i < n_q; ++i) {
+        const int64_t ordered = (b * n_kv_heads + g) * n_q + i, natural = (b * n_q + i) * n_kv_heads + g;
+        perm[static_cast<size_t>(ordered)] = static_cast<int32_t>(natural);
+        perm[static_cast<size_t>(rows + natural)] = static_cast<int32_t>(ordered);
+      }
+  return perm;
 }
 
 void Backend::project(const float* x, int64_t n, const Projection& p, float* out, NormState norm) {

@@ -198,19 +198,25 @@ class Backend {
   // r.x = table[ids]; h = rms_norm(r.x; w) for `consumer`.
   virtual NormState embed_norm(const WeightView& table, const int32_t* ids, int64_t n, const Residual& r,
                                const float* w, const Projection* consumer);
-  // Non-causal attention of a block: n_q queries q [n_q, n_heads, D] at positions start ..
-  // start + n_q - 1 over the cached keys 0 .. start + n_q - 1 (the block's own keys written there),
-  // every query seeing every key (the DFlash draft's block). out [n_q, n_heads, D]. No gate.
-  // Default: the block becomes one query of n_q * n_heads heads at the block's last position
-  // (attention_paged, which then masks nothing), heads ordered (KV head, query, head of its group)
-  // so that head / (n_q * group) is still the KV head; the backend's attention scratch must hold
-  // attention_paged's for that shape (one query of n_q * n_heads heads at start + n_q - 1).
-  // scratch: attention_block_scratch floats.
-  virtual void attention_block(const float* q, int64_t n_q, int64_t start, int64_t n_heads, const cpu::PagedKV& kv,
-                               const int32_t* page_table, float scale, float* out, float* scratch);
-  static int64_t attention_block_scratch(int64_t n_q, int64_t n_heads, int64_t D) {
-    return 2 * aligned_floats(n_q * n_heads * D);
+  // Non-causal attention of n_blocks blocks (the DFlash draft's): block b's n_q queries, rows
+  // b * n_q .. of q [n_blocks * n_q, n_heads, D], at positions starts[b] .. starts[b] + n_q - 1 over
+  // its cached keys 0 .. starts[b] + n_q - 1 (the block's own keys written there, page table
+  // page_tables[b]), every query seeing every key. out like q. No gate. starts and page_tables
+  // are host arrays (the tables on the device). perm: attention_blocks_perm(n_blocks, n_q,
+  // n_kv_heads) on the device. Default: each block becomes one query of n_q * n_heads heads at its
+  // last position (attention_paged, which then masks nothing), heads ordered (KV head, query,
+  // head of its group) so that head / (n_q * group) is still the KV head: one gather (embedding of
+  // the rows of group * D floats) orders every block's q so and one orders the outputs back. The
+  // backend's attention scratch must hold attention_paged's for that shape. scratch:
+  // attention_blocks_scratch floats.
+  virtual void attention_blocks(const float* q, int64_t n_blocks, int64_t n_q, const int64_t* starts, int64_t n_heads,
+                                const cpu::PagedKV& kv, const int32_t* const* page_tables, const int32_t* perm,
+                                float scale, float* out, float* scratch);
+  static int64_t attention_blocks_scratch(int64_t n_blocks, int64_t n_q, int64_t n_heads, int64_t D) {
+    return 2 * aligned_floats(n_blocks * n_q * n_heads * D);
   }
+  // The gathers' row ids: n_blocks * n_q * n_kv_heads for q, then as many for the outputs.
+  static std::vector<int32_t> attention_blocks_perm(int64_t n_blocks, int64_t n_q, int64_t n_kv_heads);
   // The gated delta rule over a.n tokens, chunked for n > 1; states_out (optional, [n, Hv, dk, dv])
   // receives the state after each token (speculative verify rolls back to one of them).
   void gdn_rule(const cpu::GdnArgs& a, float* states_out = nullptr);

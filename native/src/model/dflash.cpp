@@ -77,7 +77,7 @@ DFlashDraft::DFlashDraft(const DFlashConfig& cfg, const Qwen35Model& target)
     fail(PE_ERR_UNSUPPORTED, "a DFlash draft needs the whole lm_head: not at tensor_parallel_size > 1 yet");
   shape_cfg_.vocab = cfg.vocab;
   shape_cfg_.hidden = cfg.hidden;
-  shape_cfg_.n_heads = cfg.block_size * cfg.n_heads;  // attention_block's one query of bs * Hq heads
+  shape_cfg_.n_heads = cfg.block_size * cfg.n_heads;  // attention_blocks: one query of bs * Hq heads a block
   shape_cfg_.n_kv_heads = cfg.n_kv_heads;
   shape_cfg_.head_dim = cfg.head_dim;
   declare_tensors();

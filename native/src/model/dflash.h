@@ -10,7 +10,7 @@
 //   block: [token S, MASK x (bs - 1)] at positions S .. S + bs - 1, embedded with the target's
 //     table; per layer x = input_layernorm(h), q = q_norm(q_proj x), the block's k / v from x
 //     written to the cache rows S .. S + bs - 1, non-causal attention of the block over every
-//     cached row 0 .. S + bs - 1 (Backend::attention_block), o_proj, residual, SwiGLU MLP;
+//     cached row 0 .. S + bs - 1 (Backend::attention_blocks), o_proj, residual, SwiGLU MLP;
 //   logits of block rows 1 .. bs - 1 = the target's lm_head(norm(h)): row j proposes token S + j.
 // Norms are Qwen3's (w * x / rms), RoPE full head_dim NeoX, attention ungated.
 //
@@ -126,6 +126,9 @@ class DFlashDraft {
     int64_t feat_rows = 0;
     const int32_t* feat_ids = nullptr;
     const int32_t* blk_ids = nullptr;    // the blocks' proposing rows (1 .. n_logits of each)
+    std::vector<int64_t> starts;          // per drafting sequence: its block's first position
+    std::vector<const int32_t*> page_tables;  // per drafting sequence: its page table (device)
+    const int32_t* perm = nullptr;       // Backend::attention_blocks_perm
   };
 
   void declare_tensors();

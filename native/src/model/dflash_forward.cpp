@@ -49,7 +49,7 @@ int64_t DFlashDraft::workspace_floats(int64_t T_ctx, int64_t n_blocks, bool gath
                                 aligned_floats(T_ctx * kvw) + 2 * aligned_floats(T_ctx * kvd);
   const int64_t block = n_blocks == 0 ? 0
                         : 3 * aligned_floats(T_blk * H) + 3 * aligned_floats(T_blk * qd) + aligned_floats(T_blk * kvw) +
-                              2 * aligned_floats(T_blk * kvd) + Backend::attention_block_scratch(bs, cfg_.n_heads, cfg_.head_dim) +
+                              2 * aligned_floats(T_blk * kvd) + Backend::attention_blocks_scratch(n_blocks, bs, cfg_.n_heads, cfg_.head_dim) +
                               aligned_floats(T_blk * cfg_.intermediate) +
                               Backend::project_swiglu_scratch(T_blk, layers_.front().gate_up, cfg_.intermediate) +
                               aligned_floats(n_blocks * (bs - 1) * H);
@@ -64,7 +64,7 @@ void DFlashDraft::reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_contex
   std::lock_guard<std::mutex> lock(mu_);
   if (!ready_) fail(PE_ERR_STATE, "the draft is not finalized");
   ensure_workspace(workspace_floats(ctx_rows, n_blocks, true));
-  const int64_t ints = 4 * n_blocks * cfg_.block_size + (2 + cfg_.n_features()) * ctx_rows +
+  const int64_t ints = (4 + 2 * cfg_.n_kv_heads) * n_blocks * cfg_.block_size + (2 + cfg_.n_features()) * ctx_rows +
                       n_blocks * ((max_context + cfg_.block_size) / page_size + 2);
   be_->reserve(shape_cfg_, ctx_rows + n_blocks * cfg_.block_size, std::max<int64_t>(n_blocks * (cfg_.block_size - 1), 1),
                ints, be_->attention_scratch_bytes(1, max_context, shape_cfg_));
@@ -72,7 +72,8 @@ void DFlashDraft::reserve(int64_t ctx_rows, int64_t n_blocks, int64_t max_contex
 
 // Validates the sequences, sizes the workspace and uploads the step's ints in one copy: block
 // tokens | context positions | block positions | context cache rows | block cache rows | page tables
-// | context feature row ids (where one gather takes them) | the blocks' proposing rows.
+// | context feature row ids (where one gather takes them) | the blocks' proposing rows | the block
+// attention's row permutations.
 void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& kv, int64_t logit_rows) {
   const int64_t bs = cfg_.block_size, ps = kv.page_size(), H = cfg_.hidden, FW = cfg_.n_features() * H;
   step_.drafting.clear();
@@ -131,6 +132,11 @@ void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& 
   for (size_t b = 0; b < step_.drafting.size(); ++b)
     for (int64_t i = 0; i < seqs[step_.drafting[b]].logit_rows(bs); ++i)
       h.push_back(static_cast<int32_t>(static_cast<int64_t>(b) * bs + 1 + i));
+  const int64_t perm_off = static_cast<int64_t>(h.size());
+  const std::vector<int32_t> perm = Backend::attention_blocks_perm(n_blocks, bs, cfg_.n_kv_heads);
+  h.insert(h.end(), perm.begin(), perm.end());
+  step_.starts.clear();
+  for (int64_t i : step_.drafting) step_.starts.push_back(seqs[i].n_context + seqs[i].n_new);
   ensure_workspace(workspace_floats(T_ctx, n_blocks, sole_context(seqs, H, FW) < 0));
   work_used_ = 0;
   be_->reserve(shape_cfg_, T_ctx + T_blk, std::max<int64_t>(logit_rows, 1), static_cast<int64_t>(h.size()), attn_scratch);
@@ -145,6 +151,9 @@ void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& 
   step_.pages = step_.rows_blk + T_blk;
   step_.feat_ids = step_.feat_base ? d + feat_off : nullptr;
   step_.blk_ids = d + blk_off;
+  step_.perm = d + perm_off;
+  step_.page_tables.clear();
+  for (int64_t off : step_.page_off) step_.page_tables.push_back(step_.pages + off);
 }
 
 // Appends the context features' row ids (token-major: row t's feature j at t * n_features + j)
@@ -266,7 +275,7 @@ const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& 
   float* kvp = take(T * layers_.front().kv.width);
   float* kb = take(T * Hkv * D);
   float* vb = take(T * Hkv * D);
-  float* attn = take(Backend::attention_block_scratch(bs, Hq, D));
+  float* attn = take(Backend::attention_blocks_scratch(static_cast<int64_t>(step_.drafting.size()), bs, Hq, D));
   float* act = take(T * I);
   float* swiglu = take(Backend::project_swiglu_scratch(T, layers_.front().gate_up, I));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -282,11 +291,8 @@ const float* DFlashDraft::block_rows(const std::vector<DraftSeq>& seqs, KvPool& 
     a.gated = false;
     a.norm_offset = false;
     be_->attention_inputs(a, layer, step_.rows_blk);
-    for (size_t b = 0; b < step_.drafting.size(); ++b) {
-      const DraftSeq& s = seqs[step_.drafting[b]];
-      be_->attention_block(q + b * bs * qd, bs, s.n_context + s.n_new, Hq, layer, step_.pages + step_.page_off[b], scale,
-                           o + b * bs * qd, attn);
-    }
+    be_->attention_blocks(q, static_cast<int64_t>(step_.drafting.size()), bs, step_.starts.data(), Hq, layer,
+                          step_.page_tables.data(), step_.perm, scale, o, attn);
     be_->project_add_norm(o, T, L.o, r, L.post_norm, nullptr);
     be_->project_swiglu(r.h, T, L.gate_up, I, act, {}, swiglu);
     const bool last = l + 1 == layers_.size();
