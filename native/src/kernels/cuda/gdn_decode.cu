@@ -150,6 +150,31 @@ __device__ __forceinline__ Item qkv_item(int t, int h, int kh, int col0, int Hk,
   return it;
 }
 
+// Step 2's item value y into the block's q / k / v and this thread's sums of squares of q and k.
+__device__ __forceinline__ void put_item(const Item& it, float y, float* qs, float* ks, float* vsf, float& ssq_q,
+                                         float& ssq_k) {
+  if (it.is_v) {
+    vsf[it.i] = y;
+  } else if (it.is_k) {
+    ks[it.i] = y;
+    ssq_k = fmaf(y, y, ssq_k);
+  } else {
+    qs[it.i] = y;
+    ssq_q = fmaf(y, y, ssq_q);
+  }
+}
+
+// The block's sums of squares of q and k, per warp, to red_qk (read after the next barrier).
+template <int W>
+__device__ __forceinline__ void warp_sums_qk(float ssq_q, float ssq_k, float (*red_qk)[W], int lane, int w) {
+  ssq_q = warp_sum(ssq_q);
+  ssq_k = warp_sum(ssq_k);
+  if (lane == 0) {
+    red_qk[0][w] = ssq_q;
+    red_qk[1][w] = ssq_k;
+  }
+}
+
 // Step 3 (header), after step 2's barrier: S = e^g S; kv = S^T k; delta = beta (v - kv);
 // S += k delta^T, stored to So; o = S^T q. red_qk: the warps' sums of squares of q and k (the l2
 // factors). Returns o scaled by its factor in warp 0 (the other warps' value is unused).
@@ -304,22 +329,9 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
       const ConvTaps tp = t == threadIdx.x ? taps0 : conv_taps(cs, a.conv_w, Ci, K, r_old, it.ch);
       y = conv_apply(tp, cs, cso, u, a.conv_w, Ci, K, r_old, it.is_v || qk_store, it.ch);
     }
-    if (it.is_v) {
-      vsf[it.i] = y;
-    } else if (it.is_k) {
-      ks[it.i] = y;
-      ssq_k = fmaf(y, y, ssq_k);
-    } else {
-      qs[it.i] = y;
-      ssq_q = fmaf(y, y, ssq_q);
-    }
+    put_item(it, y, qs, ks, vsf, ssq_q, ssq_k);
   }
-  ssq_q = warp_sum(ssq_q);
-  ssq_k = warp_sum(ssq_k);
-  if (lane == 0) {
-    red_qk[0][w] = ssq_q;
-    red_qk[1][w] = ssq_k;
-  }
+  warp_sums_qk<W>(ssq_q, ssq_k, red_qk, lane, w);
   float decay, beta;
   gates(a_in, b_in, dt_b, a_log, decay, beta);
   __syncthreads();
@@ -421,23 +433,9 @@ __global__ void __launch_bounds__(Tile<DK, kW>::kThreads, Tile<DK, kW>::kWarps <
     float ssq_q = 0.0f, ssq_k = 0.0f;
     for (int i = threadIdx.x; i < 2 * DK + kBlockCols; i += T) {
       const Item it = qkv_item<DK>(i, h, kh, col0, Hk, dk, dv);
-      const float v = it.valid ? y[it.ch] : 0.0f;
-      if (it.is_v) {
-        vsf[it.i] = v;
-      } else if (it.is_k) {
-        ks[it.i] = v;
-        ssq_k = fmaf(v, v, ssq_k);
-      } else {
-        qs[it.i] = v;
-        ssq_q = fmaf(v, v, ssq_q);
-      }
+      put_item(it, it.valid ? y[it.ch] : 0.0f, qs, ks, vsf, ssq_q, ssq_k);
     }
-    ssq_q = warp_sum(ssq_q);
-    ssq_k = warp_sum(ssq_k);
-    if (lane == 0) {
-      red_qk[0][w] = ssq_q;
-      red_qk[1][w] = ssq_k;
-    }
+    warp_sums_qk<W>(ssq_q, ssq_k, red_qk, lane, w);
     float decay, beta;
     gates(a.a[row * ab + h], a.b[row * ab + h], dt_b, a_log, decay, beta);
     __syncthreads();
