@@ -547,5 +547,6 @@ namespace {
 void dflash_cases();  // test_backend_ops_dflash.inc (it uses the mixers' helpers)
 }  // namespace
 
+#include "test_backend_ops_gdn.inc"
 #include "test_backend_ops_mixers.inc"
 #include "test_backend_ops_dflash.inc"
