@@ -3,6 +3,7 @@
 // target's lm_head. Activations live in one workspace, bump-allocated per step (256-byte aligned).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "model/dflash.h"
@@ -161,15 +162,18 @@ void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& 
 // sequence's features or strides are not whole hidden-wide rows from there.
 const float* DFlashDraft::feature_ids(const std::vector<DraftSeq>& seqs, std::vector<int32_t>& h) {
   const int64_t H = cfg_.hidden, F = cfg_.n_features();
+  // Addresses as integers: the sequences' features may lie in different allocations.
   const float* base = nullptr;
   for (const DraftSeq& s : seqs)
-    if (s.n_new > 0 && (!base || s.features < base)) base = s.features;
+    if (s.n_new > 0 && (!base || reinterpret_cast<uintptr_t>(s.features) < reinterpret_cast<uintptr_t>(base)))
+      base = s.features;
   const size_t begin = h.size();
   int64_t max_id = -1;
   for (const DraftSeq& s : seqs) {
     if (s.n_new <= 0) continue;
-    const int64_t off = s.features - base;
-    if (off % H != 0 || s.layer_stride % H != 0 || s.row_stride % H != 0) {
+    const uintptr_t bytes = reinterpret_cast<uintptr_t>(s.features) - reinterpret_cast<uintptr_t>(base);
+    const int64_t off = static_cast<int64_t>(bytes / sizeof(float));
+    if (bytes % sizeof(float) != 0 || off % H != 0 || s.layer_stride % H != 0 || s.row_stride % H != 0) {
       h.resize(begin);
       return nullptr;
     }
