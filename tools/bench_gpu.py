@@ -319,7 +319,8 @@ def bench_engine(args, out: dict) -> None:
         decode_rows(engine, "decode_cuda_graphs", " (cuda_graphs)")
     params = matmul_params(c)
     out["prefill"] = []
-    prefill_rate(engine, 512, 1)  # warm-up: first uses (a 75-only build's PTX JIT took seconds) are not timed
+    if args.prefill_sizes:  # warm-up: first uses (a 75-only build's PTX JIT took seconds) are not timed
+        prefill_rate(engine, 512, 1)
     for n in args.prefill_sizes:
         tps = prefill_rate(engine, n, n)
         frac = 2 * params * tps / mm

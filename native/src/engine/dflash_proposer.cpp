@@ -64,11 +64,9 @@ void DFlashProposer::propose(const std::vector<ProposeInput>& in) {
   const bool on_device = !drafting.empty() && std::all_of(drafting.begin(), drafting.end(), greedy);
   draft_.forward(seqs_, kv_, !on_device, res_);
   if (on_device) {
-    jobs_.clear();  // default SamplingConfig: argmax, lowest id on ties (pick_draft's T = 0)
     int64_t rows_total = 0;
     for (const ProposeInput* p : drafting) rows_total += std::min<int64_t>(p->n_drafts, c.block_size - 1);
-    jobs_.resize(static_cast<size_t>(rows_total));
-    for (int64_t i = 0; i < rows_total; ++i) jobs_[static_cast<size_t>(i)].row = i;
+    argmax_jobs(rows_total, jobs_);
     draft_.sample_launch(res_, jobs_);
     draft_.sample_collect(outs_);
     if (static_cast<int64_t>(outs_.size()) != rows_total)

@@ -21,9 +21,8 @@ void MtpProposer::step(const Batch& b, const std::vector<int32_t>& rows) {
 }
 
 void MtpProposer::launch_argmax(const std::vector<Request*>& reqs) {
-  std::vector<SampleJob> jobs(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i) jobs[i].row = static_cast<int64_t>(i);  // cfg: argmax
-  model_.sample_launch(res_, jobs);
+  argmax_jobs(static_cast<int64_t>(reqs.size()), jobs_);
+  model_.sample_launch(res_, jobs_);
   launched_ = reqs;
   pending_ = true;
 }

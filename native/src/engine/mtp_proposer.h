@@ -50,6 +50,7 @@ class MtpProposer : public Proposer {
   int64_t kv_layer_;
   ForwardResult res_;
   std::vector<int32_t> idx_;
+  std::vector<SampleJob> jobs_;
   std::vector<SampleOut> outs_;
   std::vector<Request*> launched_;  // the requests of the pending launch, in its jobs' order
   bool pending_ = false;

@@ -12,6 +12,11 @@ namespace pe {
 uint64_t draft_seed(uint64_t seed) { return seed ^ 0xd1b54a32d192ed03ull; }
 uint64_t accept_seed(uint64_t seed) { return seed ^ 0x8cb92ba72f3d8dd7ull; }
 
+void argmax_jobs(int64_t n, std::vector<SampleJob>& jobs) {
+  jobs.assign(static_cast<size_t>(n), SampleJob{});
+  for (int64_t i = 0; i < n; ++i) jobs[static_cast<size_t>(i)].row = i;
+}
+
 void pick_draft(Request& r, const float* logits, int64_t V, int64_t j, std::vector<int32_t>& idx) {
   int32_t token = 0;
   if (r.sampling.temperature == 0.0f) {

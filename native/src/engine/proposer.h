@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "model/model.h"
 
 namespace pe {
 
@@ -46,6 +47,10 @@ class Proposer {
 // temperature, top-k, top-p and min-p (no penalties), from the request's own draft stream, with
 // that distribution as row j of r.draft_probs (q of the lossless verify). idx: V ints of scratch.
 void pick_draft(Request& r, const float* logits, int64_t V, int64_t j, std::vector<int32_t>& idx);
+
+// Argmax jobs of rows 0 .. n - 1 (the default SamplingConfig: pick_draft's T = 0 choice, lowest id
+// on ties), for drafts sampled where the drafter's logits are (Model / DFlashDraft::sample_launch).
+void argmax_jobs(int64_t n, std::vector<SampleJob>& jobs);
 
 // The seeds of a request's draft samples and its verify's acceptance tests: streams of their own,
 // so a seeded request draws the same numbers whatever the batch.

@@ -27,10 +27,10 @@
 // time, and the linear model's errors put a few percent of paced steps over it (the 27B on an
 // H100 at 60 ms: ITL p99 60.2 and 61.2 ms with 1 and 4 decoding). fit therefore compares the
 // predictions times the 98th percentile of the last kResiduals paced steps' measured / predicted
-// times (at least 1, at most kMaxHeadroom; up to 50 seen, that is the largest: waiting for 16
-// before taking any, an H200 at 60 ms ran 7 of 106 steps over it, ITL p99 62.1 ms; from the first,
-// an H100 ran none of 111 over it, p99 58.9 ms, both with 1 decoding) with a fixed limit. A derived
-// limit is itself a prediction of the slice it was derived for and takes none.
+// times (at least 1, at most kMaxHeadroom; while fewer than 50 are seen, that is the largest:
+// waiting for 16 before taking any, an H200 at 60 ms ran 7 of 106 steps over it, ITL p99 62.1 ms;
+// from the first, an H100 ran none of 111 over it, p99 58.9 ms, both with 1 decoding) with a fixed
+// limit. A derived limit is itself a prediction of the slice it was derived for and takes none.
 #pragma once
 #include <array>
 #include <cstddef>

@@ -77,17 +77,18 @@ void Backend::attention_blocks(const float* q, int64_t n_blocks, int64_t n_q, co
   embedding(t, perm + rows, rows, out);
 }
 
-std::vector<int32_t> Backend::attention_blocks_perm(int64_t n_blocks, int64_t n_q, int64_t n_kv_heads) {
+void Backend::attention_blocks_perm(int64_t n_blocks, int64_t n_q, int64_t n_kv_heads, std::vector<int32_t>& out) {
   const int64_t rows = n_blocks * n_q * n_kv_heads;
-  std::vector<int32_t> perm(static_cast<size_t>(2 * rows));
+  const size_t begin = out.size();
+  out.resize(begin + static_cast<size_t>(2 * rows));
+  int32_t* perm = out.data() + begin;
   for (int64_t b = 0; b < n_blocks; ++b)
     for (int64_t g = 0; g < n_kv_heads; ++g)
       for (int64_t i = 0; i < n_q; ++i) {
         const int64_t ordered = (b * n_kv_heads + g) * n_q + i, natural = (b * n_q + i) * n_kv_heads + g;
-        perm[static_cast<size_t>(ordered)] = static_cast<int32_t>(natural);
-        perm[static_cast<size_t>(rows + natural)] = static_cast<int32_t>(ordered);
+        perm[ordered] = static_cast<int32_t>(natural);
+        perm[rows + natural] = static_cast<int32_t>(ordered);
       }
-  return perm;
 }
 
 void Backend::project(const float* x, int64_t n, const Projection& p, float* out, NormState norm) {

@@ -215,8 +215,9 @@ class Backend {
   static int64_t attention_blocks_scratch(int64_t n_blocks, int64_t n_q, int64_t n_heads, int64_t D) {
     return 2 * aligned_floats(n_blocks * n_q * n_heads * D);
   }
-  // The gathers' row ids: n_blocks * n_q * n_kv_heads for q, then as many for the outputs.
-  static std::vector<int32_t> attention_blocks_perm(int64_t n_blocks, int64_t n_q, int64_t n_kv_heads);
+  // Appends the gathers' row ids to `out`: n_blocks * n_q * n_kv_heads for q, then as many for the
+  // outputs.
+  static void attention_blocks_perm(int64_t n_blocks, int64_t n_q, int64_t n_kv_heads, std::vector<int32_t>& out);
   // The gated delta rule over a.n tokens, chunked for n > 1; states_out (optional, [n, Hv, dk, dv])
   // receives the state after each token (speculative verify rolls back to one of them).
   void gdn_rule(const cpu::GdnArgs& a, float* states_out = nullptr);

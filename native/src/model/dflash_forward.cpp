@@ -134,8 +134,7 @@ void DFlashDraft::prepare_step(const std::vector<DraftSeq>& seqs, const KvPool& 
     for (int64_t i = 0; i < seqs[step_.drafting[b]].logit_rows(bs); ++i)
       h.push_back(static_cast<int32_t>(static_cast<int64_t>(b) * bs + 1 + i));
   const int64_t perm_off = static_cast<int64_t>(h.size());
-  const std::vector<int32_t> perm = Backend::attention_blocks_perm(n_blocks, bs, cfg_.n_kv_heads);
-  h.insert(h.end(), perm.begin(), perm.end());
+  Backend::attention_blocks_perm(n_blocks, bs, cfg_.n_kv_heads, h);
   step_.starts.clear();
   for (int64_t i : step_.drafting) step_.starts.push_back(seqs[i].n_context + seqs[i].n_new);
   ensure_workspace(workspace_floats(T_ctx, n_blocks, sole_context(seqs, H, FW) < 0));
