@@ -9,9 +9,10 @@ Two steps:
             (the reference the acceptance is measured against), then train prompts until --minutes
             run out, greedy, with every --sample-every-th batch sampled at --temperature for
             variety -> gen.npz. --engine transformers (default; the GPU machine): transformers'
-            generate in left-padded batches, bf16 on CUDA. --engine pyengine (the CPU): pyengine's
-            own engine (fp32 on the CPU, continuous batching of --batch-size rows, --num-threads),
-            the same replies the served model gives; its greedy eval replies are fp32 as well.
+            generate in left-padded batches, bf16 on CUDA. --engine pyengine: pyengine's own engine
+            (fp32 math, continuous batching of --batch-size rows; on the CPU with --num-threads, or
+            on CUDA with --device cuda), the same replies the served model gives; its greedy eval
+            replies are fp32 as well.
 
 The prompts are drawn with their own seed (DFLASH_SEED), so they are new instances of the corpus's
 generators, split as build_corpus.py splits the corpus. Eval prompts are held out of the draft's
@@ -211,7 +212,8 @@ def is_sampled_row(args, index: int) -> bool:
 
 
 def generate_engine(args) -> tuple[dict, dict]:
-    """The same prompts and output as generate(), answered by pyengine's engine (CPU, fp32).
+    """The same prompts and output as generate(), answered by pyengine's engine (fp32 math; on the
+    CPU, or on CUDA with --device cuda: the served model's own kernels, its bf16 weights widened).
 
     The engine batches continuously (max_batch = --batch-size rows decode together, a finished row's
     slot takes the next prompt at once), so the train prompts go in chunks of --chunk-batches
@@ -229,7 +231,8 @@ def generate_engine(args) -> tuple[dict, dict]:
     data, train_prompts, eval_prompts, eval_sources = load_prompts(args)
     longest = max(len(p) for p in train_prompts + eval_prompts)
     max_model_len = -(-(longest + args.max_new_tokens + 1) // 256) * 256
-    llm = LLM(str(args.model), device="cpu", max_batch=args.batch_size, max_model_len=max_model_len,
+    device = "cpu" if args.device == "auto" else args.device
+    llm = LLM(str(args.model), device=device, max_batch=args.batch_size, max_model_len=max_model_len,
               num_threads=args.num_threads)
     assert tuple(llm.tokenizer.eos_token_ids) == tuple(dflash_target.EOS_IDS), llm.tokenizer.eos_token_ids
     greedy = SamplingParams(max_tokens=args.max_new_tokens, temperature=0.0)
@@ -241,7 +244,7 @@ def generate_engine(args) -> tuple[dict, dict]:
                 raise RuntimeError(f"engine error: {o.error}")
         return [np.asarray(o.token_ids, dtype=np.int64) for o in outs]
 
-    eval_resp = answer(eval_prompts, greedy)
+    eval_resp = answer(eval_prompts, greedy) if eval_prompts else []  # --max-eval 0: a later run's train replies
     out = pack_sequences("eval", eval_prompts, eval_resp, eval_sources, [False] * len(eval_prompts))
     t_eval = time.time() - started
     print(json.dumps({"eval_prompts": len(eval_prompts), "eval_response_tokens": int(sum(map(len, eval_resp))),
@@ -267,7 +270,7 @@ def generate_engine(args) -> tuple[dict, dict]:
                           "chunk_tokens_per_s": round(sum(map(len, new)) / (time.time() - t0)),
                           "elapsed_s": round(time.time() - started, 1)}), flush=True)
     llm.close()
-    meta = {"device": "cpu", "engine": "pyengine", "num_threads": args.num_threads, "max_batch": args.batch_size}
+    meta = {"device": device, "engine": "pyengine", "num_threads": args.num_threads, "max_batch": args.batch_size}
     return finish(out, meta, data, train_prompts, responses, sampled, eval_prompts, eval_resp, t_eval, started, args)
 
 
@@ -350,9 +353,9 @@ def main(argv=None):
     g.add_argument("--sample-every", type=int, default=4, help="every n-th batch is sampled (0: all greedy)")
     g.add_argument("--temperature", type=float, default=0.7)
     g.add_argument("--seed", type=int, default=DFLASH_SEED)
-    g.add_argument("--device", default="auto")
+    g.add_argument("--device", default="auto", help="transformers: auto = cuda where torch has it; pyengine: auto = cpu")
     g.add_argument("--engine", choices=("transformers", "pyengine"), default="transformers",
-                   help="transformers' generate (GPU machine) or pyengine's own engine on the CPU (fp32)")
+                   help="transformers' generate (GPU machine) or pyengine's own engine (fp32 math; --device)")
     g.add_argument("--num-threads", type=int, default=1, help="--engine pyengine: the engine's CPU threads")
     g.add_argument("--chunk-batches", type=int, default=8,
                    help="--engine pyengine: batches of train prompts queued per generate call")
