@@ -107,6 +107,8 @@ MUTANTS: list[Mutant] = [
       ["ctest:test_ops_norm:attention_inputs"]),
     m("rms_norm_gated drops eps", NORM, "static_cast<float>(dim) + eps);\n          for (int64_t j = 0; j < dim; ++j) yr[j] =",
       "static_cast<float>(dim));\n          for (int64_t j = 0; j < dim; ++j) yr[j] =", ["ctest:test_ops_norm:near_eps"]),
+    m("rms_norm_gated reads a strided z as dense rows", NORM, "z + (r / z_heads) * z_stride + (r % z_heads) * dim;",
+      "z + r * dim;", ["ctest:test_ops_norm:strided_z"]),
     m("l2_norm drops eps", NORM, "scale / std::sqrt(sum_squares(xr, dim) + eps)", "scale / std::sqrt(sum_squares(xr, dim))",
       ["ctest:test_ops_norm:near_eps"]),
     m("swiglu: silu on the up half", "native/src/kernels/cpu/elementwise.cpp",

@@ -257,6 +257,21 @@ void norm_cases() {
         be.rms_norm_gated(dx.p(), dz.p(), dw.p(), rows, dim, 1e-6f, out.p());
         expect_close("out", out.down(), ref, kF32);
       });
+  // z in place in a projection's output: a token's heads contiguous, tokens `stride` floats apart.
+  for (int64_t dim : {64, 128, 160})
+    for (int64_t tokens : {1, 8, 33})
+      add("rms_norm_gated", fmt("strided z dim %lld tokens %lld", (long long)dim, (long long)tokens), [=](Backend& be) {
+        const int64_t heads = 3, stride = heads * dim + 40, rows = tokens * heads;
+        Rng rng(dim * 7 + tokens);
+        const auto x = rng.normals(rows * dim, 2.0f), zs = rng.normals(tokens * stride, 2.0f), w = rng.normals(dim, 0.5f);
+        std::vector<float> z(rows * dim), ref(x.size());
+        for (int64_t t = 0; t < tokens; ++t)
+          std::copy(zs.begin() + t * stride, zs.begin() + t * stride + heads * dim, z.begin() + t * heads * dim);
+        cpu::rms_norm_gated(x.data(), z.data(), w.data(), rows, dim, 1e-6f, ref.data());
+        F dx(be.device(), x), dz(be.device(), zs), dw(be.device(), w);
+        be.rms_norm_gated(dx.p(), dz.p(), dw.p(), rows, dim, 1e-6f, dx.p(), heads, stride);  // in place
+        expect_close("out", dx.down(), ref, kF32);
+      });
   struct L2 { int64_t heads, dim, extra; float scale; };
   for (const L2 c : {L2{2, 32, 64, 0.17f}, L2{16, 128, 4096, 0.088f}, L2{3, 24, 0, 1.0f}})
     for (int64_t n : {1, 3, 17, 63, 1000})

@@ -77,6 +77,23 @@ TEST(rms_norm_gated_random) {
     }
 }
 
+TEST(rms_norm_gated_strided_z) {
+  // z read in place from a wider row (a projection's z part): groups of `heads` rows, tokens
+  // `stride` floats apart, the same bits as the dense copy.
+  pe_test::Rng rng(3);
+  const int64_t heads = 3, dim = 32, stride = heads * dim + 17;
+  for (int64_t tokens : {1, 4, 9}) {
+    const int64_t rows = tokens * heads;
+    const auto x = rng.normals(rows * dim), zs = rng.normals(tokens * stride, 3.0f), w = rng.normals(dim);
+    std::vector<float> z(rows * dim), dense(rows * dim), strided(rows * dim);
+    for (int64_t t = 0; t < tokens; ++t)
+      std::copy(zs.begin() + t * stride, zs.begin() + t * stride + heads * dim, z.begin() + t * heads * dim);
+    cpu::rms_norm_gated(x.data(), z.data(), w.data(), rows, dim, 1e-6f, dense.data());
+    cpu::rms_norm_gated(x.data(), zs.data(), w.data(), rows, dim, 1e-6f, strided.data(), heads, stride);
+    CHECK(strided == dense);
+  }
+}
+
 TEST(norms_with_mean_square_near_eps) {
   // Rows whose mean(x^2) (sum(x^2) for l2_norm) is about eps = 1e-6: leaving eps out, or using
   // the sum where the mean belongs, changes the result by tens of percent, far past 1e-6. Rows

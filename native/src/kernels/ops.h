@@ -52,9 +52,10 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
               float* out);
 
 // Gated RMSNorm of the GDN output: y = x * rsqrt(mean(x^2) + eps) * w * silu(z), rows of `dim`.
-// x and out may alias.
+// x and out may alias. z's rows come in groups of z_heads (a token's heads, contiguous), group g
+// at z + g * z_stride (z_stride 0: z_heads * dim, dense), so z may be a projection's strided part.
 void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
-                    float eps, float* out);
+                    float eps, float* out, int64_t z_heads = 1, int64_t z_stride = 0);
 
 // Residual add fused with the next RMSNorm: x += r, then out = rms_norm(x, w, eps, offset) over
 // rows of `dim`. Bit-identical to add(x, r, n_rows * dim, x) followed by rms_norm(x, ..., out).

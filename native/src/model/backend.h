@@ -157,8 +157,9 @@ class Backend {
                         float* out) = 0;
   virtual void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps,
                             bool offset, float* out) = 0;
+  // z: groups of z_heads rows (a token's heads), z_stride floats apart (0: dense), as cpu::rms_norm_gated.
   virtual void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim, float eps,
-                              float* out) = 0;
+                              float* out, int64_t z_heads = 1, int64_t z_stride = 0) = 0;
   // In place: rows of n_heads x dim at x + t * token_stride for every token t, l2-normed, scaled.
   virtual void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t dim,
                              float eps, float scale) = 0;
@@ -178,9 +179,8 @@ class Backend {
                          const float* A_log, const float* dt_bias, float* g, float* beta) = 0;
   virtual void gdn_recurrent(const cpu::GdnArgs& a) = 0;
   virtual void gdn_chunked(const cpu::GdnArgs& a) = 0;
-  // The batched decode step with its gated output norm (a.norm_w set: the norm of a.z rows, which
-  // z_dense [n_seqs, Hv * dv] may hold made dense where the backend needs them).
-  virtual void gdn_decode(const cpu::GdnDecodeArgs& a, float* z_dense) = 0;
+  // The batched decode step with its gated output norm (a.norm_w set: the norm of a.z rows).
+  virtual void gdn_decode(const cpu::GdnDecodeArgs& a) = 0;
   // A verify step's chained sequences (ops.h GdnChainArgs; conv_out: [rows, C] scratch).
   virtual void gdn_chain(const cpu::GdnChainArgs& a) = 0;
 

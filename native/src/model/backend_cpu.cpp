@@ -64,8 +64,8 @@ class CpuBackend final : public Backend {
     cpu::add_rms_norm(x, r, w, n_rows, dim, eps, offset, out);
   }
   void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim, float eps,
-                      float* out) override {
-    cpu::rms_norm_gated(x, z, w, n_rows, dim, eps, out);
+                      float* out, int64_t z_heads, int64_t z_stride) override {
+    cpu::rms_norm_gated(x, z, w, n_rows, dim, eps, out, z_heads, z_stride);
   }
   void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t dim, float eps,
                      float scale) override {
@@ -101,7 +101,7 @@ class CpuBackend final : public Backend {
   }
   void gdn_recurrent(const cpu::GdnArgs& a) override { cpu::gdn_recurrent(a); }
   void gdn_chunked(const cpu::GdnArgs& a) override { cpu::gdn_chunked(a); }
-  void gdn_decode(const cpu::GdnDecodeArgs& a, float*) override { cpu::gdn_decode(a); }
+  void gdn_decode(const cpu::GdnDecodeArgs& a) override { cpu::gdn_decode(a); }
   void gdn_chain(const cpu::GdnChainArgs& a) override { cpu::gdn_chain(a); }
 
  private:

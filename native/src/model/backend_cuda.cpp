@@ -210,8 +210,8 @@ class CudaBackend final : public Backend {
     cuda::add_rms_norm(x, r, w, n_rows, dim, eps, offset, out, st());
   }
   void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim, float eps,
-                      float* out) override {
-    cuda::rms_norm_gated(x, z, w, n_rows, dim, eps, out, st());
+                      float* out, int64_t z_heads, int64_t z_stride) override {
+    cuda::rms_norm_gated(x, z, w, n_rows, dim, eps, out, st(), z_heads, z_stride);
   }
   void l2_norm_heads(float* x, int64_t n_tokens, int64_t token_stride, int64_t n_heads, int64_t dim, float eps,
                      float scale) override {
@@ -245,7 +245,7 @@ class CudaBackend final : public Backend {
   void gdn_chunked(const cpu::GdnArgs& a) override {
     cuda::gdn_chunked(a, gdn_scratch_.data(), gdn_scratch_.size(), st());
   }
-  void gdn_decode(const cpu::GdnDecodeArgs& a, float* z_dense) override;
+  void gdn_decode(const cpu::GdnDecodeArgs& a) override;
   void gdn_chain(const cpu::GdnChainArgs& a) override { cuda::gdn_chain(a, st()); }
 
   void project_swiglu(const float* x, int64_t n, const Projection& gate_up, int64_t I, float* act, NormState norm,
@@ -444,22 +444,17 @@ int32_t* CudaBackend::upload_ints(const std::vector<int32_t>& host) {
   return ints_.as<int32_t>();
 }
 
-// The gated norm in the decode launch up to kGdnDecodeFusedNormMaxDv (z read in place), else a
-// launch of its own on dense z rows.
-void CudaBackend::gdn_decode(const cpu::GdnDecodeArgs& a, float* z_dense) {
+// The gated norm in the decode launch up to kGdnDecodeFusedNormMaxDv, else a launch of its own;
+// both read z in place (a sequence's heads contiguous, sequences z_stride apart).
+void CudaBackend::gdn_decode(const cpu::GdnDecodeArgs& a) {
   if (!a.norm_w || a.dv <= cuda::kGdnDecodeFusedNormMaxDv) return cuda::gdn_decode(a, st());
   if (a.rows) fail(PE_ERR_UNSUPPORTED, "gdn_decode: the separate gated norm takes dense rows (no rows map)");
   cpu::GdnDecodeArgs core = a;
   core.z = core.norm_w = nullptr;
   core.z_stride = 0, core.norm_eps = 0.0f;
   cuda::gdn_decode(core, st());
-  const int64_t width = a.Hv * a.dv;
-  const float* z = a.z;
-  if (a.z_stride != width) {
-    copy_rows(z_dense, width, a.z, a.z_stride, width, a.n_seqs);
-    z = z_dense;
-  }
-  cuda::rms_norm_gated(a.out, z, a.norm_w, a.n_seqs * a.Hv, a.dv, a.norm_eps, a.out, st());
+  cuda::rms_norm_gated(a.out, a.z, a.norm_w, a.n_seqs * a.Hv, a.dv, a.norm_eps, a.out, st(), a.Hv,
+                       a.n_seqs == 1 ? a.Hv * a.dv : a.z_stride);
 }
 
 // The swiglu in the gate | up GEMV's epilogue where the gate and up rows are one run it takes.

@@ -314,7 +314,6 @@ const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, 
   Carve w{scratch()};
   float* proj = w.take(T * L.in.width);
   float* y = w.take(T * C);
-  float* z = w.take(T * Hv * dv);
   float* o = w.take(T * Hv * dv);
   float* g = w.take(T * Hv);
   float* beta = w.take(T * Hv);
@@ -351,17 +350,12 @@ const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, 
     d.z_stride = one_row ? Hv * dv : zp.stride;
     d.norm_w = L.norm;
     d.norm_eps = c.eps;
-    be_->gdn_decode(d, z);
+    be_->gdn_decode(d);
     return o;
   }
   if (step_.chain_n > 0) gdn_chain(L, gi, gdn, u, a_ptr, b_ptr, ab_stride, y, o);
   gdn_pieces(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
-  const float* zd = zp.ptr;
-  if (zp.stride != Hv * dv && !one_row) {  // rms_norm_gated reads z as [T * Hv, dv] rows
-    be_->copy_rows(z, Hv * dv, zp.ptr, zp.stride, Hv * dv, T);
-    zd = z;
-  }
-  be_->rms_norm_gated(o, zd, L.norm, T * Hv, dv, c.eps, o);
+  be_->rms_norm_gated(o, zp.ptr, L.norm, T * Hv, dv, c.eps, o, Hv, one_row ? Hv * dv : zp.stride);
   return o;
 }
 

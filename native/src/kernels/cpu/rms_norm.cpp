@@ -55,13 +55,15 @@ void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int6
 }
 
 void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
-                    float eps, float* out) {
+                    float eps, float* out, int64_t z_heads, int64_t z_stride) {
+  if (z_heads <= 0) z_heads = 1;
+  if (z_stride == 0) z_stride = z_heads * dim;
   parallel_for(
       n_rows,
       [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           const float* xr = x + r * dim;
-          const float* zr = z + r * dim;
+          const float* zr = z + (r / z_heads) * z_stride + (r % z_heads) * dim;
           float* yr = out + r * dim;
           const float inv = 1.0f / std::sqrt(sum_squares(xr, dim) / static_cast<float>(dim) + eps);
           for (int64_t j = 0; j < dim; ++j) yr[j] = xr[j] * inv * w[j] * silu(zr[j]);

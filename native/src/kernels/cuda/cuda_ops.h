@@ -56,8 +56,9 @@ void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* ou
 
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float eps, bool offset,
               float* out, cudaStream_t stream);
+// z: groups of z_heads rows, z_stride floats apart (0: dense), as cpu::rms_norm_gated.
 void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
-                    float eps, float* out, cudaStream_t stream);
+                    float eps, float* out, cudaStream_t stream, int64_t z_heads = 1, int64_t z_stride = 0);
 void l2_norm(float* x, int64_t n_rows, int64_t dim, float eps, float scale, cudaStream_t stream);
 // x += r, then out = rms_norm(x): the residual add and the next norm in one launch, the same bits
 // as add + rms_norm. out must not alias x or r.

@@ -1,6 +1,7 @@
 // Row normalizations, fp32 (x may alias out):
 //   rms_norm:        y = x * rsqrt(mean(x^2) + eps) * (offset ? 1 + w : w)
-//   rms_norm_gated:  y = x * rsqrt(mean(x^2) + eps) * w * silu(z)   (GDN output norm, fused gate)
+//   rms_norm_gated:  y = x * rsqrt(mean(x^2) + eps) * w * silu(z)   (GDN output norm, fused gate;
+//                    z may be strided: a token's heads contiguous, tokens z_stride apart)
 //   l2_norm:         y = x / sqrt(sum(x^2) + eps) * scale          (GDN q/k, fused q scale)
 //   add_rms_norm:    x += r; y = rms_norm(x)  (residual add fused with the next norm: one launch
 //                    instead of two; same sums in the same order, so the bits of add + rms_norm)
@@ -51,7 +52,7 @@ __device__ __forceinline__ float norm_out(float x, float inv, float w, float z) 
 // kRegs > 0: the row in registers (dim <= n_thr * kRegs); kRegs == 0: two passes over the row.
 template <Kind K, bool kWarpRow, int kRegs>
 __global__ void norm_kernel(const float* x, const float* z, const float* w, int64_t n_rows,
-                            int64_t dim, float eps, float scale, float* out) {
+                            int64_t dim, float eps, float scale, float* out, int64_t z_heads, int64_t z_stride) {
   pdl_wait();  // launched as a programmatic dependent (launch_pdl)
   pdl_trigger();  // the next GEMV may start prefetching its weights
   __shared__ float red[32];
@@ -61,7 +62,7 @@ __global__ void norm_kernel(const float* x, const float* z, const float* w, int6
   const int idx = kWarpRow ? (threadIdx.x & 31) : threadIdx.x;
   const int n_thr = kWarpRow ? 32 : blockDim.x;
   const float* xr = x + r * dim;
-  const float* zr = K == Kind::kGated ? z + r * dim : nullptr;
+  const float* zr = K == Kind::kGated ? z + (r / z_heads) * z_stride + (r % z_heads) * dim : nullptr;
   float* yr = out + r * dim;
   float s = 0.0f;
   if constexpr (kRegs > 0) {
@@ -169,11 +170,13 @@ void launch_add_norm(float* x, const float* r, const float* w, int64_t n_rows, i
 
 template <Kind K>
 void launch(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim, float eps,
-            float scale, float* out, cudaStream_t stream) {
+            float scale, float* out, cudaStream_t stream, int64_t z_heads = 1, int64_t z_stride = 0) {
   if (n_rows <= 0 || dim <= 0) return;
+  if (z_heads <= 0) z_heads = 1;
+  if (z_stride == 0) z_stride = z_heads * dim;
   launch_rows(n_rows, dim, "norm", [&](auto warp_row, auto regs, auto grid, int threads) {
     launch_pdl(norm_kernel<K, decltype(warp_row)::value, decltype(regs)::value>, dim3(grid), dim3(threads), 0, stream,
-               x, z, w, n_rows, dim, eps, scale, out);
+               x, z, w, n_rows, dim, eps, scale, out, z_heads, z_stride);
   });
 }
 
@@ -185,8 +188,8 @@ void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t dim, float
 }
 
 void rms_norm_gated(const float* x, const float* z, const float* w, int64_t n_rows, int64_t dim,
-                    float eps, float* out, cudaStream_t stream) {
-  launch<Kind::kGated>(x, z, w, n_rows, dim, eps, 1.0f, out, stream);
+                    float eps, float* out, cudaStream_t stream, int64_t z_heads, int64_t z_stride) {
+  launch<Kind::kGated>(x, z, w, n_rows, dim, eps, 1.0f, out, stream, z_heads, z_stride);
 }
 
 void add_rms_norm(float* x, const float* r, const float* w, int64_t n_rows, int64_t dim, float eps, bool offset,
