@@ -120,7 +120,7 @@ int64_t Qwen35Model::act_floats(int64_t T) const {
   for (const Layer& L : layers_) size(L);
   if (mtp_) size(mtp_->layer);
   const int64_t gdn = aligned_floats(T * in_w) + aligned_floats(T * c.conv_dim()) +
-                      2 * aligned_floats(T * c.gdn_v_heads * c.gdn_v_dim) + 4 * aligned_floats(T * c.gdn_v_heads);
+                      aligned_floats(T * c.gdn_v_heads * c.gdn_v_dim) + 4 * aligned_floats(T * c.gdn_v_heads);
   const int64_t att = aligned_floats(T * in_w) + 3 * aligned_floats(T * c.n_heads * c.head_dim) +
                       2 * aligned_floats(T * c.n_kv_heads * c.head_dim);
   const int64_t mlp = aligned_floats(T * c.intermediate) + swiglu;
