@@ -453,8 +453,7 @@ void CudaBackend::gdn_decode(const cpu::GdnDecodeArgs& a) {
   core.z = core.norm_w = nullptr;
   core.z_stride = 0, core.norm_eps = 0.0f;
   cuda::gdn_decode(core, st());
-  cuda::rms_norm_gated(a.out, a.z, a.norm_w, a.n_seqs * a.Hv, a.dv, a.norm_eps, a.out, st(), a.Hv,
-                       a.n_seqs == 1 ? a.Hv * a.dv : a.z_stride);
+  cuda::rms_norm_gated(a.out, a.z, a.norm_w, a.n_seqs * a.Hv, a.dv, a.norm_eps, a.out, st(), a.Hv, a.z_stride);
 }
 
 // The swiglu in the gate | up GEMV's epilogue where the gate and up rows are one run it takes.

@@ -355,7 +355,7 @@ const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, 
   }
   if (step_.chain_n > 0) gdn_chain(L, gi, gdn, u, a_ptr, b_ptr, ab_stride, y, o);
   gdn_pieces(L, gi, b, gdn, u, a_ptr, b_ptr, ab_stride, y, g, beta, o);
-  be_->rms_norm_gated(o, zp.ptr, L.norm, T * Hv, dv, c.eps, o, Hv, one_row ? Hv * dv : zp.stride);
+  be_->rms_norm_gated(o, zp.ptr, L.norm, T * Hv, dv, c.eps, o, Hv, zp.stride);
   return o;
 }
 
