@@ -211,6 +211,13 @@ def is_sampled_row(args, index: int) -> bool:
     return args.sample_every > 0 and (index // args.batch_size) % args.sample_every == args.sample_every - 1
 
 
+def is_past_eos_row(args, index: int) -> bool:
+    """Train prompt `index`'s reply runs on past the model's EOS to --max-new-tokens (ignore_eos, as a
+    benchmark's fixed-length request or a raw completion across documents gets it) when index is
+    every --past-eos-every-th."""
+    return args.past_eos_every > 0 and index % args.past_eos_every == args.past_eos_every - 1
+
+
 def generate_engine(args) -> tuple[dict, dict]:
     """The same prompts and output as generate(), answered by pyengine's engine (fp32 math; on the
     CPU, or on CUDA with --device cuda: the served model's own kernels, its bf16 weights widened).
@@ -221,7 +228,9 @@ def generate_engine(args) -> tuple[dict, dict]:
     so far. Greedy rows use temperature 0; sampled rows (is_sampled_row) temperature --temperature,
     no top-k/top-p, seed --seed + row index (reproducible whatever the batching). The engine stops
     at the model's EOS ids (2, 0 from generation_config.json) and returns the EOS token as the
-    reply's last token, as generate_batch keeps it; a reply cut at --max-new-tokens has no EOS."""
+    reply's last token, as generate_batch keeps it; a reply cut at --max-new-tokens has no EOS. Rows
+    of is_past_eos_row ignore EOS: what the model writes after its reply (a new chat turn, a loop) is
+    what a draft meets in fixed-length requests."""
     import dflash_target
 
     from pyengine import LLM, SamplingParams
@@ -259,8 +268,9 @@ def generate_engine(args) -> tuple[dict, dict]:
         t0 = time.time()
         rows = range(i, min(i + chunk, n_max))
         flags = [is_sampled_row(args, r) for r in rows]
-        params = [SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed + r)
-                  if f else greedy for r, f in zip(rows, flags)]
+        params = [SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature if f else 0.0,
+                                 seed=args.seed + r if f else None, ignore_eos=is_past_eos_row(args, r))
+                  for r, f in zip(rows, flags)]
         new = answer([train_prompts[r] for r in rows], params)
         responses += new
         sampled += flags
@@ -289,6 +299,7 @@ def finish(out, meta, data, train_prompts, responses, sampled, eval_prompts, eva
                  "train_tokens_per_s": round(n_tokens / max(1e-9, time.time() - started - t_eval)),
                  "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                  "sample_every": args.sample_every, "skip_prompts": args.skip_prompts,
+                 "past_eos_every": args.past_eos_every,
                  "ended_with_eos": int(sum(bool(len(r)) and int(r[-1]) in EOS_IDS for r in responses))})
     return out, meta
 
@@ -352,6 +363,8 @@ def main(argv=None):
     g.add_argument("--max-eval", type=int, default=10**9, help="eval prompts at most")
     g.add_argument("--sample-every", type=int, default=4, help="every n-th batch is sampled (0: all greedy)")
     g.add_argument("--temperature", type=float, default=0.7)
+    g.add_argument("--past-eos-every", type=int, default=0,
+                   help="--engine pyengine: every n-th train reply runs on past EOS to --max-new-tokens (0: none)")
     g.add_argument("--seed", type=int, default=DFLASH_SEED)
     g.add_argument("--device", default="auto", help="transformers: auto = cuda where torch has it; pyengine: auto = cpu")
     g.add_argument("--engine", choices=("transformers", "pyengine"), default="transformers",
@@ -370,6 +383,8 @@ def main(argv=None):
         print(json.dumps({"out": str(args.out), "bytes": args.out.stat().st_size, "prompts": counts,
                           "train_prompt_tokens": len(out["train_ids"])}))
     else:
+        if args.past_eos_every and args.engine != "pyengine":
+            ap.error("--past-eos-every needs --engine pyengine")
         out, meta = generate_engine(args) if args.engine == "pyengine" else generate(args)
         args.out.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(args.out / "gen.npz", **out)
