@@ -60,9 +60,6 @@ def test_default_model_spec_equals_plain_at_temperature_0(default_plain, k):
         st = llm.stats()
         assert st["spec_verifies"] > 0 and len(st["spec_accept_per_position"]) == k
         assert st["spec_mean_accepted_length"] > 1.5  # the trained head on chat answers
-        # The adaptive draft length's bar, from the step-cost model: on the CPU about the fixed 0.3
-        # (a verify row costs a quarter of a step), never above it.
-        assert 0.02 <= st["spec_draft_threshold"] <= 0.3 + 1e-6  # a float32 0.3
         if k > 1:  # the batch's draft 2, from the chain's step over 8 sequences (the 8 alone: 0.33)
             drafted, accepted = (st[key][1] - before[key][1] for key in ("spec_drafted_per_position",
                                                                           "spec_accepted_per_position"))  # fmt: skip

@@ -38,8 +38,6 @@ _GAUGES = {
     "gdn_slots_free": ("gdn_slots_free", "GDN recurrent-state slots not in use"),
     "kv_pages_cached": ("kv_pages_cached", "Free KV pages still holding prefix-cache blocks"),
     "snapshot_slots_total": ("snapshot_slots_total", "GDN snapshot slots for the prefix cache"),
-    "spec_draft_threshold": ("spec_draft_threshold",
-                             "Acceptance rate a draft position needed after the last verify step (adaptive draft length)"),
     "snapshot_slots_used": ("snapshot_slots_used", "GDN snapshot slots holding a snapshot"),
 }
 _COUNTERS = {

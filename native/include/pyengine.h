@@ -484,8 +484,6 @@ typedef struct pe_engine_stats {
   int64_t spec_accepted[8];
   double spec_propose_seconds;    /* time the proposer took after steps (its cache and the drafts):
                                      part of step_seconds, so a verify step alone is the rest */
-  double spec_draft_threshold;    /* the last verify step's acceptance rate a draft position needed
-                                     to be drafted next (the adaptive draft length, engine_spec.cpp) */
 } pe_engine_stats;
 
 int32_t pe_engine_get_stats(pe_engine* engine, pe_engine_stats* out);

@@ -94,25 +94,6 @@ TEST(fit_recovers_a_device_from_noisy_steps) {
     CHECK(near(m.predict_seconds(s), dev.time(s), 0.05));
 }
 
-// The adaptive draft length's threshold (engine_spec.cpp) is one more row's share of a step.
-TEST(row_share_is_one_more_decode_rows_share_of_the_step) {
-  Device dev;
-  StepCostModel m;
-  CHECK_EQ(m.row_share(decode_step(4, 100)), 0.0);  // nothing fitted yet
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int64_t> rows(1, 8), tokens(1, 512), depth(0, 8000);
-  for (int i = 0; i < 300; ++i) {
-    const StepShape s = i % 2 == 0 ? decode_step(rows(rng), depth(rng)) : mixed_step(rows(rng), depth(rng), tokens(rng));
-    m.observe(s, dev.time(s));
-  }
-  for (int64_t r : {1, 4, 8}) {
-    const StepShape s = decode_step(r, 500);
-    CHECK(near(m.row_share(s), dev.row / dev.time(s), 0.1));
-    CHECK(near(m.row_share(s), (dev.time(decode_step(r + 1, 500)) - dev.time(s)) / dev.time(s), 0.2));
-  }
-  CHECK(m.row_share(decode_step(8, 500)) < m.row_share(decode_step(1, 500)));  // a bigger step: a smaller share
-}
-
 TEST(ready_needs_prefill_steps_and_a_second_size_or_a_decode_step) {
   Device dev;
   StepCostModel a, b;

@@ -367,7 +367,6 @@ void Engine::publish_stats() {
   s.prefill_tokens_per_step = prefill_tokens_per_step_.get();
   s.spec_verifies = spec_verifies_;
   s.spec_propose_seconds = spec_propose_seconds_;
-  s.spec_draft_threshold = last_draft_threshold_;
   s.spec_emitted_tokens = spec_emitted_;
   for (int i = 0; i < PE_SPEC_MAX_DRAFT; ++i) {
     s.spec_drafted[i] = spec_drafted_[i];

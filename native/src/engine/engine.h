@@ -134,8 +134,6 @@ class Engine {
   // logits): per chunk the tokens to emit (accepted drafts and the next token; empty for other
   // chunks). collect emits them, then rolls back (accept).
   std::vector<std::vector<SampleOut>> verify_chunks(LaunchedStep& s);
-  // The acceptance rate a draft position needs to be drafted after a step that emitted `emitted`.
-  float draft_threshold(const LaunchedStep& s, int64_t emitted);
   // After a step: the proposer's state over every committed token, drafts for the next.
   void propose_after(const LaunchedStep& s, const std::vector<int64_t>& starts, const std::vector<Request*>& finished);
   void finish(Request* r, int32_t reason, const char* message = nullptr);
@@ -163,8 +161,6 @@ class Engine {
   HostSampler host_sampler_;
   int64_t spec_verifies_ = 0, spec_emitted_ = 0;
   double spec_propose_seconds_ = 0.0;
-  float last_draft_threshold_ = 0.3f;
-  double emitted_per_step_ = 0.0;  // running mean of the tokens a verifying step emits
   int64_t spec_drafted_[PE_SPEC_MAX_DRAFT] = {}, spec_accepted_[PE_SPEC_MAX_DRAFT] = {};
 
   std::mutex in_mu_;

@@ -2,21 +2,13 @@
 // chunks with its rollback, the adaptive draft length, and the proposer's turn after each step.
 //
 // Design decision (adaptive draft length): each request keeps a running acceptance rate per draft
-// position (exponential, weight 1/5 on the newest verify that drafted it: the share of verifies
-// that accepted that position, so every earlier one too) and drafts the leading positions whose
-// rate is at least the step's threshold next time, at least one, at most
-// speculative_num_draft_tokens. A position past the drafted ones moves up when a verify accepts
-// every draft, so the length grows back. The threshold is what a draft must bring to pay for
-// itself: one more row of a step that takes T seconds and emits E tokens raises its tokens per
-// second when its acceptance exceeds (row cost / T) x E. The step-cost model gives the row's
-// share of T (step_cost.h: decode rows, the proposer's turn included), E is a running mean of the
-// tokens verifying steps emit (this step's alone would raise the bar right after a long accept).
-// On a GPU at small batches the rows of a verify cost almost nothing, so a DFlash block is
-// verified whole. The threshold is at most kMinAcceptRate, the fixed rule measured on the CPU
-// (the default model on code accepts MTP position 3 at 0.2, and drafting it made the whole run
-// 20 % slower than stopping at 2): there the model's threshold is about that (0.3 - 0.5, moving
-// with E) and measured no faster. Until the model rests on measurements the threshold is
-// kMinAcceptRate, and it never falls below kMinAcceptFloor.
+// position (exponential, weight 1/5 on the newest verify that drafted it) and drafts the leading
+// positions whose rate is at least kMinAcceptRate next time, at least one, at most
+// speculative_num_draft_tokens. A draft costs a head step and a verify row whether it is accepted
+// or not, about a quarter of a decode step on the CPU, so a position accepted less than ~30 % of
+// the time costs more than it brings (measured: the default model on code accepts position 3 at
+// 0.2, and drafting it made the whole run 20 % slower than stopping at 2). A position past the
+// drafted ones moves up when a verify accepts every draft, so the length grows back.
 #include <algorithm>
 #include <cmath>
 
@@ -26,7 +18,6 @@
 namespace pe {
 
 static constexpr float kMinAcceptRate = 0.3f;
-static constexpr float kMinAcceptFloor = 0.02f;
 static constexpr float kRateWeight = 0.2f;
 
 void Engine::check_speculative() const {
@@ -62,26 +53,12 @@ bool Engine::greedy_verify(const Request& r) {
   return r.sampling.temperature == 0.0f && !r.sampling.any_penalty() && r.logprobs < 0;
 }
 
-float Engine::draft_threshold(const LaunchedStep& s, int64_t emitted) {
-  if (emitted <= 0) return last_draft_threshold_;
-  emitted_per_step_ += emitted_per_step_ == 0.0 ? static_cast<double>(emitted)
-                                                : kRateWeight * (static_cast<double>(emitted) - emitted_per_step_);
-  if (!cost_.ready()) return kMinAcceptRate;
-  const double t = cost_.row_share(s.shape) * emitted_per_step_;
-  return static_cast<float>(std::clamp(t, static_cast<double>(kMinAcceptFloor), static_cast<double>(kMinAcceptRate)));
-}
-
 std::vector<std::vector<SampleOut>> Engine::verify_chunks(LaunchedStep& s) {
   const int64_t V = model_.config().vocab;
   std::vector<std::vector<SampleOut>> emit(s.chunks.size());
-  std::vector<int64_t> accepted(s.chunks.size(), -1);  // per verify chunk: drafts accepted
-  int64_t emitted = 0;                                   // the step's tokens, every chunk's
   for (size_t i = 0; i < s.chunks.size(); ++i) {
     ScheduledChunk& c = s.chunks[i];
-    if (c.n_drafts == 0) {
-      emitted += s.job_of[i] >= 0 ? 1 : 0;
-      continue;
-    }
+    if (c.n_drafts == 0) continue;
     Request& r = *c.req;
     int64_t a = 0;
     if (s.job_of[i] >= 0) {
@@ -98,8 +75,6 @@ std::vector<std::vector<SampleOut>> Engine::verify_chunks(LaunchedStep& s) {
         fail(PE_ERR_INTERNAL, "verify: request ", r.id, " has no logits for its ", c.n_drafts, " drafts");
       a = verifier_.verify(r, result_.logits.data() + row * V, c.n_drafts, V, emit[i]);
     }
-    accepted[i] = a;
-    emitted += a + 1;
     ++spec_verifies_;
     spec_emitted_ += a + 1;
     for (int64_t j = 0; j < c.n_drafts; ++j) {
@@ -110,18 +85,12 @@ std::vector<std::vector<SampleOut>> Engine::verify_chunks(LaunchedStep& s) {
         ++r.spec_accepted[j];
       }
     }
-  }
-  const float threshold = draft_threshold(s, emitted);
-  last_draft_threshold_ = threshold;
-  const int64_t k_max = params_.speculative_num_draft_tokens;
-  for (size_t i = 0; i < s.chunks.size(); ++i) {
-    if (accepted[i] < 0) continue;
-    Request& r = *s.chunks[i].req;
-    const int64_t a = accepted[i], n = s.chunks[i].n_drafts;
-    for (int64_t j = 0; j < n; ++j) r.accept_rate[j] += kRateWeight * ((j < a ? 1.0f : 0.0f) - r.accept_rate[j]);
-    if (a == n && a < k_max) r.accept_rate[a] += kRateWeight * (1.0f - r.accept_rate[a]);
+    const int64_t k_max = params_.speculative_num_draft_tokens;
+    for (int64_t j = 0; j < c.n_drafts; ++j)
+      r.accept_rate[j] += kRateWeight * ((j < a ? 1.0f : 0.0f) - r.accept_rate[j]);
+    if (a == c.n_drafts && a < k_max) r.accept_rate[a] += kRateWeight * (1.0f - r.accept_rate[a]);
     int32_t len = 1;
-    while (len < k_max && r.accept_rate[len] >= threshold) ++len;
+    while (len < k_max && r.accept_rate[len] >= kMinAcceptRate) ++len;
     r.draft_len = len;
   }
   return emit;

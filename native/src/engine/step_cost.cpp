@@ -131,13 +131,6 @@ double StepCostModel::predict_seconds(const StepShape& s) const {
   return t * scale_[class_of(s)];
 }
 
-double StepCostModel::row_share(const StepShape& s) const {
-  const auto x = features(s);
-  double t = 0.0;
-  for (int i = 0; i < kF; ++i) t += coef_[i] * x[i];
-  return t > 0.0 ? coef_[1] / t : 0.0;
-}
-
 double StepCostModel::prefill_size(bool largest) const {
   double lo = 0.0, hi = -1.0;
   for (const Sums* c : {&classes_[kPrefillOnly], &classes_[kMixed]}) {

@@ -93,8 +93,6 @@ class StepCostModel : public StepCost {
   void observe(const StepShape& s, double seconds, bool overlapped = false);
   double predict_seconds(const StepShape& s) const override;
   bool ready() const override;
-  // What one more decode row adds to a step of this shape, as a share of its time (0 before a fit).
-  double row_share(const StepShape& s) const;
 
   // Seconds: base, per decode row, per step with prefill, per prefill token, per million pairs.
   const Coefficients& coefficients() const { return coef_; }
