@@ -183,7 +183,9 @@ def add_engine_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
                    help="speculative decoding: mtp drafts with the checkpoint's MTP head, dflash with a DFlash "
                         "draft model (--speculative_draft_model_path); verified in the normal step, lossless at "
                         "every temperature. auto (default): the proposer the model directory names in its "
-                        "speculative.json (the embedded model's: its better one), none without one or at --tp > 1")
+                        "speculative.json (the embedded model's: its better one, DFlash), none without one; a DFlash "
+                        "draft runs at --tp 1 only, above it the file's tensor_parallel_fallback (the embedded "
+                        "model's: mtp)")
     p.add_argument("--speculative_draft_model_path", default=None,
                    help="the DFlash draft model's directory (speculative_algorithm dflash)")
     p.add_argument("--speculative_num_draft_tokens", type=int_in(1, 8), default=None,

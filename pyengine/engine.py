@@ -65,7 +65,8 @@ def resolve_auto_speculation(model_path: str, engine_args: dict) -> None:
     """speculative_algorithm "auto" (the CLI's default) -> the proposer the model directory names in
     speculative.json ({"speculative_algorithm": "mtp"}, or "dflash" with a
     "speculative_draft_model_path" relative to the directory; the embedded model ships one), "none"
-    without one, and for dflash at tensor_parallel_size > 1 (the draft runs at TP 1 only). In place."""
+    without one. A DFlash draft runs at tensor_parallel_size 1 only: above it the file's
+    "tensor_parallel_fallback" ("mtp" or "none", default "none") is taken. In place."""
     if engine_args.get("speculative_algorithm") != "auto":
         return
     from .config import read_json_object
@@ -79,8 +80,12 @@ def resolve_auto_speculation(model_path: str, engine_args: dict) -> None:
     algo = spec.get("speculative_algorithm")
     if algo not in ("mtp", "dflash"):
         raise ValueError(f"{path}: speculative_algorithm must be mtp or dflash, got {algo!r}")
+    fallback = spec.get("tensor_parallel_fallback", "none")
+    if fallback not in ("mtp", "none"):
+        raise ValueError(f"{path}: tensor_parallel_fallback must be mtp or none, got {fallback!r}")
     if algo == "dflash" and (engine_args.get("tensor_parallel_size", 1) != 1 or group_of_one()):
-        return  # a DFlash draft runs at TP 1 only
+        engine_args["speculative_algorithm"] = fallback
+        return
     engine_args["speculative_algorithm"] = algo
     if algo == "dflash" and not engine_args.get("speculative_draft_model_path"):
         draft = spec.get("speculative_draft_model_path")

@@ -338,11 +338,17 @@ def check_50_prompts(algo, k, **device):
 
 def test_auto_takes_the_model_directorys_proposer(tmp_path):
     """speculative_algorithm auto (the CLI's default): the embedded model's speculative.json names
-    its proposer; a directory without one, or tensor parallel, decodes plainly."""
+    its proposer (DFlash, MTP under tensor parallel); a directory without one decodes plainly, a
+    DFlash one under tensor parallel takes its tensor_parallel_fallback (default none)."""
     from pyengine.engine import resolve_auto_speculation
 
     with LLM(max_model_len=256, speculative_algorithm="auto") as llm:
-        assert llm.engine_args.speculative_algorithm in ("mtp", "dflash")
+        assert llm.engine_args.speculative_algorithm == "dflash"
+        draft = os.path.normpath(llm.engine_args.speculative_draft_model_path)
+        assert draft.endswith(os.path.join("default_model", "dflash")) and os.path.isdir(draft)
+    kw = {"speculative_algorithm": "auto", "tensor_parallel_size": 2}
+    resolve_auto_speculation(os.path.dirname(DEFAULT_DRAFT), kw)
+    assert kw == {"speculative_algorithm": "mtp", "tensor_parallel_size": 2}
     with LLM(TEXT, max_model_len=64, speculative_algorithm="auto") as llm:
         assert llm.engine_args.speculative_algorithm == "none"
     model = tmp_path / "m"
@@ -355,6 +361,11 @@ def test_auto_takes_the_model_directorys_proposer(tmp_path):
     kw = {"speculative_algorithm": "auto", "tensor_parallel_size": 2}
     resolve_auto_speculation(str(model), kw)
     assert kw["speculative_algorithm"] == "none"
+    (model / "speculative.json").write_text(json.dumps({"speculative_algorithm": "dflash",
+                                                        "speculative_draft_model_path": TEXT_DRAFT,
+                                                        "tensor_parallel_fallback": "eagle"}))  # fmt: skip
+    with pytest.raises(ValueError, match="speculative.json: tensor_parallel_fallback must be mtp or none"):
+        resolve_auto_speculation(str(model), {"speculative_algorithm": "auto"})
     (model / "speculative.json").write_text(json.dumps({"speculative_algorithm": "eagle"}))
     with pytest.raises(ValueError, match="speculative.json: speculative_algorithm must be mtp or dflash"):
         LLM(str(model), max_model_len=64, speculative_algorithm="auto")
