@@ -347,7 +347,7 @@ const float* Qwen35Model::mixer_gdn(const Layer& L, int64_t gi, const Batch& b, 
                          gdn.conv_state(0, gi), gdn.slot_floats(), gdn.recurrent_state(0, gi), gdn.slot_floats(),
                          Hk, Hv, dk, dv, c.conv_kernel, o};
     d.z = zp.ptr;
-    d.z_stride = one_row ? Hv * dv : zp.stride;
+    d.z_stride = zp.stride;  // one token: sequence 0's z only, the stride is never applied
     d.norm_w = L.norm;
     d.norm_eps = c.eps;
     be_->gdn_decode(d);
