@@ -220,7 +220,7 @@ def prefill_rate(engine, n: int, seed: int) -> float:
 
 # Kernel groups of the prefill breakdown: the first whose pattern is in the kernel's short name.
 PREFILL_GROUPS = [("gemm", ("gemm",)), ("gdn", ("gdn_",)), ("conv", ("conv",)),
-                  ("attention", ("attention", "prefill_mma", "prefill_sm80", "kv_write"))]  # fmt: skip
+                  ("attention", ("attention", "prefill_mma", "prefill_sm80", "prefill_sm90", "kv_write"))]  # fmt: skip
 
 
 def prefill_breakdown(engine, n: int, seed: int, gemm_flops: float, mm: float, top: int = 0) -> dict:

@@ -7,9 +7,9 @@
 //   stall-free scheduler's chunks beside decoding requests, F16: 128 and 256 queries at 32K (4K
 //   with --quick), 512 at 8K (full runs);
 // each on attention_prefill_mma's variants (cuda_ops.h attention_prefill_set_variant: v0 the sm_75
-// kernel, v1 attention_prefill_sm80.cu unsplit where it applies, "=v0" where not), then "v1 split
-// S" where the sm_80 kernel's rule splits the keys into S parts (attention_prefill_set_splits 0,
-// the default: its combine launch included), and in full runs the fp32 SIMT tiled kernel behind
+// kernel, v1 attention_prefill_sm80.cu and v2 attention_prefill_sm90.cu unsplit where they apply,
+// "(=vN)" where not), then "vN split S" where the rule splits the keys into S parts
+// (attention_prefill_set_splits 0, the default: its combine launch included), and in full runs the fp32 SIMT tiled kernel behind
 // attention_paged on the whole prompts (seconds at 32K: timed once).
 // FLOPs causal, Q K^T and P V: 4 * D * Hq * sum over queries of the keys each sees
 // (n * start + n (n + 1) / 2). Bytes: K + V of the keys read once + q, gate and out.
@@ -80,22 +80,26 @@ void bench_prefill_attention(bool quick, bool with_tiled) {
     }
     const size_t split_bytes = cuda::attention_prefill_scratch_bytes(r.n, r.start, Hq, D);
     const int splits = split_bytes ? static_cast<int>(split_bytes / (size_t(r.n) * Hq * (D + 2) * 4)) : 1;
+    const int top = cuda::kAttentionPrefillVariants - 1;
     for (int variant = 0; variant <= cuda::kAttentionPrefillVariants; ++variant) {
-      const bool split = variant == cuda::kAttentionPrefillVariants;  // v1 with the rule's split
+      const bool split = variant == cuda::kAttentionPrefillVariants;  // the default variant with the rule's split
       if (split && splits < 2) break;
-      cuda::attention_prefill_set_variant(split ? 1 : variant);
+      cuda::attention_prefill_set_variant(split ? top : variant);
       cuda::attention_prefill_set_splits(split ? 0 : 1);
-      const bool sm80 = cuda::attention_prefill_sm80_applies(kv);
+      const bool sm80 = cuda::attention_prefill_sm80_applies(kv), sm90 = cuda::attention_prefill_sm90_applies(kv);
       if (split && !sm80) break;
+      // What the variant runs: v2 falls back to v1, v1 to v0, where their kernel does not apply.
+      const int ran = sm90 ? 2 : sm80 ? 1 : 0;
       const float ms = time_ms([&](int) {
         cuda::attention_prefill_mma(aq, r.n, r.start, Hq, kv, pt, scale, agate, aout, scratch, scratch_bytes, nullptr);
       });
-      if (split) std::snprintf(name, sizeof name, "attn prefill v1 split %d %s (%.0f tok/s)", splits, what, r.n / (ms * 1e-3));
-      else std::snprintf(name, sizeof name, "attn prefill v%d%s %s (%.0f tok/s)", variant, variant && !sm80 ? "(=v0)" : "",
-                         what, r.n / (ms * 1e-3));
+      if (split) std::snprintf(name, sizeof name, "attn prefill v%d split %d %s (%.0f tok/s)", ran, splits, what, r.n / (ms * 1e-3));
+      else if (ran != variant)
+        std::snprintf(name, sizeof name, "attn prefill v%d(=v%d) %s (%.0f tok/s)", variant, ran, what, r.n / (ms * 1e-3));
+      else std::snprintf(name, sizeof name, "attn prefill v%d %s (%.0f tok/s)", variant, what, r.n / (ms * 1e-3));
       report(name, ms, bytes, flops);
     }
-    cuda::attention_prefill_set_variant(1);
+    cuda::attention_prefill_set_variant(top);
     cuda::attention_prefill_set_splits(0);
   }
   if (scratch) CK(cudaFree(scratch));

@@ -158,6 +158,31 @@ __device__ __forceinline__ void store_rows(const PrefillParams& p, const float (
   }
 }
 
+// A key part's unnormalized state of the warp's 16 rows (from wi0; this thread's rows gq, gq + 8;
+// l this row's whole sum): (m, l) at part[(z * rows + row) * 2], O at part[rows * 2 * splits +
+// (z * rows + row) * D] (attn::attention_combine's layout), z = blockIdx.z, row = query * n_heads +
+// head. Rows no key of the part reaches: m = -inf, l = 0, O = 0.
+template <int OD>
+__device__ __forceinline__ void store_part(const PrefillParams& p, const float (&o)[OD][4], float m0, float m1,
+                                           float l0, float l1, int wi0, int gq, int tq, int h) {
+  const int D = p.D;
+  const int64_t n_rows = static_cast<int64_t>(p.n_q) * p.n_heads, z = blockIdx.z;
+  float* acc = p.part + n_rows * 2 * p.splits;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int i = wi0 + gq + hr * 8;
+    if (i >= p.n_q) continue;
+    const int64_t row = z * n_rows + static_cast<int64_t>(i) * p.n_heads + h;
+    if (tq == 0) *reinterpret_cast<float2*>(p.part + row * 2) = make_float2(hr ? m1 : m0, hr ? l1 : l0);
+#pragma unroll
+    for (int d = 0; d < OD; ++d) {
+      const int col = 8 * d + 2 * tq;  // and col + 1: D % 8 == 0
+      if (col >= D) break;
+      *reinterpret_cast<float2*>(acc + row * D + col) = make_float2(o[d][2 * hr], o[d][2 * hr + 1]);
+    }
+  }
+}
+
 // attention_prefill_sm80.cu, where attention_prefill_sm80_applies (cuda_ops.h); p checked by
 // attention_prefill_mma. Splits the keys (sm80_splits) where scratch_bytes holds the parts,
 // else runs whole query tiles; p.part and p.splits are its to set.
@@ -165,6 +190,12 @@ void run_sm80(const PrefillParams& p, void* scratch, size_t scratch_bytes, cudaS
 // The key parts run_sm80 takes for this call on the current device with scratch enough
 // (attention_prefill_set_splits, cuda_ops.h; 1 = none), and the scratch they need: what
 // attention_paged_scratch_bytes sizes for and run_sm80 launches with, so the two agree.
+// attention_prefill_sm90.cu (built where the architectures include 90: PE_WITH_SM90A): whether
+// the current device runs its sm_90a code, the shared memory its kernel takes at head_dim, and the
+// launch of it for p (run_sm80 sets the splits and the parts as for the sm_80 kernel).
+bool sm90_code();
+size_t sm90_smem_bytes(int64_t head_dim);
+void launch_sm90(const PrefillParams& p, cudaStream_t stream);
 int sm80_splits(int64_t n_q, int64_t q_start_pos, int64_t n_heads, int64_t head_dim);
 size_t sm80_part_bytes(int splits, int64_t n_q, int64_t n_heads, int64_t head_dim);
 

@@ -256,27 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (p.splits > 1) {
-    // The part's unnormalized state: (m, l) at part[(z * rows + row) * 2], O at
-    // part[rows * 2 * splits + (z * rows + row) * D] (attn::attention_combine's layout), row =
-    // query * n_heads + head. Rows no key of the part reaches: m = -inf, l = 0, O = 0.
-    const int64_t n_rows = static_cast<int64_t>(p.n_q) * p.n_heads, z = blockIdx.z;
-    float* acc = p.part + n_rows * 2 * p.splits;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int i = wi0 + gq + hr * 8;
-      if (i >= p.n_q) continue;
-      const int64_t row = z * n_rows + static_cast<int64_t>(i) * p.n_heads + h;
-      if (tq == 0) *reinterpret_cast<float2*>(p.part + row * 2) = make_float2(hr ? m1 : m0, hr ? l1 : l0);
-#pragma unroll
-      for (int d = 0; d < DP / 8; ++d) {
-        const int col = 8 * d + 2 * tq;  // and col + 1: D % 8 == 0
-        if (col >= D) break;
-        *reinterpret_cast<float2*>(acc + row * D + col) = make_float2(o[d][2 * hr], o[d][2 * hr + 1]);
-      }
-    }
-    return;
-  }
+  if (p.splits > 1) return store_part(p, o, m0, m1, l0, l1, wi0, gq, tq, h);
   store_rows(p, o, l0, l1, wi0, gq, tq, h);
 #else
   (void)p;  // never launched: run_sm80 only where the device runs sm_80+ code (sm80_code)
@@ -305,7 +285,7 @@ bool sm80_code() {
   return v == 2;
 }
 
-std::atomic<int> g_variant{1};
+std::atomic<int> g_variant{2};
 std::atomic<int> g_splits{0};  // attention_prefill_set_splits: 0 the rule below, 1 none, n exactly n
 
 // Blocks of the kernel resident per SM (1 at Dp 256 on an H100: 198 KB of shared memory), per
@@ -410,6 +390,10 @@ void run_sm80(const PrefillParams& p0, void* scratch, size_t scratch_bytes, cuda
     p.splits = static_cast<int>(std::min<size_t>(scratch_bytes / per_split, static_cast<size_t>(p.splits)));
   if (p.splits < 2) p.splits = 1;
   p.part = p.splits > 1 ? static_cast<float*>(scratch) : nullptr;
+#if PE_WITH_SM90A
+  if (attention_prefill_sm90_applies(p.kv)) launch_sm90(p, stream);  // attention_prefill_sm90.cu
+  else
+#endif
   if (p.kv.dtype == DType::BF16) launch_d<true>(p, stream);
   else launch_d<false>(p, stream);
   if (p.splits > 1)
@@ -442,6 +426,26 @@ bool attention_prefill_sm80_applies(const PagedKV& kv) {
   if (kv.head_dim < 1 || kv.head_dim > 256 || compute_capability() < 80) return false;
   return prefill::smem_bytes(prefill::padded_dim(kv.head_dim)) <= static_cast<size_t>(smem_optin()) &&
          prefill::sm80_code();
+}
+
+bool attention_prefill_sm90_built() {
+#if PE_WITH_SM90A
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool attention_prefill_sm90_applies(const PagedKV& kv) {
+#if PE_WITH_SM90A
+  if (prefill::g_variant.load(std::memory_order_relaxed) < 2) return false;
+  if (kv.dtype != DType::F16 && kv.dtype != DType::BF16) return false;
+  if (kv.head_dim < 1 || kv.head_dim > 256 || compute_capability() != 90) return false;
+  return prefill::sm90_smem_bytes(kv.head_dim) <= static_cast<size_t>(smem_optin()) && prefill::sm90_code();
+#else
+  (void)kv;
+  return false;
+#endif
 }
 
 }  // namespace cuda

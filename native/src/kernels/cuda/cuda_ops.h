@@ -300,12 +300,17 @@ void attention_prefill_mma(const float* q, int64_t n_q, int64_t q_start_pos, int
 // running code built for it, enough shared memory to opt in to: H100 / H200 for head_dim > 128),
 // attention_prefill_mma runs attention_prefill_sm80.cu instead: 128-query blocks, 64-key tiles
 // double-buffered by cp.async, one barrier per tile. Same semantics and tolerance (the same fp16
-// roundings). Tuning hook for tools/gpu/bench_kernels and the tests: variant 0 = the sm_75 kernel
-// for every call, 1 = the sm_80 kernel where it applies (the default). Not for use while other
+// roundings). On a device of compute capability 9.0 running a build with sm_90a
+// (attention_prefill_sm90_applies) the same calls run attention_prefill_sm90.cu's kernel: the
+// same blocks, tiles, split and roundings on wgmma. Tuning hook for tools/gpu/bench_kernels and
+// the tests: variant 0 = the sm_75 kernel for every call, 1 = the sm_80 kernel where it applies,
+// 2 = the sm_90a kernel where it applies, else as 1 (the default). Not for use while other
 // threads run attention.
-constexpr int kAttentionPrefillVariants = 2;
+constexpr int kAttentionPrefillVariants = 3;
 void attention_prefill_set_variant(int variant);
 bool attention_prefill_sm80_applies(const PagedKV& kv);
+bool attention_prefill_sm90_applies(const PagedKV& kv);
+bool attention_prefill_sm90_built();  // the build has the sm_90a kernel (its architectures include 90)
 // Key split of the sm_80 kernel (flash-decoding style): where heads x 128-query tiles fill less
 // than 2 waves of the GPU (prefill chunks of 64 .. ~1K queries at depth beside decoding requests),
 // each query tile's keys are cut into S contiguous parts run as separate blocks, which write
