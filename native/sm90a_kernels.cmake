@@ -4,7 +4,9 @@
 # for sm_90a alone in an object library of its own; the files that dispatch to it see
 # PE_WITH_SM90A and check at run time that the device is compute capability 9.0 and runs the image.
 set(PE_SM90A_SOURCES ${CMAKE_SOURCE_DIR}/native/src/kernels/cuda/attention_prefill_sm90.cu)
-if(PE_SM90_WANTED)
+if(PE_SM90_WANTED AND CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.0)
+  message(STATUS "pyengine: sm_90a kernels OFF: nvcc ${CMAKE_CUDA_COMPILER_VERSION} is older than 12.0 (wgmma)")
+elseif(PE_SM90_WANTED)
   add_library(pyengine_cuda_sm90a OBJECT ${PE_SM90A_SOURCES})
   set_target_properties(pyengine_cuda_sm90a PROPERTIES CUDA_ARCHITECTURES 90a-real)
   target_include_directories(pyengine_cuda_sm90a PRIVATE ${CMAKE_SOURCE_DIR}/native/include ${CMAKE_SOURCE_DIR}/native/src)
