@@ -3,6 +3,8 @@
 // attention_prefill_sm80.cu the sm_80+ kernel (F16 / BF16 caches), which it takes where
 // attention_prefill_sm80_applies. Both read the same PrefillParams and write the same outputs.
 #pragma once
+#include <atomic>
+
 #include "kernels/cuda/kv_codec.cuh"
 
 namespace pe {
@@ -181,6 +183,43 @@ __device__ __forceinline__ void store_part(const PrefillParams& p, const float (
       *reinterpret_cast<float2*>(acc + row * D + col) = make_float2(o[d][2 * hr], o[d][2 * hr + 1]);
     }
   }
+}
+
+// The end of the sm_80 / sm_90a kernels for the warp's 16 rows: this thread's partial sums l
+// summed over its quad, then the key part's state (split) or the finished rows.
+template <int OD>
+__device__ __forceinline__ void finish_rows(const PrefillParams& p, const float (&o)[OD][4], float m0, float m1,
+                                            float l0, float l1, int wi0, int gq, int tq, int h) {
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (p.splits > 1) return store_part(p, o, m0, m1, l0, l1, wi0, gq, tq, h);
+  store_rows(p, o, l0, l1, wi0, gq, tq, h);
+}
+
+// A yes / no fact of the current device, probed once per device (known: 0 unknown, 1 no, 2 yes).
+template <class Probe>
+bool per_device(std::atomic<int> (&known)[64], Probe probe) {
+  int dev = 0;
+  PE_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < 64;
+  int v = cached ? known[dev].load(std::memory_order_relaxed) : 0;
+  if (v) return v == 2;
+  v = probe() ? 2 : 1;
+  if (cached) known[dev].store(v, std::memory_order_relaxed);
+  return v == 2;
+}
+
+// Launches a kernel of the sm_80 / sm_90a shape: grid heads x query tiles of bm (the kernel takes
+// them longest first) x p.splits key parts; the shared-memory opt-in set per call (the attribute
+// is per device).
+template <class Kernel>
+void launch_blocks(Kernel kernel, size_t smem, int threads, int bm, const PrefillParams& p, cudaStream_t stream) {
+  PE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const unsigned n_qt = static_cast<unsigned>((p.n_q + bm - 1) / bm);
+  kernel<<<dim3(static_cast<unsigned>(p.n_heads), n_qt, static_cast<unsigned>(p.splits)), threads, smem, stream>>>(p);
+  PE_CUDA_LAUNCH_CHECK();
 }
 
 // attention_prefill_sm80.cu, where attention_prefill_sm80_applies (cuda_ops.h); p checked by

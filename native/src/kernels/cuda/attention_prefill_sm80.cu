@@ -252,12 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm80_kernel(PrefillParams
   }
 
   if (!warp_rows) return;
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (p.splits > 1) return store_part(p, o, m0, m1, l0, l1, wi0, gq, tq, h);
-  store_rows(p, o, l0, l1, wi0, gq, tq, h);
+  finish_rows(p, o, m0, m1, l0, l1, wi0, gq, tq, h);
 #else
   (void)p;  // never launched: run_sm80 only where the device runs sm_80+ code (sm80_code)
 #endif
@@ -272,17 +267,12 @@ size_t smem_bytes(int dp) {
 // Whether the current device runs this build's sm_80+ code: a device of compute capability >= 8.0
 // may still run sm_75 PTX (a "75;90" build on an A100), where the kernel is empty.
 bool sm80_code() {
-  static std::atomic<int> known[64] = {};  // per device: 0 unknown, 1 no, 2 yes
-  int dev = 0;
-  PE_CUDA_CHECK(cudaGetDevice(&dev));
-  const bool cached = dev >= 0 && dev < 64;
-  int v = cached ? known[dev].load(std::memory_order_relaxed) : 0;
-  if (v) return v == 2;
-  cudaFuncAttributes a;
-  PE_CUDA_CHECK(cudaFuncGetAttributes(&a, prefill_sm80_kernel<64, false>));
-  v = a.ptxVersion >= 80 && a.binaryVersion >= 80 ? 2 : 1;
-  if (cached) known[dev].store(v, std::memory_order_relaxed);
-  return v == 2;
+  static std::atomic<int> known[64] = {};
+  return per_device(known, [] {
+    cudaFuncAttributes a;
+    PE_CUDA_CHECK(cudaFuncGetAttributes(&a, prefill_sm80_kernel<64, false>));
+    return a.ptxVersion >= 80 && a.binaryVersion >= 80;
+  });
 }
 
 std::atomic<int> g_variant{2};
@@ -313,13 +303,7 @@ int resident(int dp) {
 
 template <int DP, bool BF16>
 void launch(const PrefillParams& p, cudaStream_t stream) {
-  constexpr size_t smem = Cfg<DP>::kSmem;
-  PE_CUDA_CHECK(cudaFuncSetAttribute(prefill_sm80_kernel<DP, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));  // per call: the attribute is per device
-  const unsigned n_qt = static_cast<unsigned>((p.n_q + kBM - 1) / kBM);
-  prefill_sm80_kernel<DP, BF16><<<dim3(static_cast<unsigned>(p.n_heads), n_qt, static_cast<unsigned>(p.splits)),
-                                  kThreads, smem, stream>>>(p);
-  PE_CUDA_LAUNCH_CHECK();
+  launch_blocks(prefill_sm80_kernel<DP, BF16>, Cfg<DP>::kSmem, kThreads, kBM, p, stream);
 }
 
 template <bool BF16>

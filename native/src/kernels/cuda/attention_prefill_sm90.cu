@@ -23,8 +23,6 @@
 // tile), each thread making its copies (and Q's stores) visible to wgmma's async proxy
 // (fence.proxy.async) before the barrier.
 // Accuracy: the operands are the sm_80 kernel's fp16 values; sums fp32 in the tensor cores' order.
-#include <atomic>
-
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/linear_common.cuh"
 
@@ -291,12 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm90_kernel(PrefillParams
   }
 
   if (!wg_rows) return;
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  if (p.splits > 1) return store_part(p, o, m0, m1, l0, l1, wi0, gq, tq, h);
-  store_rows(p, o, l0, l1, wi0, gq, tq, h);
+  finish_rows(p, o, m0, m1, l0, l1, wi0, gq, tq, h);
 #else
   (void)p;  // never launched: sm90_applies only where the device runs this build's sm_90a code
 #endif
@@ -304,13 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_sm90_kernel(PrefillParams
 
 template <int DP, bool BF16>
 void launch(const PrefillParams& p, cudaStream_t stream) {
-  constexpr size_t smem = Cfg<DP>::kSmem;
-  PE_CUDA_CHECK(cudaFuncSetAttribute(prefill_sm90_kernel<DP, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  const unsigned n_qt = static_cast<unsigned>((p.n_q + kBM - 1) / kBM);
-  prefill_sm90_kernel<DP, BF16><<<dim3(static_cast<unsigned>(p.n_heads), n_qt, static_cast<unsigned>(p.splits)),
-                                  kThreads, smem, stream>>>(p);
-  PE_CUDA_LAUNCH_CHECK();
+  launch_blocks(prefill_sm90_kernel<DP, BF16>, Cfg<DP>::kSmem, kThreads, kBM, p, stream);
 }
 
 template <bool BF16>
@@ -324,21 +311,16 @@ void launch_d(const PrefillParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// Whether the current device runs this build's sm_90a image (compute capability 9.0 exactly).
 bool sm90_code() {
-  static std::atomic<int> known[64] = {};  // per device: 0 unknown, 1 no, 2 yes
-  int dev = 0;
-  PE_CUDA_CHECK(cudaGetDevice(&dev));
-  const bool cached = dev >= 0 && dev < 64;
-  int v = cached ? known[dev].load(std::memory_order_relaxed) : 0;
-  if (v) return v == 2;
-  cudaFuncAttributes a;
-  v = compute_capability() == 90 && cudaFuncGetAttributes(&a, prefill_sm90_kernel<64, false>) == cudaSuccess &&
-              a.binaryVersion == 90
-          ? 2
-          : 1;
-  (void)cudaGetLastError();  // a device without the sm_90a image: no kernel image, not an error here
-  if (cached) known[dev].store(v, std::memory_order_relaxed);
-  return v == 2;
+  static std::atomic<int> known[64] = {};
+  return per_device(known, [] {
+    cudaFuncAttributes a;
+    const bool ok = compute_capability() == 90 &&
+                    cudaFuncGetAttributes(&a, prefill_sm90_kernel<64, false>) == cudaSuccess && a.binaryVersion == 90;
+    (void)cudaGetLastError();  // no image for this device: an answer, not an error
+    return ok;
+  });
 }
 
 size_t sm90_smem_bytes(int64_t head_dim) {
